@@ -1,0 +1,10 @@
+package cpu_test
+
+import (
+	"testing"
+
+	"github.com/reprise-ml/reprise/accel/acceltest"
+	_ "github.com/reprise-ml/reprise/accel/cpu"
+)
+
+func TestConformance(t *testing.T) { acceltest.Run(t, "cpu") }

@@ -1,0 +1,304 @@
+package cpu
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/reprise-ml/reprise/accel"
+	"github.com/reprise-ml/reprise/accel/alloc"
+)
+
+// Environment variables the CPU device reads when Options leave a value at 0.
+const (
+	// EnvMemory is the arena capacity: bytes, or a number with a KiB, MiB,
+	// GiB (or K, M, G) suffix.
+	EnvMemory = "REPRISE_CPU_MEMORY"
+	// EnvThreads is the number of threads kernels use.
+	EnvThreads = "REPRISE_CPU_THREADS"
+)
+
+// ExecBytesPerNode is the device memory an instantiated graph holds per node,
+// outside any pool: the resolved operands of each recorded call.
+const ExecBytesPerNode = 512
+
+func init() { accel.Register(backend{}) }
+
+type backend struct{}
+
+func (backend) Name() string { return "cpu" }
+func (backend) Probe() error { return nil }
+func (b backend) Devices() ([]accel.DeviceInfo, error) {
+	return []accel.DeviceInfo{info(0)}, nil
+}
+
+func info(ord int) accel.DeviceInfo {
+	return accel.DeviceInfo{Backend: "cpu", Ordinal: ord, Name: cpuName(), Vendor: runtime.GOARCH,
+		Detail: fmt.Sprintf("pure Go, %s/%s, %d threads", runtime.GOOS, runtime.GOARCH, runtime.GOMAXPROCS(0))}
+}
+
+func (backend) Open(ordinal int, opts accel.Options) (accel.Device, error) {
+	if ordinal != 0 {
+		return nil, fmt.Errorf("cpu: no device %d (there is one, 0)", ordinal)
+	}
+	return Open(opts)
+}
+
+// Device is the CPU device.
+type Device struct {
+	info     accel.DeviceInfo
+	capacity int64
+	reserved atomic.Int64 // segments + executables
+	alloc    *alloc.Caching
+	work     *workers
+	threads  int
+
+	mu      sync.Mutex
+	streams map[*stream]struct{}
+	nextID  int64
+	closed  bool
+}
+
+// Open opens the CPU device.
+func Open(opts accel.Options) (*Device, error) {
+	capacity := opts.MemoryLimit
+	if capacity == 0 {
+		if v := os.Getenv(EnvMemory); v != "" {
+			n, err := ParseBytes(v)
+			if err != nil {
+				return nil, fmt.Errorf("cpu: %s: %w", EnvMemory, err)
+			}
+			capacity = n
+		} else {
+			capacity = DefaultCapacity()
+		}
+	}
+	if capacity < alloc.SegmentSize {
+		return nil, fmt.Errorf("cpu: memory capacity %d is below one %d-byte segment", capacity, alloc.SegmentSize)
+	}
+	threads := opts.Threads
+	if threads == 0 {
+		if v := os.Getenv(EnvThreads); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 {
+				return nil, fmt.Errorf("cpu: %s=%q: want a positive integer", EnvThreads, v)
+			}
+			threads = n
+		} else {
+			threads = runtime.GOMAXPROCS(0)
+		}
+	}
+	d := &Device{info: info(0), capacity: capacity, threads: threads, streams: map[*stream]struct{}{}}
+	d.alloc = alloc.New(source{d})
+	d.work = newWorkers(threads)
+	return d, nil
+}
+
+// DefaultCapacity is a quarter of the machine's memory (4 GiB where it cannot
+// be read).
+func DefaultCapacity() int64 {
+	if total := physicalMemory(); total > 0 {
+		return total / 4
+	}
+	return 4 << 30
+}
+
+func physicalMemory() int64 {
+	f, err := os.Open("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), "MemTotal:"); ok {
+			fs := strings.Fields(rest)
+			if len(fs) >= 1 {
+				kb, err := strconv.ParseInt(fs[0], 10, 64)
+				if err == nil {
+					return kb << 10
+				}
+			}
+		}
+	}
+	return 0
+}
+
+func cpuName() string {
+	f, err := os.Open("/proc/cpuinfo")
+	if err == nil {
+		defer f.Close()
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			if rest, ok := strings.CutPrefix(sc.Text(), "model name"); ok {
+				if _, v, ok := strings.Cut(rest, ":"); ok {
+					return strings.TrimSpace(v)
+				}
+			}
+		}
+	}
+	return runtime.GOARCH + " CPU"
+}
+
+// ParseBytes reads a byte count: "1073741824", "512MiB", "2G", "1.5GiB".
+func ParseBytes(s string) (int64, error) {
+	s = strings.TrimSpace(s)
+	mult := int64(1)
+	for _, u := range []struct {
+		suffix string
+		m      int64
+	}{{"TiB", 1 << 40}, {"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10},
+		{"TB", 1e12}, {"GB", 1e9}, {"MB", 1e6}, {"KB", 1e3},
+		{"T", 1 << 40}, {"G", 1 << 30}, {"M", 1 << 20}, {"K", 1 << 10}, {"B", 1}} {
+		if strings.HasSuffix(s, u.suffix) {
+			s, mult = strings.TrimSpace(strings.TrimSuffix(s, u.suffix)), u.m
+			break
+		}
+	}
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil || f < 0 {
+		return 0, fmt.Errorf("bad byte count %q (want e.g. 4GiB, 512MiB or a number of bytes)", s)
+	}
+	return int64(f * float64(mult)), nil
+}
+
+// Info names the device.
+func (d *Device) Info() accel.DeviceInfo { return d.info }
+
+// Capability is fixed for the CPU device.
+func (d *Device) Capability() accel.Capability {
+	return accel.Capability{Available: true, PinnedMemory: true, GraphCapture: true, GraphUpdate: true,
+		MemoryTotal: d.capacity, Deterministic: true, ComputeUnits: d.threads}
+}
+
+// MemInfo is exact: the capacity less every segment and executable held.
+func (d *Device) MemInfo() accel.MemInfo {
+	return accel.MemInfo{Free: d.capacity - d.reserved.Load(), Total: d.capacity}
+}
+
+// Allocator is the device's caching allocator.
+func (d *Device) Allocator() accel.Allocator { return d.alloc }
+
+// Caching exposes the allocator's full interface (pools, Check) to tests and
+// to the graph runner's planning.
+func (d *Device) Caching() *alloc.Caching { return d.alloc }
+
+// Threads is the number of threads kernels use.
+func (d *Device) Threads() int { return d.threads }
+
+// charge takes n bytes of the arena, or fails with ErrOutOfMemory.
+func (d *Device) charge(n int64) error {
+	for {
+		r := d.reserved.Load()
+		if r+n > d.capacity {
+			return fmt.Errorf("cpu: %d bytes asked, %d of %d free: %w", n, d.capacity-r, d.capacity, accel.ErrOutOfMemory)
+		}
+		if d.reserved.CompareAndSwap(r, r+n) {
+			return nil
+		}
+	}
+}
+
+func (d *Device) uncharge(n int64) { d.reserved.Add(-n) }
+
+type source struct{ d *Device }
+
+func (s source) AllocSegment(n int64) (accel.Memory, error) {
+	if err := s.d.charge(n); err != nil {
+		return nil, err
+	}
+	return newMem(n), nil
+}
+
+func (s source) FreeSegment(m accel.Memory) {
+	s.d.uncharge(m.Size())
+	m.(*mem).b = nil
+}
+
+func (s source) MemInfo() accel.MemInfo { return s.d.MemInfo() }
+
+// Alloc allocates from the default pool, not tied to a stream.
+func (d *Device) Alloc(n int64) (accel.Buffer, error) {
+	if err := d.check(); err != nil {
+		return accel.Buffer{}, err
+	}
+	return d.alloc.Alloc(0, n)
+}
+
+// Free returns a buffer from Alloc.
+func (d *Device) Free(b accel.Buffer) error { return d.alloc.Free(b) }
+
+// AllocHost allocates host memory; on the CPU device all memory is "pinned".
+func (d *Device) AllocHost(n int64) (accel.HostBuffer, error) {
+	if n < 0 {
+		return accel.HostBuffer{}, fmt.Errorf("cpu: negative host allocation %d: %w", n, accel.ErrInvalidArgument)
+	}
+	return accel.NewHostBuffer(&hostMem{b: make([]byte, n)}), nil
+}
+
+// FreeHost releases host memory (the garbage collector does the work).
+func (d *Device) FreeHost(h accel.HostBuffer) error { return nil }
+
+// NewPool makes a graph pool.
+func (d *Device) NewPool() (accel.Pool, error) {
+	if err := d.check(); err != nil {
+		return nil, err
+	}
+	return d.alloc.NewPool(), nil
+}
+
+// NewEvent makes an event.
+func (d *Device) NewEvent() (accel.Event, error) { return &event{}, nil }
+
+// Synchronize waits for every stream.
+func (d *Device) Synchronize() error {
+	d.mu.Lock()
+	ss := make([]*stream, 0, len(d.streams))
+	for s := range d.streams {
+		ss = append(ss, s)
+	}
+	d.mu.Unlock()
+	var first error
+	for _, s := range ss {
+		if err := s.drain(); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// Close stops every stream and the workers.
+func (d *Device) Close() error {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return nil
+	}
+	d.closed = true
+	ss := make([]*stream, 0, len(d.streams))
+	for s := range d.streams {
+		ss = append(ss, s)
+	}
+	d.mu.Unlock()
+	for _, s := range ss {
+		s.Close()
+	}
+	d.work.close()
+	return nil
+}
+
+func (d *Device) check() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return fmt.Errorf("cpu: device: %w", accel.ErrClosed)
+	}
+	return nil
+}
+
+var _ accel.Device = (*Device)(nil)

@@ -1,0 +1,140 @@
+package cpu
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/reprise-ml/reprise/accel"
+	"github.com/reprise-ml/reprise/accel/alloc"
+)
+
+// node is one recorded operation, with its operands as buffers; instantiation
+// resolves them to memory.
+type node struct {
+	kind  taskKind
+	call  accel.Call
+	dst   accel.Buffer
+	src   accel.Buffer
+	hsrc  accel.HostBuffer
+	child *exec
+}
+
+func (n *node) resolve() task {
+	switch n.kind {
+	case taskKernel:
+		return task{kind: taskKernel, call: resolveCall(&n.call)}
+	case taskCopy:
+		if !n.hsrc.IsNil() {
+			return task{kind: taskCopy, dst: bytesOf(n.dst), src: n.hsrc.Bytes()}
+		}
+		return task{kind: taskCopy, dst: bytesOf(n.dst), src: bytesOf(n.src)}
+	case taskReplay:
+		return task{kind: taskReplay, exec: n.child.cur.Load()}
+	}
+	panic("cpu: unknown node kind")
+}
+
+// nodes is an executable's resolved operations, replaced whole by Update so a
+// replay already enqueued keeps the arguments it was launched with.
+type nodes struct{ n []task }
+
+type graph struct {
+	d     *Device
+	pool  *alloc.Pool
+	nodes []node
+	mem   accel.GraphMemory
+	once  sync.Once
+}
+
+func (g *graph) Nodes() int                { return len(g.nodes) }
+func (g *graph) Memory() accel.GraphMemory { return g.mem }
+
+func (g *graph) Destroy() {
+	g.once.Do(func() { g.d.alloc.GraphDestroyed(g.pool) })
+}
+
+// Instantiate resolves every node once and charges the executable's memory.
+func (g *graph) Instantiate() (accel.Exec, error) {
+	bytes := int64(len(g.nodes)) * ExecBytesPerNode
+	if err := g.d.charge(bytes); err != nil {
+		return nil, fmt.Errorf("cpu: instantiate a %d-node graph: %w", len(g.nodes), err)
+	}
+	e := &exec{d: g.d, bytes: bytes, sig: signature(g.nodes)}
+	e.cur.Store(resolveAll(g.nodes))
+	return e, nil
+}
+
+func resolveAll(ns []node) *nodes {
+	r := &nodes{n: make([]task, len(ns))}
+	for i := range ns {
+		r.n[i] = ns[i].resolve()
+	}
+	return r
+}
+
+// sig is what must not change for an in-place update: each node's kind and op.
+type sig struct {
+	kind taskKind
+	op   accel.Op
+}
+
+func signature(ns []node) []sig {
+	s := make([]sig, len(ns))
+	for i := range ns {
+		s[i] = sig{ns[i].kind, ns[i].call.Op}
+	}
+	return s
+}
+
+type exec struct {
+	d     *Device
+	cur   atomic.Pointer[nodes]
+	sig   []sig
+	bytes int64
+	once  sync.Once
+	dead  atomic.Bool
+}
+
+func (e *exec) Nodes() int    { return len(e.sig) }
+func (e *exec) Memory() int64 { return e.bytes }
+
+func (e *exec) Launch(s accel.Stream) error {
+	st, ok := s.(*stream)
+	if !ok || st.d != e.d {
+		return fmt.Errorf("cpu: launch on a stream of another device: %w", accel.ErrInvalidArgument)
+	}
+	if e.dead.Load() {
+		return fmt.Errorf("cpu: launch of a destroyed executable: %w", accel.ErrInvalidArgument)
+	}
+	if st.cap != nil {
+		st.cap.nodes = append(st.cap.nodes, node{kind: taskReplay, child: e})
+		return nil
+	}
+	return st.enqueue(task{kind: taskReplay, exec: e.cur.Load()})
+}
+
+func (e *exec) Update(g accel.Graph) error {
+	gg, ok := g.(*graph)
+	if !ok || gg.d != e.d {
+		return fmt.Errorf("cpu: update from a graph of another device: %w", accel.ErrInvalidArgument)
+	}
+	ns := signature(gg.nodes)
+	if len(ns) != len(e.sig) {
+		return fmt.Errorf("cpu: update: %d nodes, executable has %d: %w", len(ns), len(e.sig), accel.ErrTopologyChanged)
+	}
+	for i := range ns {
+		if ns[i] != e.sig[i] {
+			return fmt.Errorf("cpu: update: node %d is %v, executable's is %v: %w", i, ns[i].op, e.sig[i].op, accel.ErrTopologyChanged)
+		}
+	}
+	e.cur.Store(resolveAll(gg.nodes))
+	return nil
+}
+
+func (e *exec) Destroy() {
+	e.once.Do(func() {
+		e.dead.Store(true)
+		e.d.uncharge(e.bytes)
+	})
+}

@@ -1,0 +1,373 @@
+package cpu
+
+import (
+	"fmt"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+
+	"github.com/reprise-ml/reprise/accel"
+	"github.com/reprise-ml/reprise/accel/alloc"
+)
+
+type taskKind uint8
+
+const (
+	taskKernel taskKind = iota + 1
+	taskCopy
+	taskWait
+	taskReplay
+)
+
+// task is one unit of a stream's queue.
+type task struct {
+	kind taskKind
+	call rcall
+	dst  []byte // taskCopy
+	src  []byte
+	ev   *stream // taskWait: wait until ev's done count reaches seq
+	seq  uint64
+	exec *nodes // taskReplay
+}
+
+type stream struct {
+	d  *Device
+	id int64
+
+	mu      sync.Mutex
+	more    *sync.Cond // queue became non-empty, or closing
+	q       []task
+	spare   []task
+	enq     uint64 // tasks enqueued
+	closing bool
+	stopped chan struct{}
+
+	done     atomic.Uint64 // tasks completed
+	waiters  atomic.Int32
+	progress *sync.Cond // done advanced (on mu)
+
+	asyncErr atomic.Pointer[error]
+
+	// capture state; touched only by the host goroutine that owns the stream
+	cap *captureState
+}
+
+type captureState struct {
+	pool  *alloc.Pool
+	nodes []node
+	err   error
+}
+
+// NewStream starts a stream goroutine.
+func (d *Device) NewStream() (accel.Stream, error) {
+	if err := d.check(); err != nil {
+		return nil, err
+	}
+	d.mu.Lock()
+	d.nextID++
+	s := &stream{d: d, id: d.nextID, stopped: make(chan struct{})}
+	d.streams[s] = struct{}{}
+	d.mu.Unlock()
+	s.more = sync.NewCond(&s.mu)
+	s.progress = sync.NewCond(&s.mu)
+	go s.loop()
+	return s, nil
+}
+
+func (s *stream) Device() accel.Device { return s.d }
+
+func (s *stream) loop() {
+	defer close(s.stopped)
+	for {
+		s.mu.Lock()
+		for len(s.q) == 0 && !s.closing {
+			s.more.Wait()
+		}
+		if len(s.q) == 0 && s.closing {
+			s.mu.Unlock()
+			return
+		}
+		batch := s.q
+		s.q, s.spare = s.spare[:0], nil
+		s.mu.Unlock()
+		for i := range batch {
+			s.run(&batch[i])
+			batch[i] = task{} // drop references for the collector
+			s.done.Add(1)
+			if s.waiters.Load() > 0 {
+				s.mu.Lock()
+				s.progress.Broadcast()
+				s.mu.Unlock()
+			}
+		}
+		s.mu.Lock()
+		if s.spare == nil {
+			s.spare = batch[:0]
+		}
+		s.mu.Unlock()
+	}
+}
+
+// run executes one task. A panic in a kernel is a device fault: it becomes the
+// stream's sticky error, as a GPU's asynchronous errors do, and the queue goes
+// on so that nobody waiting on it hangs.
+func (s *stream) run(t *task) {
+	defer func() {
+		if r := recover(); r != nil {
+			err := fmt.Errorf("cpu: stream %d: kernel fault: %v\n%s", s.id, r, debug.Stack())
+			s.asyncErr.CompareAndSwap(nil, &err)
+		}
+	}()
+	switch t.kind {
+	case taskKernel:
+		s.d.exec(&t.call)
+	case taskCopy:
+		copy(t.dst, t.src)
+	case taskWait:
+		t.ev.waitDone(t.seq)
+	case taskReplay:
+		for i := range t.exec.n {
+			s.d.runNode(&t.exec.n[i])
+		}
+	}
+}
+
+func (s *stream) enqueue(t task) error {
+	s.mu.Lock()
+	if s.closing {
+		s.mu.Unlock()
+		return fmt.Errorf("cpu: stream %d: %w", s.id, accel.ErrClosed)
+	}
+	s.q = append(s.q, t)
+	s.enq++
+	s.more.Signal()
+	s.mu.Unlock()
+	return nil
+}
+
+// waitDone blocks until seq tasks of s have completed.
+func (s *stream) waitDone(seq uint64) {
+	if s.done.Load() >= seq {
+		return
+	}
+	s.waiters.Add(1)
+	s.mu.Lock()
+	for s.done.Load() < seq {
+		s.progress.Wait()
+	}
+	s.mu.Unlock()
+	s.waiters.Add(-1)
+}
+
+func (s *stream) err() error {
+	if p := s.asyncErr.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// invalidate fails the running capture.
+func (s *stream) invalidate(what string) error {
+	err := fmt.Errorf("cpu: stream %d: %s while capturing: %w", s.id, what, accel.ErrCaptureInvalidated)
+	if s.cap.err == nil {
+		s.cap.err = err
+	}
+	return err
+}
+
+func (s *stream) Launch(c *accel.Call) error {
+	if err := c.Validate(); err != nil {
+		return err
+	}
+	for i := 0; i < c.Operands(); i++ {
+		if !ownBuffer(c.T[i].Buf) {
+			return fmt.Errorf("cpu: %s: operand %d is not CPU device memory: %w", c.Op, i, accel.ErrInvalidArgument)
+		}
+	}
+	if s.cap != nil {
+		s.cap.nodes = append(s.cap.nodes, node{kind: taskKernel, call: *c})
+		return nil
+	}
+	return s.enqueue(task{kind: taskKernel, call: resolveCall(c)})
+}
+
+func (s *stream) Copy(dst, src accel.Buffer) error {
+	if dst.Len() != src.Len() || !ownBuffer(dst) || !ownBuffer(src) {
+		return fmt.Errorf("cpu: copy %v <- %v: %w", dst, src, accel.ErrInvalidArgument)
+	}
+	if s.cap != nil {
+		s.cap.nodes = append(s.cap.nodes, node{kind: taskCopy, dst: dst, src: src})
+		return nil
+	}
+	return s.enqueue(task{kind: taskCopy, dst: bytesOf(dst), src: bytesOf(src)})
+}
+
+func (s *stream) CopyHtoD(dst accel.Buffer, src accel.HostBuffer) error {
+	if dst.Len() != src.Len() || !ownBuffer(dst) || src.IsNil() {
+		return fmt.Errorf("cpu: copy %v <- host(%d bytes): %w", dst, src.Len(), accel.ErrInvalidArgument)
+	}
+	if s.cap != nil {
+		s.cap.nodes = append(s.cap.nodes, node{kind: taskCopy, dst: dst, hsrc: src})
+		return nil
+	}
+	return s.enqueue(task{kind: taskCopy, dst: bytesOf(dst), src: src.Bytes()})
+}
+
+func (s *stream) CopyDtoH(dst accel.HostBuffer, src accel.Buffer) error {
+	if s.cap != nil {
+		return s.invalidate("copy to the host")
+	}
+	if dst.Len() != src.Len() || !ownBuffer(src) || dst.IsNil() {
+		return fmt.Errorf("cpu: copy host(%d bytes) <- %v: %w", dst.Len(), src, accel.ErrInvalidArgument)
+	}
+	return s.enqueue(task{kind: taskCopy, dst: dst.Bytes(), src: bytesOf(src)})
+}
+
+func (s *stream) Record(e accel.Event) error {
+	ev, ok := e.(*event)
+	if !ok {
+		return fmt.Errorf("cpu: record: not a CPU event: %w", accel.ErrInvalidArgument)
+	}
+	if s.cap != nil {
+		return s.invalidate("event record")
+	}
+	s.mu.Lock()
+	seq := s.enq
+	s.mu.Unlock()
+	ev.set(s, seq)
+	return nil
+}
+
+func (s *stream) Wait(e accel.Event) error {
+	ev, ok := e.(*event)
+	if !ok {
+		return fmt.Errorf("cpu: wait: not a CPU event: %w", accel.ErrInvalidArgument)
+	}
+	if s.cap != nil {
+		return s.invalidate("wait on an event")
+	}
+	on, seq := ev.get()
+	if on == nil || on == s {
+		return nil // never recorded, or already ordered by this stream
+	}
+	return s.enqueue(task{kind: taskWait, ev: on, seq: seq})
+}
+
+func (s *stream) Synchronize() error {
+	if s.cap != nil {
+		return s.invalidate("synchronize")
+	}
+	return s.drain()
+}
+
+// drain waits for the work enqueued so far.
+func (s *stream) drain() error {
+	s.mu.Lock()
+	seq := s.enq
+	s.mu.Unlock()
+	s.waitDone(seq)
+	return s.err()
+}
+
+func (s *stream) Alloc(n int64) (accel.Buffer, error) {
+	return s.d.alloc.Alloc(s.id, n)
+}
+
+// Free returns a block in stream order. The allocator reuses it at once for
+// this stream's later allocations, which run after everything enqueued so far.
+func (s *stream) Free(b accel.Buffer) error {
+	return s.d.alloc.Free(b)
+}
+
+func (s *stream) BeginCapture(p accel.Pool) error {
+	pool, ok := p.(*alloc.Pool)
+	if !ok {
+		return fmt.Errorf("cpu: capture: not a CPU device pool: %w", accel.ErrInvalidArgument)
+	}
+	if s.cap != nil {
+		return fmt.Errorf("cpu: stream %d: %w", s.id, accel.ErrAlreadyCapturing)
+	}
+	if err := s.d.alloc.BeginCapture(s.id, pool); err != nil {
+		return err
+	}
+	s.cap = &captureState{pool: pool}
+	return nil
+}
+
+func (s *stream) EndCapture() (accel.Graph, error) {
+	c := s.cap
+	if c == nil {
+		return nil, fmt.Errorf("cpu: stream %d: %w", s.id, accel.ErrNotCapturing)
+	}
+	if c.err != nil {
+		s.AbortCapture()
+		return nil, c.err
+	}
+	s.cap = nil
+	res, err := s.d.alloc.EndCapture(s.id)
+	if err != nil {
+		return nil, err
+	}
+	s.d.alloc.GraphCreated(c.pool)
+	return &graph{d: s.d, pool: c.pool, nodes: c.nodes, mem: res.Memory}, nil
+}
+
+func (s *stream) AbortCapture() {
+	if s.cap == nil {
+		return
+	}
+	s.cap = nil
+	s.d.alloc.AbortCapture(s.id)
+}
+
+func (s *stream) Capturing() bool { return s.cap != nil }
+
+func (s *stream) Close() error {
+	s.mu.Lock()
+	if s.closing {
+		s.mu.Unlock()
+		<-s.stopped
+		return nil
+	}
+	s.closing = true
+	s.more.Broadcast()
+	s.mu.Unlock()
+	<-s.stopped
+	s.d.mu.Lock()
+	delete(s.d.streams, s)
+	s.d.mu.Unlock()
+	return s.err()
+}
+
+// event remembers the stream and position it was last recorded at.
+type event struct {
+	mu  sync.Mutex
+	s   *stream
+	seq uint64
+}
+
+func (e *event) set(s *stream, seq uint64) {
+	e.mu.Lock()
+	e.s, e.seq = s, seq
+	e.mu.Unlock()
+}
+
+func (e *event) get() (*stream, uint64) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.s, e.seq
+}
+
+func (e *event) Query() bool {
+	s, seq := e.get()
+	return s == nil || s.done.Load() >= seq
+}
+
+func (e *event) Synchronize() error {
+	s, seq := e.get()
+	if s == nil {
+		return nil
+	}
+	s.waitDone(seq)
+	return s.err()
+}

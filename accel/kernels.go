@@ -1,0 +1,330 @@
+package accel
+
+import (
+	"fmt"
+	"math"
+)
+
+// Op names a kernel. Its semantics are defined here, once, for every backend;
+// each backend implements every Op. Operands are Tensors in Call.T (outputs
+// first), integer parameters in Call.I and float parameters in Call.F, in the
+// order each Op's comment gives.
+type Op uint8
+
+// The kernels of a Llama-family decoder. T is the number of tokens in a step,
+// R the number of rows (requests), D the model width.
+const (
+	// OpFill: T0 (F32 or I32) = F0 (F32) or I0 (I32) everywhere.
+	OpFill Op = iota + 1
+	// OpEmbed: T0 out[T,D] F32 = T1 table[V,D] (F32|BF16) rows chosen by
+	// T2 ids (T elements, I32). An id outside [0,V) gives a zero row.
+	OpEmbed
+	// OpRMSNorm: T0 out[T,D] = T1 x[T,D] / rms(x) * T2 w[1,D]; F0 eps.
+	// out may be x.
+	OpRMSNorm
+	// OpMatMul: T0 y[T,O] = T1 x[T,I] · T2 Wᵀ with W[O,I] (F32|BF16) row-major
+	// out x in. y must not overlap x.
+	OpMatMul
+	// OpRoPE rotates, in place, pairs (2i, 2i+1) of every head of T0 q[T,Hq*hd]
+	// and T1 k[T,Hk*hd] by angle pos·θ^(-2i/hd), pos from T2 (T elements,
+	// I32); I0 head size hd, F0 θ.
+	OpRoPE
+	// OpKVWrite: T0 kcache[S,KVD][T4 slot[t]] = T2 k[T,KVD][t] and likewise
+	// T1 vcache from T3 v. T4 slots has T elements (I32); a slot outside [0,S)
+	// writes nothing.
+	OpKVWrite
+	// OpAttention: causal grouped-query attention over a paged KV cache.
+	// T0 out[T,H*hd], T1 q[T,H*hd], T2 kcache[S,KVH*hd], T3 vcache[S,KVH*hd],
+	// T4 row of each token (T, I32), T5 position of each token (T, I32),
+	// T6 page table [R,P] (I32). I0 H, I1 KVH, I2 hd, I3 page size.
+	// Token t of row r = T4[t] at position n = T5[t] attends to positions
+	// 0..n of r, position p living in slot T6[r][p/page]*page + p%page.
+	// Query head h reads KV head h/(H/KVH). A token whose row, position or
+	// pages are out of range gets a zero output.
+	OpAttention
+	// OpSiLUMul: T0 out = silu(T1 a) * T2 b, elementwise. out may be a or b.
+	OpSiLUMul
+	// OpAdd: T0 out = T1 a + T2 b, elementwise. out may be a or b.
+	OpAdd
+	// OpGatherRows: T0 out[R,D] = T1 x[T,D] rows T2 idx (R, I32). An index
+	// outside [0,T) gives a zero row.
+	OpGatherRows
+	// OpArgmax: T0 out (R, I32) = the first index of the maximum of each row
+	// of T1 x[R,V].
+	OpArgmax
+	// OpSample draws one token per row of T1 logits[R,V] into T0 out (R, I32).
+	// Per row: T2 temperature (F32), T3 top-k (I32, <= 0: off), T4 top-p (F32,
+	// >= 1: off), T5 seed [R,2] (I32: low and high halves), T6 RNG offset
+	// (I32). Temperature <= 0 is the argmax. The draw is a pure function of
+	// (logits, parameters, seed, offset): see SampleUniform.
+	OpSample
+	numOps
+)
+
+// MaxOperands is the most tensors a Call carries.
+const MaxOperands = 7
+
+// Call is one kernel launch: an Op and its operands. Backends record Calls
+// in graphs; a Call is small and copied by value.
+type Call struct {
+	Op Op
+	T  [MaxOperands]Tensor
+	I  [4]int
+	F  [2]float32
+}
+
+type opSpec struct {
+	name     string
+	check    func(c *Call) error
+	tensors  int
+	writeIdx []int // operands the op writes
+}
+
+var opSpecs = [numOps]opSpec{
+	OpFill:       {name: "fill", tensors: 1, writeIdx: []int{0}, check: checkFill},
+	OpEmbed:      {name: "embed", tensors: 3, writeIdx: []int{0}, check: checkEmbed},
+	OpRMSNorm:    {name: "rmsnorm", tensors: 3, writeIdx: []int{0}, check: checkRMSNorm},
+	OpMatMul:     {name: "matmul", tensors: 3, writeIdx: []int{0}, check: checkMatMul},
+	OpRoPE:       {name: "rope", tensors: 3, writeIdx: []int{0, 1}, check: checkRoPE},
+	OpKVWrite:    {name: "kv_write", tensors: 5, writeIdx: []int{0, 1}, check: checkKVWrite},
+	OpAttention:  {name: "attention", tensors: 7, writeIdx: []int{0}, check: checkAttention},
+	OpSiLUMul:    {name: "silu_mul", tensors: 3, writeIdx: []int{0}, check: checkElementwise},
+	OpAdd:        {name: "add", tensors: 3, writeIdx: []int{0}, check: checkElementwise},
+	OpGatherRows: {name: "gather_rows", tensors: 3, writeIdx: []int{0}, check: checkGatherRows},
+	OpArgmax:     {name: "argmax", tensors: 2, writeIdx: []int{0}, check: checkArgmax},
+	OpSample:     {name: "sample", tensors: 7, writeIdx: []int{0}, check: checkSample},
+}
+
+func (o Op) String() string {
+	if o > 0 && o < numOps {
+		return opSpecs[o].name
+	}
+	return fmt.Sprintf("op(%d)", o)
+}
+
+// NumOps is one more than the largest Op, for backends' dispatch tables.
+const NumOps = int(numOps)
+
+// Validate checks a call's operands against its Op: dtypes, shapes, and that
+// no output overlaps an input it must not. Backends call it before launching
+// or recording; an invalid call is an error wrapping ErrInvalidArgument.
+func (c *Call) Validate() error {
+	if c.Op == 0 || c.Op >= numOps {
+		return fmt.Errorf("accel: unknown op %d: %w", c.Op, ErrInvalidArgument)
+	}
+	sp := &opSpecs[c.Op]
+	for i := 0; i < sp.tensors; i++ {
+		t := c.T[i]
+		if t.IsNil() {
+			return fmt.Errorf("accel: %s: operand %d is nil: %w", sp.name, i, ErrInvalidArgument)
+		}
+		if t.Rows < 0 || t.Cols < 0 || t.Bytes() > t.Buf.Len() {
+			return fmt.Errorf("accel: %s: operand %d %v does not fit its %d-byte buffer: %w",
+				sp.name, i, t, t.Buf.Len(), ErrInvalidArgument)
+		}
+	}
+	if err := sp.check(c); err != nil {
+		return fmt.Errorf("accel: %s: %w: %w", sp.name, err, ErrInvalidArgument)
+	}
+	return nil
+}
+
+// Writes reports the operand indices the call writes.
+func (c *Call) Writes() []int { return opSpecs[c.Op].writeIdx }
+
+// Operands is the number of tensors the call's Op uses.
+func (c *Call) Operands() int { return opSpecs[c.Op].tensors }
+
+func want(t Tensor, what string, dts ...DType) error {
+	for _, d := range dts {
+		if t.DType == d {
+			return nil
+		}
+	}
+	return fmt.Errorf("%s is %s, want %v", what, t.DType, dts)
+}
+
+func checkFill(c *Call) error { return want(c.T[0], "out", F32, I32) }
+
+func checkEmbed(c *Call) error {
+	out, table, ids := c.T[0], c.T[1], c.T[2]
+	if err := firstErr(want(out, "out", F32), want(table, "table", F32, BF16), want(ids, "ids", I32)); err != nil {
+		return err
+	}
+	if out.Cols != table.Cols || out.Rows != ids.Len() {
+		return fmt.Errorf("out %v, table %v, ids %v", out, table, ids)
+	}
+	return nil
+}
+
+func checkRMSNorm(c *Call) error {
+	out, x, w := c.T[0], c.T[1], c.T[2]
+	if err := firstErr(want(out, "out", F32), want(x, "x", F32), want(w, "w", F32)); err != nil {
+		return err
+	}
+	if out.Rows != x.Rows || out.Cols != x.Cols || w.Len() != x.Cols {
+		return fmt.Errorf("out %v, x %v, w %v", out, x, w)
+	}
+	if out.Buf.Overlaps(x.Buf) && out.Buf != x.Buf {
+		return fmt.Errorf("out partly overlaps x")
+	}
+	return nil
+}
+
+func checkMatMul(c *Call) error {
+	y, x, w := c.T[0], c.T[1], c.T[2]
+	if err := firstErr(want(y, "y", F32), want(x, "x", F32), want(w, "w", F32, BF16)); err != nil {
+		return err
+	}
+	if y.Rows != x.Rows || x.Cols != w.Cols || y.Cols != w.Rows {
+		return fmt.Errorf("y %v = x %v · wᵀ %v", y, x, w)
+	}
+	if y.Buf.Overlaps(x.Buf) || y.Buf.Overlaps(w.Buf) {
+		return fmt.Errorf("y overlaps an input")
+	}
+	return nil
+}
+
+func checkRoPE(c *Call) error {
+	q, k, pos := c.T[0], c.T[1], c.T[2]
+	if err := firstErr(want(q, "q", F32), want(k, "k", F32), want(pos, "pos", I32)); err != nil {
+		return err
+	}
+	hd := c.I[0]
+	if hd <= 0 || hd%2 != 0 || q.Cols%hd != 0 || k.Cols%hd != 0 {
+		return fmt.Errorf("head size %d for q %v, k %v", hd, q, k)
+	}
+	if q.Rows != pos.Len() || k.Rows != pos.Len() {
+		return fmt.Errorf("q %v, k %v, pos %v", q, k, pos)
+	}
+	if q.Buf.Overlaps(k.Buf) {
+		return fmt.Errorf("q overlaps k")
+	}
+	return nil
+}
+
+func checkKVWrite(c *Call) error {
+	kc, vc, k, v, slots := c.T[0], c.T[1], c.T[2], c.T[3], c.T[4]
+	if err := firstErr(want(kc, "kcache", F32), want(vc, "vcache", F32), want(k, "k", F32),
+		want(v, "v", F32), want(slots, "slots", I32)); err != nil {
+		return err
+	}
+	if kc.Cols != k.Cols || vc.Cols != v.Cols || kc.Rows != vc.Rows || k.Rows != slots.Len() || v.Rows != slots.Len() {
+		return fmt.Errorf("kcache %v, vcache %v, k %v, v %v, slots %v", kc, vc, k, v, slots)
+	}
+	return nil
+}
+
+func checkAttention(c *Call) error {
+	out, q, kc, vc, rows, pos, pages := c.T[0], c.T[1], c.T[2], c.T[3], c.T[4], c.T[5], c.T[6]
+	if err := firstErr(want(out, "out", F32), want(q, "q", F32), want(kc, "kcache", F32),
+		want(vc, "vcache", F32), want(rows, "rows", I32), want(pos, "pos", I32), want(pages, "pages", I32)); err != nil {
+		return err
+	}
+	h, kvh, hd, page := c.I[0], c.I[1], c.I[2], c.I[3]
+	if h <= 0 || kvh <= 0 || hd <= 0 || page <= 0 || h%kvh != 0 {
+		return fmt.Errorf("heads %d, kv heads %d, head size %d, page %d", h, kvh, hd, page)
+	}
+	if q.Cols != h*hd || out.Cols != h*hd || kc.Cols != kvh*hd || vc.Cols != kvh*hd || kc.Rows != vc.Rows {
+		return fmt.Errorf("out %v, q %v, kcache %v, vcache %v for %d heads, %d kv heads of %d", out, q, kc, vc, h, kvh, hd)
+	}
+	if out.Rows != q.Rows || rows.Len() != q.Rows || pos.Len() != q.Rows {
+		return fmt.Errorf("out %v, q %v, rows %v, pos %v", out, q, rows, pos)
+	}
+	if kc.Rows%page != 0 {
+		return fmt.Errorf("cache of %d slots is not whole pages of %d", kc.Rows, page)
+	}
+	if out.Buf.Overlaps(q.Buf) {
+		return fmt.Errorf("out overlaps q")
+	}
+	return nil
+}
+
+func checkElementwise(c *Call) error {
+	out, a, b := c.T[0], c.T[1], c.T[2]
+	if err := firstErr(want(out, "out", F32), want(a, "a", F32), want(b, "b", F32)); err != nil {
+		return err
+	}
+	if out.Len() != a.Len() || a.Len() != b.Len() {
+		return fmt.Errorf("out %v, a %v, b %v", out, a, b)
+	}
+	for _, in := range []Tensor{a, b} {
+		if out.Buf.Overlaps(in.Buf) && out.Buf != in.Buf {
+			return fmt.Errorf("out partly overlaps an input")
+		}
+	}
+	return nil
+}
+
+func checkGatherRows(c *Call) error {
+	out, x, idx := c.T[0], c.T[1], c.T[2]
+	if err := firstErr(want(out, "out", F32), want(x, "x", F32), want(idx, "idx", I32)); err != nil {
+		return err
+	}
+	if out.Cols != x.Cols || out.Rows != idx.Len() {
+		return fmt.Errorf("out %v, x %v, idx %v", out, x, idx)
+	}
+	if out.Buf.Overlaps(x.Buf) {
+		return fmt.Errorf("out overlaps x")
+	}
+	return nil
+}
+
+func checkArgmax(c *Call) error {
+	out, x := c.T[0], c.T[1]
+	if err := firstErr(want(out, "out", I32), want(x, "x", F32)); err != nil {
+		return err
+	}
+	if out.Len() != x.Rows || x.Cols == 0 {
+		return fmt.Errorf("out %v, x %v", out, x)
+	}
+	return nil
+}
+
+func checkSample(c *Call) error {
+	out, logits, temp, topk, topp, seed, off := c.T[0], c.T[1], c.T[2], c.T[3], c.T[4], c.T[5], c.T[6]
+	if err := firstErr(want(out, "out", I32), want(logits, "logits", F32), want(temp, "temperature", F32),
+		want(topk, "top-k", I32), want(topp, "top-p", F32), want(seed, "seed", I32), want(off, "offset", I32)); err != nil {
+		return err
+	}
+	r := logits.Rows
+	if out.Len() != r || temp.Len() != r || topk.Len() != r || topp.Len() != r || seed.Len() != 2*r || off.Len() != r || logits.Cols == 0 {
+		return fmt.Errorf("out %v, logits %v, temperature %v, top-k %v, top-p %v, seed %v, offset %v",
+			out, logits, temp, topk, topp, seed, off)
+	}
+	return nil
+}
+
+func firstErr(errs ...error) error {
+	for _, e := range errs {
+		if e != nil {
+			return e
+		}
+	}
+	return nil
+}
+
+// SampleUniform is the random number every backend's OpSample draws for a row:
+// a uniform float in [0, 1) that depends only on (seed, offset). It is a
+// counter-based generator (SplitMix64 of seed and offset), so a captured
+// sampler gives the same draw as eager for the same seed and offset, and a
+// row's draw does not depend on the other rows.
+func SampleUniform(seed uint64, offset uint32) float64 {
+	z := seed + 0x9E3779B97F4A7C15*(uint64(offset)+1)
+	z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9
+	z = (z ^ (z >> 27)) * 0x94D049BB133111EB
+	z ^= z >> 31
+	return float64(z>>11) / (1 << 53)
+}
+
+// SplitSeed is how a 64-bit seed is stored in OpSample's seed operand.
+func SplitSeed(seed uint64) (lo, hi int32) { return int32(uint32(seed)), int32(uint32(seed >> 32)) }
+
+// JoinSeed undoes SplitSeed.
+func JoinSeed(lo, hi int32) uint64 { return uint64(uint32(lo)) | uint64(uint32(hi))<<32 }
+
+// RoPEFreq is the rotation frequency of pair i (i even) of a head of size hd,
+// computed in float32 as the reference implementation does.
+func RoPEFreq(i, hd int, theta float32) float32 {
+	return 1 / float32(math.Pow(float64(theta), float64(float32(i)/float32(hd))))
+}

@@ -1,0 +1,3 @@
+module github.com/reprise-ml/reprise
+
+go 1.26
