@@ -1,0 +1,291 @@
+package llama2c
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"math"
+	"os"
+)
+
+// Special token ids of llama2.c vocabularies.
+const (
+	// BOS is the beginning-of-sequence token ("\n<s>\n" in sentencepiece
+	// exports). The reference generation loop stops when the model emits it.
+	BOS = 1
+	// EOS is the end-of-sequence token.
+	EOS = 2
+)
+
+// byteTokenBase is the id of the byte token <0x00>; byte b is token
+// byteTokenBase+b.
+const byteTokenBase = 3
+
+// Tokenizer is a llama2.c vocabulary: one byte string and one merge score per
+// token id. It is read-only after construction and safe for concurrent use.
+type Tokenizer struct {
+	pieces [][]byte       // token id -> its vocabulary string
+	scores []float32      // token id -> merge score
+	ids    map[string]int // vocabulary string -> lowest id holding it
+	maxLen int            // max_token_length from the file header
+}
+
+// ReadTokenizer parses a llama2.c tokenizer file holding exactly vocab tokens:
+// an int32 max_token_length, then for each token a float32 score, an int32
+// byte length and that many bytes. Malformed data (truncated, a negative
+// max_token_length or token length, a token longer than max_token_length, or
+// bytes left over after vocab tokens) gives an error wrapping ErrMalformed.
+// vocab must be at least 3 (<unk>, BOS and EOS). The bytes are copied.
+func ReadTokenizer(data []byte, vocab int) (*Tokenizer, error) {
+	if vocab < byteTokenBase {
+		return nil, fmt.Errorf("llama2c: tokenizer vocabulary size %d is below 3 (<unk>, BOS, EOS)", vocab)
+	}
+	if len(data) < 4 {
+		return nil, malformed("tokenizer truncated: the header needs 4 bytes, have %d", len(data))
+	}
+	maxLen := int(int32(binary.LittleEndian.Uint32(data)))
+	if maxLen < 0 {
+		return nil, malformed("tokenizer header: negative max_token_length %d", maxLen)
+	}
+	// Every token takes at least 8 bytes: reject impossible sizes before
+	// allocating for them.
+	if int64(vocab) > int64(len(data)-4)/8 {
+		return nil, malformed("tokenizer truncated: %d tokens need at least %d bytes, have %d",
+			vocab, 4+8*int64(vocab), len(data))
+	}
+	t := &Tokenizer{
+		pieces: make([][]byte, vocab),
+		scores: make([]float32, vocab),
+		ids:    make(map[string]int, vocab),
+		maxLen: maxLen,
+	}
+	off := 4
+	for i := range vocab {
+		if len(data)-off < 8 {
+			return nil, malformed("tokenizer truncated at byte %d: token %d of %d needs a score and a length, have %d bytes",
+				off, i, vocab, len(data)-off)
+		}
+		t.scores[i] = math.Float32frombits(binary.LittleEndian.Uint32(data[off:]))
+		n := int(int32(binary.LittleEndian.Uint32(data[off+4:])))
+		if n < 0 {
+			return nil, malformed("tokenizer token %d (byte %d): negative length %d", i, off+4, n)
+		}
+		if n > maxLen {
+			return nil, malformed("tokenizer token %d (byte %d): length %d exceeds max_token_length %d", i, off+4, n, maxLen)
+		}
+		off += 8
+		if len(data)-off < n {
+			return nil, malformed("tokenizer truncated at byte %d: token %d of %d needs %d bytes, have %d",
+				off, i, vocab, n, len(data)-off)
+		}
+		p := bytes.Clone(data[off : off+n])
+		if p == nil {
+			p = []byte{}
+		}
+		t.pieces[i] = p
+		if _, dup := t.ids[string(p)]; !dup {
+			t.ids[string(p)] = i
+		}
+		off += n
+	}
+	if off != len(data) {
+		return nil, malformed("tokenizer has %d trailing bytes after %d tokens (is the vocabulary size right?)",
+			len(data)-off, vocab)
+	}
+	return t, nil
+}
+
+// LoadTokenizer reads and parses the tokenizer file at path (see
+// ReadTokenizer).
+func LoadTokenizer(path string, vocab int) (*Tokenizer, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("llama2c: %w", err)
+	}
+	t, err := ReadTokenizer(data, vocab)
+	if err != nil {
+		return nil, fmt.Errorf("%w (file %s)", err, path)
+	}
+	return t, nil
+}
+
+// Vocab returns the number of tokens.
+func (t *Tokenizer) Vocab() int { return len(t.pieces) }
+
+// lookup returns the id of the token whose string is s, or -1.
+func (t *Tokenizer) lookup(s []byte) int {
+	if id, ok := t.ids[string(s)]; ok {
+		return id
+	}
+	return -1
+}
+
+// byteToken returns the byte-fallback token of b, or <unk> (0) when the
+// vocabulary is too small to hold byte tokens.
+func (t *Tokenizer) byteToken(b byte) int {
+	if id := byteTokenBase + int(b); id < len(t.pieces) {
+		return id
+	}
+	return 0
+}
+
+// Encode tokenizes text exactly like llama2.c's encode: BOS first when bos is
+// set; then, for non-empty text, the token of " " (a dummy prefix space);
+// then one token per UTF-8 character (a lead byte and up to three
+// continuation bytes) when the vocabulary holds that string, else one byte
+// token (id byte+3) per byte; then, repeatedly, the adjacent pair whose
+// concatenation is a vocabulary token with the strictly highest score (the
+// leftmost pair on ties; scores must exceed -1e10) is merged, until no pair
+// merges (BOS takes part in the merging, as in C); finally EOS when eos is
+// set. Unlike C, text may contain NUL bytes, which are encoded like any other
+// byte. Invalid UTF-8 is grouped as the C code groups it and falls back to
+// byte tokens. Where C would misbehave, on vocabularies without a " " token or
+// too small to hold byte tokens, the dummy prefix falls back to the byte token
+// of ' ' and a byte token that does not exist becomes <unk> (0).
+func (t *Tokenizer) Encode(text string, bos, eos bool) []int {
+	tokens := make([]int, 0, len(text)+3)
+	if bos {
+		tokens = append(tokens, BOS)
+	}
+	if text != "" {
+		if id := t.lookup([]byte(" ")); id >= 0 {
+			tokens = append(tokens, id)
+		} else {
+			tokens = append(tokens, t.byteToken(' '))
+		}
+	}
+	isCont := func(b byte) bool { return b&0xC0 == 0x80 }
+	start := 0 // start of the current character in text
+	for i := 0; i < len(text); i++ {
+		if !isCont(text[i]) {
+			start = i
+		}
+		// Extend the character while continuation bytes follow, to at most
+		// 4 bytes (the C code's str_len < 4 test).
+		if i+1 < len(text) && isCont(text[i+1]) && i+1-start < 4 {
+			continue
+		}
+		char := text[start : i+1]
+		if id := t.lookup([]byte(char)); id >= 0 {
+			tokens = append(tokens, id)
+		} else {
+			for j := 0; j < len(char); j++ {
+				tokens = append(tokens, t.byteToken(char[j]))
+			}
+		}
+		start = i + 1
+	}
+	tokens = t.merge(tokens)
+	if eos {
+		tokens = append(tokens, EOS)
+	}
+	return tokens
+}
+
+// merge applies the BPE merges of Encode to tokens in place. pair[i] caches
+// the id of the token tokens[i]+tokens[i+1] (or -1), so each round is one
+// scan plus two lookups.
+func (t *Tokenizer) merge(tokens []int) []int {
+	if len(tokens) < 2 {
+		return tokens
+	}
+	var buf []byte
+	pairID := func(a, b int) int {
+		buf = append(append(buf[:0], t.pieces[a]...), t.pieces[b]...)
+		return t.lookup(buf)
+	}
+	pair := make([]int, len(tokens)-1)
+	for i := range pair {
+		pair[i] = pairID(tokens[i], tokens[i+1])
+	}
+	for {
+		best, bestScore := -1, float32(-1e10)
+		for i, id := range pair {
+			if id >= 0 && t.scores[id] > bestScore {
+				best, bestScore = i, t.scores[id]
+			}
+		}
+		if best < 0 {
+			return tokens
+		}
+		tokens[best] = pair[best]
+		tokens = append(tokens[:best+1], tokens[best+2:]...)
+		pair = append(pair[:best], pair[best+1:]...)
+		if best > 0 {
+			pair[best-1] = pairID(tokens[best-1], tokens[best])
+		}
+		if best < len(pair) {
+			pair[best] = pairID(tokens[best], tokens[best+1])
+		}
+	}
+}
+
+// Piece returns the decoded bytes of token when it follows prev, as
+// llama2.c's decode does: after BOS a leading space is stripped, and a piece
+// of exactly the form <0xHH> (hex digits of either case) decodes to that one
+// raw byte. It returns nil for an out-of-range token. The result is a fresh
+// slice the caller may modify.
+func (t *Tokenizer) Piece(prev, token int) []byte {
+	if token < 0 || token >= len(t.pieces) {
+		return nil
+	}
+	p := t.pieces[token]
+	if prev == BOS && len(p) > 0 && p[0] == ' ' {
+		p = p[1:]
+	}
+	if b, ok := parseBytePiece(p); ok {
+		return []byte{b}
+	}
+	return append([]byte{}, p...)
+}
+
+// parseBytePiece decodes a piece of exactly the form <0xHH>.
+func parseBytePiece(p []byte) (byte, bool) {
+	if len(p) != 6 || p[0] != '<' || p[1] != '0' || p[2] != 'x' || p[5] != '>' {
+		return 0, false
+	}
+	hi, ok1 := hexDigit(p[3])
+	lo, ok2 := hexDigit(p[4])
+	return hi<<4 | lo, ok1 && ok2
+}
+
+func hexDigit(c byte) (byte, bool) {
+	switch {
+	case '0' <= c && c <= '9':
+		return c - '0', true
+	case 'a' <= c && c <= 'f':
+		return c - 'a' + 10, true
+	case 'A' <= c && c <= 'F':
+		return c - 'A' + 10, true
+	}
+	return 0, false
+}
+
+// SafePiece returns what llama2.c's safe_printf prints for Piece(prev,
+// token): the piece up to its first NUL byte (printf's %s stops there);
+// nothing for an empty piece; and nothing for a one-byte piece unless that
+// byte is printable ASCII or whitespace (C's isprint || isspace in the "C"
+// locale). It returns nil when nothing prints.
+func (t *Tokenizer) SafePiece(prev, token int) []byte {
+	p := t.Piece(prev, token)
+	if i := bytes.IndexByte(p, 0); i >= 0 {
+		p = p[:i]
+	}
+	if len(p) == 0 {
+		return nil
+	}
+	if len(p) == 1 && !isPrint(p[0]) && !isSpace(p[0]) {
+		return nil
+	}
+	return p
+}
+
+// isPrint is C's isprint in the "C" locale.
+func isPrint(b byte) bool { return b >= 0x20 && b <= 0x7E }
+
+// isSpace is C's isspace in the "C" locale.
+func isSpace(b byte) bool { return b == ' ' || (b >= '\t' && b <= '\r') }
+
+// MaxTokenLength returns the max_token_length recorded in the file header,
+// an upper bound on the byte length of every token string.
+func (t *Tokenizer) MaxTokenLength() int { return t.maxLen }
