@@ -1,0 +1,36 @@
+// Package graph is reprise's accelerator graph runner: it captures the device
+// work of a model step once per shape bucket and replays it, making real,
+// varying batches fit fixed captured shapes safely.
+//
+// A model declares Configs per walk (a named kind of step: prefill, decode).
+// A Runner turns them into buckets keyed by (walk, batch size, tokens, key
+// info), captures each bucket into one graph per double-buffer slot, and at
+// each step leases the tightest bucket that fits, pads the batch with padding
+// rows up to the bucket's size, stages the real inputs into the slot's static
+// buffers and replays. The engine drives it through the Node interface, which
+// this package owns: graph never imports the engine.
+//
+// Invariants:
+//   - Every runner claims its static buffers (Prepare) before any runner
+//     captures. Static inputs are interned per (config, input) at the largest
+//     bucket's size; smaller buckets use leading slices of the same storage,
+//     so no address a graph recorded ever moves.
+//   - Buckets are captured largest first, so smaller graphs reuse the pool's
+//     memory; a later capture that needs more room is an error.
+//   - A bucket is registered whole (every slot captured and its golden replay
+//     equal to eager) or not at all, and on every rank or on none: every rank
+//     meets the same barriers whether its captures passed or failed, and Agree
+//     drops a bucket everywhere if any rank dropped it.
+//   - A failed capture (error or panic) drops only its bucket, leaves the
+//     stream and the pool usable, and is logged at ERROR by name.
+//     REPRISE_REQUIRE_ACCELERATOR_GRAPHS=1 makes any drop a start-up error.
+//   - Padding rows have negative handles (below -1, which means unset), stable
+//     per (prefix, key, index), so they never collide with a request id (>= 0).
+//     Their capture-time storage is released after capture; replays pad with
+//     zero-length rows that address only the sink.
+//   - Outputs are copied at the end of each graph into buffers outside the
+//     graph pool, so another graph's scratch in a shared pool never clobbers
+//     them.
+//   - The replay stream waits on the plan-done event before it replays; pre-plan
+//     work never goes onto the replay stream.
+package graph

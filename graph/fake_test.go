@@ -1,0 +1,268 @@
+package graph
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"testing"
+
+	"github.com/reprise-ml/reprise/accel"
+	"github.com/reprise-ml/reprise/accel/acceltest"
+	_ "github.com/reprise-ml/reprise/accel/cpu"
+)
+
+// fakeNode is a synthetic model with a fake paged KV resource: embed the
+// tokens, multiply by W, write the result into the KV cache at each token's
+// slot, and emit the product and each row's argmax. Slot 0 of the cache is
+// the sink. It records what the runner asked of it and can be told to fail.
+type fakeNode struct {
+	t      testing.TB
+	dev    accel.Device
+	s      accel.Stream
+	d, v   int
+	emb, w accel.Tensor
+	cache  accel.Tensor // [nslots, d]
+	double bool
+
+	mu        sync.Mutex
+	free      []int32           // free cache slots (0 is the sink, never free)
+	reqs      map[int64][]int32 // request -> its slots
+	padding   map[int64]bool    // ingested padding rows
+	plan      map[SlotKey]accel.Tensor
+	built     []SlotSpec          // every spec BuildGraphBuffers saw
+	captures  []SlotSpec          // forwards run inside a capture, in order
+	fail      map[SlotSpec]string // "error", "panic" or "sync" at capture
+	failWarm  map[SlotSpec]bool   // fail the warm-up instead
+	blocked   []string
+	extraRows bool // also give an input "rowinfo" [1, bs]
+}
+
+const fakeSlots = 16384
+
+func newFakeNode(t testing.TB, double bool) *fakeNode {
+	e := acceltest.Open(t, "cpu", accel.Options{MemoryLimit: 256 << 20})
+	r := rand.New(rand.NewPCG(1, 1))
+	n := &fakeNode{t: t, dev: e.Dev, s: e.S, d: 16, v: 32, double: double,
+		reqs: map[int64][]int32{}, padding: map[int64]bool{}, plan: map[SlotKey]accel.Tensor{},
+		fail: map[SlotSpec]string{}, failWarm: map[SlotSpec]bool{}}
+	n.emb = e.F32(acceltest.Rand(r, n.v*n.d, 1), n.v, n.d)
+	n.w = e.F32(acceltest.Rand(r, n.d*n.d, 0.3), n.d, n.d)
+	n.cache = e.Zeros(accel.F32, fakeSlots, n.d)
+	for i := int32(fakeSlots - 1); i >= 1; i-- {
+		n.free = append(n.free, i)
+	}
+	return n
+}
+
+func (n *fakeNode) DoubleBuffer() bool { return n.double }
+
+func (n *fakeNode) Blocked(cfg *Config) []string { return n.blocked }
+
+func (n *fakeNode) BuildGraphBuffers(specs []SlotSpec) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, sp := range specs {
+		k := SlotKey{Bucket: sp.Bucket, Slot: sp.Slot, Label: "kv"}
+		if _, ok := n.plan[k]; ok {
+			continue
+		}
+		b, err := n.dev.Alloc(int64(sp.Bucket.Tokens) * 4)
+		if err != nil {
+			return err
+		}
+		n.plan[k] = accel.Tensor{Buf: b, DType: accel.I32, Rows: 1, Cols: sp.Bucket.Tokens}
+		n.built = append(n.built, sp)
+	}
+	return nil
+}
+
+func (n *fakeNode) IngestPadding(ids []int64) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, id := range ids {
+		if !IsPadding(id) {
+			return fmt.Errorf("ingest padding: %d is a request id", id)
+		}
+		if n.padding[id] {
+			return fmt.Errorf("padding row %d ingested twice", id)
+		}
+		n.padding[id] = true
+	}
+	return nil
+}
+
+func (n *fakeNode) ResetPadding(ids []int64, free bool) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, id := range ids {
+		if free {
+			n.free = append(n.free, n.reqs[id]...)
+			delete(n.reqs, id)
+		}
+	}
+	return nil
+}
+
+// heldByPadding is the cache slots padding rows hold.
+func (n *fakeNode) heldByPadding() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	k := 0
+	for id, s := range n.reqs {
+		if IsPadding(id) {
+			k += len(s)
+		}
+	}
+	return k
+}
+
+// Prepare allocates one cache slot per new token (capture-time padding rows
+// too; replay-time padding rows write into the sink), and plans the slot of
+// every token of the bucket (the tail past the real tokens goes to the sink).
+func (n *fakeNode) Prepare(s accel.Stream, lease *Lease, rows []Row) (Inputs, error) {
+	n.mu.Lock()
+	var toks, slots []int32
+	for _, r := range rows {
+		for range r.Tokens {
+			if IsPadding(r.ID) && (lease == nil || !lease.Capture) {
+				slots = append(slots, 0)
+				continue
+			}
+			if IsPadding(r.ID) && !n.padding[r.ID] {
+				n.mu.Unlock()
+				return nil, fmt.Errorf("padding row %d was never ingested", r.ID)
+			}
+			if len(n.free) == 0 {
+				n.mu.Unlock()
+				return nil, errors.New("fake kv: out of slots")
+			}
+			sl := n.free[len(n.free)-1]
+			n.free = n.free[:len(n.free)-1]
+			n.reqs[r.ID] = append(n.reqs[r.ID], sl)
+			slots = append(slots, sl)
+		}
+		toks = append(toks, r.Tokens...)
+	}
+	n.mu.Unlock()
+	in := Inputs{"tokens": HostI32(toks)}
+	if n.extraRows {
+		in["rowinfo"] = HostI32(make([]int32, len(rows)))
+	}
+	if lease != nil {
+		pt := n.plan[lease.SlotKey("kv")]
+		full := make([]int32, lease.Bucket.Tokens)
+		copy(full, slots)
+		if err := accel.Upload(s, pt.Buf, accel.I32Bytes(full)); err != nil {
+			return nil, err
+		}
+	} else {
+		in["slots"] = HostI32(slots)
+	}
+	return in, nil
+}
+
+func (n *fakeNode) Forward(l *accel.Launcher, lease *Lease, in map[string]accel.Tensor) (map[string]accel.Tensor, error) {
+	toks := in["tokens"]
+	T := toks.Cols
+	slots := in["slots"]
+	if lease != nil {
+		pt := n.plan[lease.SlotKey("kv")]
+		slots = accel.Tensor{Buf: pt.Buf.Slice(0, int64(T)*4), DType: accel.I32, Rows: 1, Cols: T}
+	}
+	capturing := l.Stream().Capturing()
+	if lease != nil && lease.Capture {
+		spec := SlotSpec{Bucket: lease.Bucket, Slot: lease.Slot, Config: lease.cfg, ConfigIdx: lease.cfgIdx}
+		key := SlotSpec{Bucket: lease.Bucket, Slot: lease.Slot}
+		if capturing {
+			n.mu.Lock()
+			n.captures = append(n.captures, spec)
+			mode := n.fail[key]
+			n.mu.Unlock()
+			switch mode {
+			case "error":
+				return nil, errors.New("injected capture failure")
+			case "panic":
+				panic("injected panic in a captured forward")
+			case "sync":
+				_ = l.Stream().Synchronize()
+			}
+		} else if n.failWarm[key] {
+			return nil, errors.New("injected warm-up failure")
+		}
+	}
+	x := l.Alloc(accel.F32, T, n.d)
+	y := l.Alloc(accel.F32, T, n.d)
+	next := l.Alloc(accel.I32, 1, T)
+	l.Embed(x, n.emb, toks)
+	l.MatMul(y, x, n.w)
+	l.KVWrite(n.cache, n.cache, y, y, slots)
+	l.Argmax(next, y)
+	l.Free(x)
+	return map[string]accel.Tensor{"y": y, "next": next}, l.Err()
+}
+
+// eager runs one eager step of rows and returns its outputs on the host.
+func (n *fakeNode) eager(rows []Row) ([]float32, []int32) {
+	n.t.Helper()
+	in, err := n.Prepare(n.s, nil, rows)
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	dev := map[string]accel.Tensor{}
+	for name, h := range in {
+		t, err := accel.UploadI32(n.s, accel.BytesI32(h.Data), h.Rows, h.Cols)
+		if err != nil {
+			n.t.Fatal(err)
+		}
+		dev[name] = t
+	}
+	l := accel.On(n.s)
+	outs, err := n.Forward(l, nil, dev)
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	y, err := accel.DownloadF32(n.s, outs["y"])
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	next, err := accel.DownloadI32(n.s, outs["next"])
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	l.Free(outs["y"], outs["next"])
+	for _, t := range dev {
+		n.dev.Free(t.Buf)
+	}
+	return y, next
+}
+
+// cache reads the whole KV cache.
+func (n *fakeNode) readCache() []float32 {
+	n.t.Helper()
+	all, err := accel.DownloadF32(n.s, n.cache)
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	return all
+}
+
+// cacheRows picks from a read cache the rows a request wrote.
+func (n *fakeNode) cacheRows(all []float32, id int64) []float32 {
+	var out []float32
+	n.mu.Lock()
+	for _, s := range n.reqs[id] {
+		out = append(out, all[int(s)*n.d:(int(s)+1)*n.d]...)
+	}
+	n.mu.Unlock()
+	return out
+}
+
+func decodeConfig() *Config {
+	return &Config{Walk: "decode", Batched: &Batched{TokensPerRow: 1}, CapEagerBatch: true}
+}
+
+func sameBits(a, b []float32) bool {
+	return slices.Equal(accel.F32Bytes(a), accel.F32Bytes(b))
+}

@@ -1,0 +1,238 @@
+package graph
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/reprise-ml/reprise/accel"
+)
+
+// SelectBucket is the tightest captured bucket for a step of walk with bs rows
+// and tokens input tokens and key info key: among the buckets that may
+// replay walk with that key, bs' >= bs and tokens' >= tokens × the config's
+// multiplier, the least (tokens', bs'). A walk may have several configs
+// (several fixed shapes), so every matching bucket is considered. It returns
+// nil when none fits: the step runs eager.
+func (r *Runner) SelectBucket(walk string, bs, tokens int, key string) *Bucket {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var best *Bucket
+	for _, b := range r.byWalk[walk] {
+		if b.Key.Key != key || b.Key.BatchSize < bs || b.Key.Tokens < tokens*b.Config.Multiplier() {
+			continue
+		}
+		if best == nil || b.Key.Tokens < best.Key.Tokens ||
+			(b.Key.Tokens == best.Key.Tokens && b.Key.BatchSize < best.Key.BatchSize) {
+			best = b
+		}
+	}
+	return best
+}
+
+// SelectBatchedBucket is a bucket for a batch whose inputs do not exist yet:
+// only batched captures can answer, since their token count follows from the
+// batch size (a packed capture's depends on the requests). This is what lets
+// pre-planning run before the inputs are built. The least (bs', tokens').
+func (r *Runner) SelectBatchedBucket(walk string, bs int, key string) *Bucket {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var best *Bucket
+	for _, b := range r.byWalk[walk] {
+		if b.Config.Batched == nil || b.Key.Key != key || b.Key.BatchSize < bs {
+			continue
+		}
+		if best == nil || b.Key.BatchSize < best.Key.BatchSize ||
+			(b.Key.BatchSize == best.Key.BatchSize && b.Key.Tokens < best.Key.Tokens) {
+			best = b
+		}
+	}
+	return best
+}
+
+// LeaseSlot picks the bucket and double-buffer slot an upcoming step replays
+// on, or returns nil (eager). tokens < 0 means the inputs are not built yet
+// (the bucket comes from SelectBatchedBucket). slot < 0 advances the bucket's
+// counter so consecutive leases alternate slots; a caller that reserved a slot
+// (pre-plan) passes it back so both submissions target the same one. The
+// lease names the capture walk, on which resources key their per-slot state.
+func (r *Runner) LeaseSlot(walk string, bs, tokens int, key string, slot int) *Lease {
+	var b *Bucket
+	if tokens < 0 {
+		b = r.SelectBatchedBucket(walk, bs, key)
+	} else {
+		b = r.SelectBucket(walk, bs, tokens, key)
+	}
+	if b == nil {
+		return nil
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if slot < 0 {
+		slot = r.counters[b.Key] % r.nslots
+		r.counters[b.Key]++
+	}
+	return &Lease{Bucket: b.Key, Slot: slot % r.nslots, cfg: b.Config, cfgIdx: b.ConfigIdx}
+}
+
+// MaxBatchSizeFor is the largest batch walk was captured for, over configs
+// that cap the eager batch size, or 0 for no cap. A config that captures only
+// an acceleration subset (CapEagerBatch false) does not constrain the batch.
+func (r *Runner) MaxBatchSizeFor(walk string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	m := 0
+	for _, b := range r.byWalk[walk] {
+		if b.Config.CapEagerBatch {
+			m = max(m, b.Key.BatchSize)
+		}
+	}
+	return m
+}
+
+// CanRun reports whether a step of this shape would replay.
+func (r *Runner) CanRun(walk string, bs, tokens int, key string) bool {
+	return r.SelectBucket(walk, bs, tokens, key) != nil
+}
+
+// CapturesWalk reports whether any registered capture replays walk.
+func (r *Runner) CapturesWalk(walk string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.byWalk[walk]) > 0
+}
+
+// SlotFor is the slot a lease replays.
+func (r *Runner) SlotFor(l *Lease) (*Slot, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	b := r.buckets[l.Bucket]
+	if b == nil || l.Slot < 0 || l.Slot >= len(b.Slots) {
+		return nil, fmt.Errorf("graph: %s: no captured %v slot %d", r.name, l.Bucket, l.Slot)
+	}
+	return b.Slots[l.Slot], nil
+}
+
+// PadInputs is rows followed by the slot's padding rows up to the bucket's
+// batch size: batched padding rows carry the config's tokens per row (zeros),
+// packed ones none, so no new storage is allocated for them.
+func (r *Runner) PadInputs(l *Lease, rows []Row) ([]Row, error) {
+	s, err := r.SlotFor(l)
+	if err != nil {
+		return nil, err
+	}
+	if len(rows) > l.Bucket.BatchSize {
+		return nil, fmt.Errorf("graph: %d rows for %v", len(rows), l.Bucket)
+	}
+	out := make([]Row, 0, l.Bucket.BatchSize)
+	out = append(out, rows...)
+	for _, id := range s.padIDs[len(rows):] {
+		var toks []int32
+		if l.cfg.Batched != nil {
+			toks = make([]int32, l.cfg.Batched.TokensPerRow)
+		}
+		out = append(out, Row{ID: id, Tokens: toks})
+	}
+	return out, nil
+}
+
+// StepIDs is the padded addressing of a step: the real ids, then the slot's
+// padding ids. Plans and commits address real state by its own id; only the
+// padding rows use the slot's rows.
+func (r *Runner) StepIDs(l *Lease, ids []int64) ([]int64, error) {
+	s, err := r.SlotFor(l)
+	if err != nil {
+		return nil, err
+	}
+	if len(ids) > l.Bucket.BatchSize {
+		return nil, fmt.Errorf("graph: %d rows for %v", len(ids), l.Bucket)
+	}
+	return append(append(make([]int64, 0, l.Bucket.BatchSize), ids...), s.padIDs[len(ids):]...), nil
+}
+
+// StepMetadata merges the real rows' info with the slot's padding rows' stored
+// stand-in info.
+func (r *Runner) StepMetadata(l *Lease, ids []int64, info map[int64]any) (map[int64]any, error) {
+	s, err := r.SlotFor(l)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[int64]any, l.Bucket.BatchSize)
+	for _, id := range ids {
+		out[id] = info[id]
+	}
+	for _, id := range s.padIDs[min(len(ids), len(s.padIDs)):] {
+		out[id] = s.padMeta[id]
+	}
+	return out, nil
+}
+
+// DeclareInputsFor is the template rows of a declare-only call (pre-plan) for
+// the lease's bucket, cached per bucket: a bucket's shape is fixed, and
+// rebuilding the rows each pre-plan is measurable work. The slice is shared:
+// callers must not modify it or pass it to anything that does.
+func (r *Runner) DeclareInputsFor(l *Lease) ([]Row, error) {
+	s, err := r.SlotFor(l)
+	if err != nil {
+		return nil, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if rows, ok := r.declare[l.Bucket]; ok {
+		return rows, nil
+	}
+	rows := l.cfg.dummyRows(s.padIDs, l.Bucket.Tokens)
+	r.declare[l.Bucket] = rows
+	return rows, nil
+}
+
+// RunForward stages a step's preprocessed inputs into the lease's slot and
+// replays it on the runner's stream. The replay waits on planDone (the
+// pre-plan's event: it wrote this slot's plan buffers on the plan stream).
+// launchStarted, if set, is called right before the replay is launched, after
+// staging, which is the part that needs the caller's inputs. It returns the
+// slot's static outputs, valid until the slot's next replay; read them after
+// synchronising the stream (or an event recorded on it).
+func (r *Runner) RunForward(l *Lease, in Inputs, planDone accel.Event, launchStarted func()) (map[string]accel.Tensor, error) {
+	t0 := time.Now()
+	s, err := r.SlotFor(l)
+	if err != nil {
+		return nil, err
+	}
+	for _, name := range s.inputKeys {
+		h, ok := in[name]
+		if !ok {
+			return nil, fmt.Errorf("graph: %v: step has no input %q", l.Bucket, name)
+		}
+		if err := r.stage(r.stream, s.static[name], h); err != nil {
+			return nil, fmt.Errorf("graph: %v: input %q: %w", l.Bucket, name, err)
+		}
+	}
+	if planDone != nil {
+		if err := r.stream.Wait(planDone); err != nil {
+			return nil, err
+		}
+	}
+	if launchStarted != nil {
+		launchStarted()
+	}
+	if err := s.exec.Launch(r.stream); err != nil {
+		return nil, err
+	}
+	r.tele.replay(l.Bucket, time.Since(t0))
+	return s.outputs, nil
+}
+
+// Release returns the step's padding rows (those past realBS) to rest.
+// Padding rows run against the sink, so nothing stays resident: padding never
+// competes with real requests for storage.
+func (r *Runner) Release(l *Lease, realBS int) error {
+	s, err := r.SlotFor(l)
+	if err != nil {
+		return err
+	}
+	if realBS > len(s.padIDs) {
+		realBS = len(s.padIDs)
+	}
+	r.tele.release(l.Bucket, realBS, l.Bucket.BatchSize-realBS)
+	return r.pad.Reset(s.padIDs[realBS:], false)
+}

@@ -1,0 +1,626 @@
+package graph
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"os"
+	"runtime/debug"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/reprise-ml/reprise/accel"
+	"github.com/reprise-ml/reprise/comm"
+)
+
+// EnvRequireGraphs names the switch that turns a dropped bucket into a start-up
+// failure: "1" requires every bucket, "0" (or unset) serves dropped buckets
+// eager.
+const EnvRequireGraphs = "REPRISE_REQUIRE_ACCELERATOR_GRAPHS"
+
+// NumWarmup is the number of eager runs before each capture.
+const NumWarmup = 2
+
+// ErrGraphsRequired: a bucket was dropped and EnvRequireGraphs=1.
+var ErrGraphsRequired = errors.New("accelerator graphs required")
+
+// Options configure a Runner.
+type Options struct {
+	// Name labels the runner in logs and padding handles.
+	Name string
+	// Group is the ranks that must keep the same graphs (nil: one rank).
+	Group comm.Group
+	// Pool is a graph pool shared with other runners of the node (nil: the
+	// runner makes its own).
+	Pool accel.Pool
+	// Logger (nil: slog.Default()).
+	Logger *slog.Logger
+	// NoGoldenCheck skips the replay-against-eager check before a bucket is
+	// registered.
+	NoGoldenCheck bool
+	// Tolerance of the golden check on devices whose Capability is not
+	// Deterministic (relative; default 1e-3). Deterministic devices compare
+	// bit for bit.
+	Tolerance float64
+}
+
+// Slot is one captured graph and the buffers its replay reads and writes.
+type Slot struct {
+	graph     accel.Graph
+	exec      accel.Exec
+	static    map[string]accel.Tensor
+	inputKeys []string
+	outputs   map[string]accel.Tensor
+	padIDs    []int64
+	padMeta   map[int64]any
+	configIdx int
+}
+
+// Outputs are the slot's static output buffers (outside the graph pool),
+// valid until the slot's next replay.
+func (s *Slot) Outputs() map[string]accel.Tensor { return s.outputs }
+
+// Bucket is the captured slots of one shape.
+type Bucket struct {
+	Key       BucketKey
+	Config    *Config
+	ConfigIdx int
+	Slots     []*Slot
+}
+
+// Runner captures and replays one node's buckets.
+type Runner struct {
+	name   string
+	dev    accel.Device
+	node   Node
+	group  comm.Group
+	log    *slog.Logger
+	opts   Options
+	nslots int
+
+	configs []*Config
+	eager   map[string][]string // blocked walk -> resources
+
+	stream  accel.Stream // capture and replay
+	plan    accel.Stream // pre-planning
+	pool    accel.Pool
+	ownPool bool
+	stager  *accel.Stager
+	pad     *PaddingRows
+
+	static   map[staticKey]*staticBuf
+	specs    []SlotSpec
+	prepared bool
+
+	mu       sync.Mutex
+	buckets  map[BucketKey]*Bucket // by capture key
+	byWalk   map[string][]*Bucket  // by every walk that may replay them
+	dropped  []BucketKey
+	counters map[BucketKey]int
+	declare  map[BucketKey][]Row
+	tele     telemetry
+}
+
+// New makes a runner for node's configs on dev. It refuses (before any buffer
+// is allocated) every config whose step uses a resource that cannot be
+// captured; those walks run eager (EagerWalks).
+func New(dev accel.Device, node Node, configs []*Config, opts Options) (*Runner, error) {
+	if !dev.Capability().GraphCapture {
+		return nil, fmt.Errorf("graph: device %v cannot capture graphs: %w", dev.Info(), accel.ErrUnsupported)
+	}
+	if opts.Name == "" {
+		opts.Name = "runner"
+	}
+	if opts.Group == nil {
+		opts.Group = comm.Single()
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.Tolerance == 0 {
+		opts.Tolerance = 1e-3
+	}
+	if _, err := requireGraphs(); err != nil {
+		return nil, err
+	}
+	r := &Runner{name: opts.Name, dev: dev, node: node, group: opts.Group, log: opts.Logger, opts: opts,
+		eager: map[string][]string{}, static: map[staticKey]*staticBuf{}, buckets: map[BucketKey]*Bucket{},
+		byWalk: map[string][]*Bucket{}, counters: map[BucketKey]int{}, declare: map[BucketKey][]Row{}}
+	r.nslots = 1
+	if node.DoubleBuffer() {
+		r.nslots = 2
+	}
+	for _, c := range configs {
+		if err := c.Validate(); err != nil {
+			return nil, err
+		}
+		if blocked := node.Blocked(c); len(blocked) > 0 {
+			r.eager[c.Walk] = blocked
+			r.log.Warn("walk runs eager: its step uses resources that cannot be captured",
+				"runner", r.name, "walk", c.Walk, "resources", strings.Join(blocked, ","))
+			continue
+		}
+		r.configs = append(r.configs, c)
+	}
+	r.pad = NewPaddingRows(r.name, node)
+	r.tele.init()
+	return r, nil
+}
+
+func requireGraphs() (bool, error) {
+	switch v := os.Getenv(EnvRequireGraphs); v {
+	case "", "0":
+		return false, nil
+	case "1":
+		return true, nil
+	default:
+		return false, fmt.Errorf("graph: %s=%q: want 1 (require every graph) or 0", EnvRequireGraphs, v)
+	}
+}
+
+// NumSlots is the number of double-buffer slots per bucket.
+func (r *Runner) NumSlots() int { return r.nslots }
+
+// Configs are the configs the runner captures (blocked ones excluded).
+func (r *Runner) Configs() []*Config { return r.configs }
+
+// EagerWalks lists walks refused because a resource cannot be captured, with
+// the resources.
+func (r *Runner) EagerWalks() map[string][]string { return r.eager }
+
+// Specs lists every capture, largest first: by batch size, then tokens,
+// descending, then config and slot order.
+func (r *Runner) Specs() []SlotSpec {
+	var specs []SlotSpec
+	for ci, c := range r.configs {
+		for _, sh := range c.shapes() {
+			for slot := 0; slot < r.nslots; slot++ {
+				specs = append(specs, SlotSpec{
+					Bucket: BucketKey{Walk: c.Walk, BatchSize: sh[0], Tokens: sh[1], Key: c.KeyInfo},
+					Slot:   slot, Config: c, ConfigIdx: ci,
+				})
+			}
+		}
+	}
+	slices.SortStableFunc(specs, func(a, b SlotSpec) int {
+		if a.Bucket.BatchSize != b.Bucket.BatchSize {
+			return b.Bucket.BatchSize - a.Bucket.BatchSize
+		}
+		return b.Bucket.Tokens - a.Bucket.Tokens
+	})
+	return specs
+}
+
+// Prepare claims the buffers every capture of this runner will read: the
+// streams, the pool, and the node's graph buffers for all specs. Every runner
+// of an engine prepares before any captures, since nodes share resources and
+// a later build must not move a buffer an earlier graph recorded.
+func (r *Runner) Prepare() ([]SlotSpec, error) {
+	if r.prepared {
+		return r.specs, nil
+	}
+	var err error
+	if r.stream, err = r.dev.NewStream(); err != nil {
+		return nil, err
+	}
+	if r.plan, err = r.dev.NewStream(); err != nil {
+		return nil, err
+	}
+	if r.opts.Pool != nil {
+		r.pool = r.opts.Pool
+	} else {
+		if r.pool, err = r.dev.NewPool(); err != nil {
+			return nil, err
+		}
+		r.ownPool = true
+	}
+	if r.stager, err = accel.NewStager(r.dev, 8, 4096); err != nil {
+		return nil, err
+	}
+	r.specs = r.Specs()
+	if err := r.node.BuildGraphBuffers(r.specs); err != nil {
+		return nil, fmt.Errorf("graph: %s: build graph buffers: %w", r.name, err)
+	}
+	r.prepared = true
+	return r.specs, nil
+}
+
+// Stream is the stream the runner captures and replays on.
+func (r *Runner) Stream() accel.Stream { return r.stream }
+
+// PlanStream is the dedicated pre-planning stream. Pre-plan must never submit
+// onto the replay stream: whether its copies landed before or after the
+// previous step's completion event would depend on timing. A plan-done event
+// gates the replay that reads what it wrote.
+func (r *Runner) PlanStream() accel.Stream { return r.plan }
+
+// Pool is the runner's graph pool.
+func (r *Runner) Pool() accel.Pool { return r.pool }
+
+// Capture warms up and captures every spec (planned nil) or the planned
+// buckets, then registers the buckets that every rank captured whole. It
+// returns ErrGraphsRequired when a bucket was dropped and the require switch
+// is on; other failures drop buckets and are logged, never returned.
+func (r *Runner) Capture(ctx context.Context, planned map[BucketKey]bool) error {
+	if _, err := r.Prepare(); err != nil {
+		return err
+	}
+	type result struct {
+		slots []*Slot
+		ok    bool
+		why   string
+		cfg   *Config
+		ci    int
+	}
+	results := map[BucketKey]*result{}
+	var order []BucketKey // candidates in config order, identical on every rank
+	for ci, c := range r.configs {
+		for _, sh := range c.shapes() {
+			k := BucketKey{Walk: c.Walk, BatchSize: sh[0], Tokens: sh[1], Key: c.KeyInfo}
+			if planned != nil && !planned[k] {
+				continue
+			}
+			if _, dup := results[k]; dup {
+				return fmt.Errorf("graph: %s: two configs declare bucket %v", r.name, k)
+			}
+			results[k] = &result{slots: make([]*Slot, r.nslots), ok: true, cfg: c, ci: ci}
+			order = append(order, k)
+		}
+	}
+	for _, spec := range r.specs {
+		res := results[spec.Bucket]
+		if res == nil {
+			continue
+		}
+		if res.ok {
+			slot, err := r.captureSpec(spec)
+			if err != nil {
+				res.ok = false
+				res.why = err.Error()
+				r.log.Error("accelerator graph capture failed", "runner", r.name, "bucket", spec.Bucket.String(),
+					"slot", spec.Slot, "err", err)
+			} else {
+				res.slots[spec.Slot] = slot
+			}
+		}
+		// Every rank meets this barrier whether its capture passed or failed,
+		// so barrier counts never diverge.
+		if err := r.group.Barrier(ctx); err != nil {
+			return fmt.Errorf("graph: %s: barrier after %v: %w", r.name, spec, err)
+		}
+	}
+	if err := r.pad.ReleaseAll(); err != nil {
+		return fmt.Errorf("graph: %s: release padding rows: %w", r.name, err)
+	}
+	flags := make([]int64, len(order))
+	for i, k := range order {
+		res := results[k]
+		if res.ok && !slices.Contains(res.slots, nil) {
+			flags[i] = 1
+		} else if res.ok {
+			res.ok, res.why = false, "a slot was not captured"
+		}
+	}
+	agreed, err := Agree(ctx, r.group, flags, Min)
+	if err != nil {
+		return fmt.Errorf("graph: %s: agree on buckets: %w", r.name, err)
+	}
+	r.mu.Lock()
+	var dropped []string
+	for i, k := range order {
+		res := results[k]
+		if agreed[i] == 1 {
+			r.register(&Bucket{Key: k, Config: res.cfg, ConfigIdx: res.ci, Slots: res.slots})
+			continue
+		}
+		why := res.why
+		if flags[i] == 1 {
+			why = "dropped on another rank"
+		}
+		for _, s := range res.slots {
+			if s != nil {
+				s.destroy()
+			}
+		}
+		r.dropped = append(r.dropped, k)
+		dropped = append(dropped, k.String())
+		r.log.Error("accelerator graph bucket dropped; it will run eager", "runner", r.name, "bucket", k.String(), "reason", why)
+	}
+	r.mu.Unlock()
+	if len(dropped) > 0 {
+		r.log.Error("accelerator graph buckets dropped", "runner", r.name, "count", len(dropped), "buckets", strings.Join(dropped, " "))
+		if req, _ := requireGraphs(); req {
+			return fmt.Errorf("graph: %s: %d bucket(s) dropped (%s) and %s=1: %w",
+				r.name, len(dropped), strings.Join(dropped, ", "), EnvRequireGraphs, ErrGraphsRequired)
+		}
+	}
+	return nil
+}
+
+// register makes a captured bucket leasable under its capture walk and every
+// alias. Call with r.mu held.
+func (r *Runner) register(b *Bucket) {
+	r.buckets[b.Key] = b
+	for _, w := range b.Config.Walks() {
+		r.byWalk[w] = append(r.byWalk[w], b)
+	}
+}
+
+// captureSpec captures one slot of one bucket. Whatever fails, including a
+// panic anywhere in the node's code, it returns an error and leaves the
+// stream out of capture mode, the pool usable and the padding rows at rest.
+func (r *Runner) captureSpec(spec SlotSpec) (slot *Slot, err error) {
+	lease := &Lease{Bucket: spec.Bucket, Slot: spec.Slot, Capture: true, cfg: spec.Config, cfgIdx: spec.ConfigIdx}
+	padKey := fmt.Sprintf("%d_slot%d", spec.ConfigIdx, spec.Slot)
+	var ids []int64
+	defer func() {
+		if p := recover(); p != nil {
+			r.stream.AbortCapture()
+			err = fmt.Errorf("graph: %v: panic: %v\n%s", spec, p, debug.Stack())
+		}
+		if ids != nil {
+			if rerr := r.pad.Reset(ids, true); rerr != nil && err == nil {
+				err = rerr
+			}
+		}
+		if err != nil && slot != nil {
+			slot.destroy()
+			slot = nil
+		}
+	}()
+	ids, err = r.pad.Ensure(padKey, spec.Bucket.BatchSize)
+	if err != nil {
+		return nil, err
+	}
+	rows := spec.Config.dummyRows(ids, spec.Bucket.Tokens)
+	prepare := func() (Inputs, error) {
+		in, err := r.node.Prepare(r.stream, lease, rows)
+		if err != nil {
+			return nil, fmt.Errorf("graph: %v: prepare: %w", spec, err)
+		}
+		return in, nil
+	}
+	in, err := prepare()
+	if err != nil {
+		return nil, err
+	}
+	static, keys, err := r.intern(spec, in)
+	if err != nil {
+		return nil, err
+	}
+	stageAll := func(in Inputs) error {
+		for name, v := range static {
+			h, ok := in[name]
+			if !ok {
+				return fmt.Errorf("graph: %v: prepare no longer gives input %q", spec, name)
+			}
+			if err := r.stage(r.stream, v, h); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if err := stageAll(in); err != nil {
+		return nil, err
+	}
+	var golden map[string][]byte
+	for w := 0; w < NumWarmup; w++ {
+		l := accel.On(r.stream)
+		outs, err := r.node.Forward(l, lease, static)
+		if err == nil {
+			err = l.Err()
+		}
+		if err != nil {
+			return nil, fmt.Errorf("graph: %v: warm-up %d: %w", spec, w+1, err)
+		}
+		if w == NumWarmup-1 {
+			slot = &Slot{static: static, inputKeys: keys, padIDs: ids, configIdx: spec.ConfigIdx,
+				outputs: map[string]accel.Tensor{}}
+			if spec.Config.DummyMetadata != nil {
+				slot.padMeta = spec.Config.DummyMetadata(ids)
+			}
+			if golden, err = r.keepOutputs(slot, outs); err != nil {
+				return nil, err
+			}
+		} else {
+			l.Free(mapValues(outs)...)
+			if err := l.Err(); err != nil {
+				return nil, err
+			}
+		}
+		// Back to the capture's starting state: padding rows at rest, the
+		// step prepared again.
+		if err := r.pad.Reset(ids, false); err != nil {
+			return nil, err
+		}
+		if in, err = prepare(); err != nil {
+			return nil, err
+		}
+		if err := stageAll(in); err != nil {
+			return nil, err
+		}
+	}
+	// Plan writes and staged inputs must land before capture starts: the
+	// capture itself records, it does not run.
+	if err := r.stream.Synchronize(); err != nil {
+		return nil, err
+	}
+	g, err := accel.Capture(r.stream, r.pool, func() error {
+		l := accel.On(r.stream)
+		outs, err := r.node.Forward(l, lease, static)
+		if err != nil {
+			return err
+		}
+		for name, o := range outs {
+			dst, ok := slot.outputs[name]
+			if !ok {
+				return fmt.Errorf("capture gave output %q the warm-up did not", name)
+			}
+			l.Copy(dst, o)
+		}
+		l.Free(mapValues(outs)...)
+		return l.Err()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("graph: %v: capture: %w", spec, err)
+	}
+	slot.graph = g
+	if slot.exec, err = g.Instantiate(); err != nil {
+		return nil, fmt.Errorf("graph: %v: instantiate: %w", spec, err)
+	}
+	if !r.opts.NoGoldenCheck {
+		if err := r.goldenCheck(spec, slot, golden); err != nil {
+			return nil, err
+		}
+	}
+	return slot, nil
+}
+
+// keepOutputs allocates the slot's static outputs outside the graph pool,
+// shaped like the warm-up's outputs, and returns the warm-up's values (the
+// eager result the golden check compares a replay with). It frees outs.
+func (r *Runner) keepOutputs(slot *Slot, outs map[string]accel.Tensor) (map[string][]byte, error) {
+	golden := map[string][]byte{}
+	for name, o := range outs {
+		b, err := r.dev.Alloc(o.Bytes())
+		if err != nil {
+			return nil, fmt.Errorf("static output %q: %w", name, err)
+		}
+		slot.outputs[name] = accel.Tensor{Buf: b, DType: o.DType, Rows: o.Rows, Cols: o.Cols}
+		if !r.opts.NoGoldenCheck {
+			v, err := accel.Download(r.stream, o.Buf.Slice(0, o.Bytes()))
+			if err != nil {
+				return nil, err
+			}
+			golden[name] = v
+		}
+	}
+	l := accel.On(r.stream)
+	l.Free(mapValues(outs)...)
+	return golden, l.Err()
+}
+
+// goldenCheck replays the fresh graph once on the capture's own prepared
+// inputs and compares its outputs with the eager warm-up's: bit for bit on a
+// deterministic device, within tolerance elsewhere.
+func (r *Runner) goldenCheck(spec SlotSpec, slot *Slot, golden map[string][]byte) error {
+	if err := slot.exec.Launch(r.stream); err != nil {
+		return fmt.Errorf("graph: %v: golden replay: %w", spec, err)
+	}
+	exact := r.dev.Capability().Deterministic
+	for name, o := range slot.outputs {
+		got, err := accel.Download(r.stream, o.Buf.Slice(0, o.Bytes()))
+		if err != nil {
+			return fmt.Errorf("graph: %v: golden replay: %w", spec, err)
+		}
+		if i, ok := compareBytes(got, golden[name], o.DType, exact, r.opts.Tolerance); !ok {
+			return fmt.Errorf("graph: %v: golden check: output %q element %d differs between replay and eager", spec, name, i)
+		}
+	}
+	return nil
+}
+
+func compareBytes(got, want []byte, dt accel.DType, exact bool, tol float64) (int, bool) {
+	if len(got) != len(want) {
+		return 0, false
+	}
+	if exact || dt != accel.F32 {
+		for i := range got {
+			if got[i] != want[i] {
+				return i / int(dt.Size()), false
+			}
+		}
+		return 0, true
+	}
+	g, w := accel.BytesF32(got), accel.BytesF32(want)
+	for i := range g {
+		a, b := float64(g[i]), float64(w[i])
+		if math.IsNaN(a) != math.IsNaN(b) || math.Abs(a-b) > tol*math.Max(1, math.Max(math.Abs(a), math.Abs(b))) {
+			return i, false
+		}
+	}
+	return 0, true
+}
+
+func mapValues(m map[string]accel.Tensor) []accel.Tensor {
+	names := make([]string, 0, len(m))
+	for n := range m {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	out := make([]accel.Tensor, len(names))
+	for i, n := range names {
+		out[i] = m[n]
+	}
+	return out
+}
+
+func (s *Slot) destroy() {
+	if s.exec != nil {
+		s.exec.Destroy()
+	}
+	if s.graph != nil {
+		s.graph.Destroy()
+	}
+}
+
+// Dropped lists the buckets that failed to capture on some rank.
+func (r *Runner) Dropped() []BucketKey {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.dropped)
+}
+
+// Buckets lists the registered buckets by capture key, largest first.
+func (r *Runner) Buckets() []BucketKey {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var ks []BucketKey
+	for k := range r.buckets {
+		ks = append(ks, k)
+	}
+	slices.SortFunc(ks, func(a, b BucketKey) int {
+		if a.Walk != b.Walk {
+			return strings.Compare(a.Walk, b.Walk)
+		}
+		if a.BatchSize != b.BatchSize {
+			return b.BatchSize - a.BatchSize
+		}
+		return b.Tokens - a.Tokens
+	})
+	return ks
+}
+
+// Bucket returns a registered bucket.
+func (r *Runner) Bucket(k BucketKey) *Bucket {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.buckets[k]
+}
+
+// Close destroys every graph and releases the runner's streams and pool.
+func (r *Runner) Close() {
+	r.mu.Lock()
+	for _, b := range r.buckets {
+		for _, s := range b.Slots {
+			s.destroy()
+		}
+	}
+	r.buckets, r.byWalk = map[BucketKey]*Bucket{}, map[string][]*Bucket{}
+	r.mu.Unlock()
+	if r.stager != nil {
+		r.stager.Close()
+	}
+	if r.stream != nil {
+		r.stream.Close()
+	}
+	if r.plan != nil {
+		r.plan.Close()
+	}
+	if r.ownPool && r.pool != nil {
+		r.pool.Release()
+	}
+}
