@@ -236,3 +236,13 @@ func (r *Runner) Release(l *Lease, realBS int) error {
 	r.tele.release(l.Bucket, realBS, l.Bucket.BatchSize-realBS)
 	return r.pad.Reset(s.padIDs[realBS:], false)
 }
+
+// Discard returns the padding rows of a lease that will not run (a stale
+// pre-plan) to rest, without counting it as served.
+func (r *Runner) Discard(l *Lease) error {
+	s, err := r.SlotFor(l)
+	if err != nil {
+		return err
+	}
+	return r.pad.Reset(s.padIDs, false)
+}

@@ -24,6 +24,11 @@ func resolveCall(c *accel.Call) rcall {
 	return r
 }
 
+// Kernel bodies are marked //go:norace: they touch only device memory, whose
+// ordering is the streams' and events' job (each synchronises through the
+// primitives the race detector does see), and instrumenting every float of
+// every matmul makes the instrumented test suite tens of times slower.
+
 // kernel is one Op on the CPU: units splits its work into independent pieces
 // (each writing its own outputs, in its own fixed order) and an estimate of
 // each piece's cost in multiply-adds; run does pieces [lo, hi).
@@ -110,6 +115,7 @@ func flatRange(c *rcall, lo, hi int) (int, int) {
 	return lo * flatChunk, min(hi*flatChunk, n)
 }
 
+//go:norace
 func runFill(c *rcall, lo, hi int) {
 	cols := c.o[0].cols
 	if c.o[0].dt == accel.I32 {
@@ -130,6 +136,7 @@ func runFill(c *rcall, lo, hi int) {
 // bf16 widens a bfloat16 to float32 exactly.
 func bf16(u uint16) float32 { return math.Float32frombits(uint32(u) << 16) }
 
+//go:norace
 func runEmbed(c *rcall, lo, hi int) {
 	out, ids := c.o[0].f32(), c.o[2].i32()
 	d, vocab := c.o[0].cols, c.o[1].rows
@@ -157,6 +164,7 @@ func sqrt32(x float32) float32 { return float32(math.Sqrt(float64(x))) }
 // exp32 is expf: the float64 exponential rounded once to float32.
 func exp32(x float32) float32 { return float32(math.Exp(float64(x))) }
 
+//go:norace
 func runRMSNorm(c *rcall, lo, hi int) {
 	out, x, w := c.o[0].f32(), c.o[1].f32(), c.o[2].f32()
 	d := c.o[1].cols
@@ -187,6 +195,8 @@ func unitsMatMul(c *rcall) (int, int) {
 
 // runMatMul computes y = x·Wᵀ. Each output is a sequential float32 sum over the
 // input dimension, exactly as the reference does, whatever the batch.
+//
+//go:norace
 func runMatMul(c *rcall, lo, hi int) {
 	y, x := c.o[0].f32(), c.o[1].f32()
 	rows, in, out := c.o[1].rows, c.o[1].cols, c.o[0].cols
@@ -227,6 +237,8 @@ func unitsRoPE(c *rcall) (int, int) { return c.o[0].rows, (c.o[0].cols + c.o[1].
 
 // runRoPE rotates the pairs of every head, q and k alike, by the angle of the
 // token's position, in float32 the way the reference does.
+//
+//go:norace
 func runRoPE(c *rcall, lo, hi int) {
 	q, k, pos := c.o[0].f32(), c.o[1].f32(), c.o[2].i32()
 	hd, theta := c.i[0], c.f[0]
@@ -251,6 +263,7 @@ func runRoPE(c *rcall, lo, hi int) {
 	}
 }
 
+//go:norace
 func rotate(v []float32, i, hd int, fcr, fci float32) {
 	for h := 0; h+hd <= len(v); h += hd {
 		v0, v1 := v[h+i], v[h+i+1]
@@ -261,6 +274,7 @@ func rotate(v []float32, i, hd int, fcr, fci float32) {
 
 func unitsKV(c *rcall) (int, int) { return c.o[2].rows, c.o[2].cols * 2 }
 
+//go:norace
 func runKVWrite(c *rcall, lo, hi int) {
 	kc, vc, k, v, slots := c.o[0].f32(), c.o[1].f32(), c.o[2].f32(), c.o[3].f32(), c.o[4].i32()
 	kd, vd, nslots := c.o[0].cols, c.o[1].cols, c.o[0].rows
@@ -284,6 +298,8 @@ var scorePool = sync.Pool{New: func() any { s := make([]float32, 0, 1024); retur
 
 // runAttention: units are (token, head) pairs. The scores, the softmax and the
 // weighted sum follow the reference's float32 order exactly.
+//
+//go:norace
 func runAttention(c *rcall, lo, hi int) {
 	out, q, kc, vc := c.o[0].f32(), c.o[1].f32(), c.o[2].f32(), c.o[3].f32()
 	rows, pos, pages := c.o[4].i32(), c.o[5].i32(), c.o[6].i32()
@@ -343,6 +359,8 @@ func runAttention(c *rcall, lo, hi int) {
 }
 
 // softmax32 is the reference's float32 softmax, in place.
+//
+//go:norace
 func softmax32(x []float32) {
 	m := x[0]
 	for _, v := range x[1:] {
@@ -361,6 +379,7 @@ func softmax32(x []float32) {
 	}
 }
 
+//go:norace
 func runSiLUMul(c *rcall, lo, hi int) {
 	out, a, b := c.o[0].f32(), c.o[1].f32(), c.o[2].f32()
 	i0, i1 := flatRange(c, lo, hi)
@@ -371,6 +390,7 @@ func runSiLUMul(c *rcall, lo, hi int) {
 	}
 }
 
+//go:norace
 func runAdd(c *rcall, lo, hi int) {
 	out, a, b := c.o[0].f32(), c.o[1].f32(), c.o[2].f32()
 	i0, i1 := flatRange(c, lo, hi)
@@ -379,6 +399,7 @@ func runAdd(c *rcall, lo, hi int) {
 	}
 }
 
+//go:norace
 func runGatherRows(c *rcall, lo, hi int) {
 	out, x, idx := c.o[0].f32(), c.o[1].f32(), c.o[2].i32()
 	d, n := c.o[0].cols, c.o[1].rows
@@ -393,6 +414,7 @@ func runGatherRows(c *rcall, lo, hi int) {
 	}
 }
 
+//go:norace
 func argmax(row []float32) int {
 	best, bv := 0, row[0]
 	for i, v := range row {
@@ -403,6 +425,7 @@ func argmax(row []float32) int {
 	return best
 }
 
+//go:norace
 func runArgmax(c *rcall, lo, hi int) {
 	out, x := c.o[0].i32(), c.o[1].f32()
 	v := c.o[1].cols
@@ -421,6 +444,8 @@ var samplePool = sync.Pool{New: func() any { return &sampleScratch{} }}
 // runSample: per row, temperature-scaled softmax in float32, then top-k and
 // top-p over the candidates sorted by probability (ties by index), then one
 // draw from SampleUniform(seed, offset) against the cumulative distribution.
+//
+//go:norace
 func runSample(c *rcall, lo, hi int) {
 	out, logits := c.o[0].i32(), c.o[1].f32()
 	temp, topk, topp, seed, off := c.o[2].f32(), c.o[3].i32(), c.o[4].f32(), c.o[5].i32(), c.o[6].i32()
@@ -439,6 +464,7 @@ func runSample(c *rcall, lo, hi int) {
 	}
 }
 
+//go:norace
 func sampleRow(sc *sampleScratch, row []float32, t float32, k int, topP float32, u float64) int {
 	v := len(row)
 	if cap(sc.p) < v {

@@ -1,0 +1,576 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/reprise-ml/reprise/accel"
+	"github.com/reprise-ml/reprise/comm"
+	"github.com/reprise-ml/reprise/graph"
+)
+
+// Walks the engine schedules.
+const (
+	WalkPrefill = "prefill"
+	WalkDecode  = "decode"
+)
+
+// Errors Submit returns.
+var (
+	// ErrInvalidRequest: the request can never run (empty prompt, a token
+	// outside the vocabulary, longer than the model or the KV cache holds).
+	ErrInvalidRequest = errors.New("invalid request")
+	// ErrQueueFull: more requests wait than Options.MaxQueue allows.
+	ErrQueueFull = errors.New("request queue full")
+	// ErrClosed: the engine has stopped.
+	ErrClosed = errors.New("engine closed")
+)
+
+// Options configure an Engine.
+type Options struct {
+	// Graphs captures the model's graph configs and replays them; off, every
+	// step runs eager (the correctness control).
+	Graphs bool
+	// PageSize is the KV cache's positions per page (default 16).
+	PageSize int
+	// KVPages is the number of KV pages including the sink; 0 sizes the
+	// cache for MaxBatch requests of the model's full length, capped at
+	// KVMemoryFraction of the device's free memory.
+	KVPages int
+	// KVMemoryFraction caps an automatically sized cache (default 0.5).
+	KVMemoryFraction float64
+	// MaxBatch is the most requests decoded together (default 64, and at
+	// most the largest captured decode batch when graphs cap it).
+	MaxBatch int
+	// MaxPrefillTokens is the most prompt tokens one prefill step carries
+	// (default min(512, the model's length)).
+	MaxPrefillTokens int
+	// MaxPrefillRows is the most prompts one prefill step carries (default 8).
+	MaxPrefillRows int
+	// MaxQueue is the most requests that may wait; 0 is unbounded.
+	MaxQueue int
+	// NoPrePlan turns off planning step N+1 while step N replays.
+	NoPrePlan bool
+	// Group is the ranks that must keep the same graphs (nil: one).
+	Group comm.Group
+	// Runner configures the graph runner (name, golden check, tolerance).
+	Runner graph.Options
+	// Logger (nil: slog.Default()).
+	Logger *slog.Logger
+}
+
+// Request is one generation.
+type Request struct {
+	// Prompt is the input tokens, BOS included if the model wants one.
+	Prompt []int32
+	// MaxTokens is the most tokens to generate (at least 1).
+	MaxTokens int
+	Sampling  Sampling
+	// StopTokens end the request when sampled, besides the model's own.
+	StopTokens []int32
+}
+
+// Output is one event of a request: a token, or the end.
+type Output struct {
+	Token int32
+	// Done marks the last output; Reason says why: "stop" (a stop token),
+	// "length" (MaxTokens reached), "cancelled", or "error" (with Err).
+	Done   bool
+	Reason string
+	Err    error
+}
+
+// Handle is a submitted request.
+type Handle struct {
+	r *request
+}
+
+// Outputs delivers the request's tokens and then one Done output. It is
+// buffered for the whole request: the engine never waits for a reader.
+func (h *Handle) Outputs() <-chan Output { return h.r.out }
+
+// Cancel stops the request; its storage is freed before the next step.
+func (h *Handle) Cancel() { h.r.cancel() }
+
+// ID is the request's id in the engine.
+func (h *Handle) ID() int64 { return h.r.id }
+
+type request struct {
+	id        int64
+	req       Request
+	out       chan Output
+	generated []int32
+	maxLen    int
+	cancelled atomic.Bool
+	wake      func()
+	ingested  bool
+	submitted time.Time
+	firstTok  time.Time
+}
+
+func (r *request) cancel() {
+	if r.cancelled.CompareAndSwap(false, true) {
+		r.wake()
+	}
+}
+
+// Engine runs a model: it schedules requests into prefill and decode steps,
+// replays captured graphs where a bucket fits and runs eager otherwise.
+type Engine struct {
+	dev    accel.Device
+	model  Model
+	info   ModelInfo
+	opts   Options
+	log    *slog.Logger
+	sr     *StepRunner
+	kv     *KVCache
+	pos    *Positions
+	samp   *Sampler
+	node   *node
+	runner *graph.Runner
+	stream accel.Stream
+	stager *accel.Stager
+	host   accel.HostBuffer // where sampled tokens are read back
+	stops  map[int32]bool
+
+	mu      sync.Mutex
+	queue   []*request // submitted, not yet seen by the loop
+	nextID  int64
+	closed  bool
+	wakeCh  chan struct{}
+	done    chan struct{}
+	started bool
+
+	// owned by the loop
+	waiting []*request
+	running []*request
+	pre     *prePlan
+
+	stats Stats
+}
+
+// New builds the engine's resources on dev. Call Start to capture graphs
+// and run it.
+func New(dev accel.Device, m Model, opts Options) (*Engine, error) {
+	info := m.Info()
+	if opts.PageSize == 0 {
+		opts.PageSize = 16
+	}
+	if opts.MaxBatch == 0 {
+		opts.MaxBatch = 64
+	}
+	if opts.MaxPrefillRows == 0 {
+		opts.MaxPrefillRows = 8
+	}
+	if opts.MaxPrefillTokens == 0 {
+		opts.MaxPrefillTokens = min(512, info.MaxSeq)
+	}
+	if opts.KVMemoryFraction == 0 {
+		opts.KVMemoryFraction = 0.5
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	e := &Engine{dev: dev, model: m, info: info, opts: opts, log: opts.Logger, stops: map[int32]bool{},
+		wakeCh: make(chan struct{}, 1), done: make(chan struct{})}
+	for _, t := range info.StopTokens {
+		e.stops[t] = true
+	}
+	pages := opts.KVPages
+	kvdim := info.KVHeads * info.HeadSize
+	pageBytes := int64(2*info.Layers*opts.PageSize*kvdim) * 4
+	if pages == 0 {
+		want := opts.MaxBatch*((info.MaxSeq+opts.PageSize-1)/opts.PageSize) + 1
+		budget := int64(float64(dev.MemInfo().Free) * opts.KVMemoryFraction)
+		pages = int(min(int64(want), budget/pageBytes))
+	}
+	var err error
+	if e.kv, err = NewKVCache(dev, KVConfig{Layers: info.Layers, KVDim: kvdim, PageSize: opts.PageSize, Pages: pages, MaxLen: info.MaxSeq}); err != nil {
+		return nil, err
+	}
+	e.pos, e.samp = NewPositions(dev), NewSampler(dev)
+	if e.sr, err = NewStepRunner(e.kv, e.pos, e.samp); err != nil {
+		return nil, err
+	}
+	if e.stager, err = accel.NewStager(dev, 16, 4096); err != nil {
+		return nil, err
+	}
+	if e.host, err = dev.AllocHost(int64(max(opts.MaxBatch, opts.MaxPrefillRows)) * 4); err != nil {
+		return nil, err
+	}
+	e.node = newNode(m, e.sr, e.stager)
+	e.log.Info("engine ready", "model", info.Name, "device", dev.Info().String(), "kv_pages", pages,
+		"page_size", opts.PageSize, "kv_bytes", e.kv.Bytes(), "graphs", opts.Graphs)
+	return e, nil
+}
+
+// KV is the engine's KV cache (for metrics and tests).
+func (e *Engine) KV() *KVCache { return e.kv }
+
+// Runner is the graph runner, nil when graphs are off.
+func (e *Engine) Runner() *graph.Runner { return e.runner }
+
+// Start captures the model's graphs (when Options.Graphs) and starts the
+// scheduling loop, which runs until ctx ends or Close.
+func (e *Engine) Start(ctx context.Context) error {
+	if e.opts.Graphs {
+		if !e.dev.Capability().GraphCapture {
+			return fmt.Errorf("engine: graphs asked for but %v cannot capture: %w", e.dev.Info(), accel.ErrUnsupported)
+		}
+		ro := e.opts.Runner
+		if ro.Name == "" {
+			ro.Name = e.info.Name
+		}
+		ro.Group, ro.Logger = e.opts.Group, e.log
+		r, err := graph.New(e.dev, e.node, e.model.Configs(), ro)
+		if err != nil {
+			return err
+		}
+		t0 := time.Now()
+		specs, err := r.Prepare()
+		if err != nil {
+			return err
+		}
+		e.log.Info("capturing graphs", "captures", len(specs))
+		if err := r.Capture(ctx, nil); err != nil {
+			r.Close()
+			return err
+		}
+		e.runner = r
+		e.stream = r.Stream()
+		if m := r.MaxBatchSizeFor(WalkDecode); m > 0 && m < e.opts.MaxBatch {
+			e.opts.MaxBatch = m
+		}
+		e.log.Info("graphs captured", "buckets", len(r.Buckets()), "dropped", len(r.Dropped()),
+			"seconds", time.Since(t0).Seconds(), "pool_bytes", r.Pool().Stats().Reserved)
+	} else {
+		s, err := e.dev.NewStream()
+		if err != nil {
+			return err
+		}
+		e.stream = s
+	}
+	e.mu.Lock()
+	e.started = true
+	e.mu.Unlock()
+	go e.loop(ctx)
+	return nil
+}
+
+// Close stops the loop, fails what is left, and releases the engine.
+func (e *Engine) Close() {
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return
+	}
+	e.closed = true
+	started := e.started
+	e.mu.Unlock()
+	e.wake()
+	if started {
+		<-e.done
+	}
+	if e.runner != nil {
+		e.runner.Close()
+	} else if e.stream != nil {
+		e.stream.Close()
+	}
+	e.stager.Close()
+	e.kv.Close(e.dev)
+}
+
+func (e *Engine) wake() {
+	select {
+	case e.wakeCh <- struct{}{}:
+	default:
+	}
+}
+
+// Validate checks a request without submitting it.
+func (e *Engine) Validate(req Request) error {
+	switch {
+	case len(req.Prompt) == 0:
+		return fmt.Errorf("%w: empty prompt", ErrInvalidRequest)
+	case req.MaxTokens < 1:
+		return fmt.Errorf("%w: max tokens %d (want at least 1)", ErrInvalidRequest, req.MaxTokens)
+	case len(req.Prompt)+req.MaxTokens-1 > e.info.MaxSeq:
+		return fmt.Errorf("%w: %d prompt tokens + %d to generate exceed the model's %d positions",
+			ErrInvalidRequest, len(req.Prompt), req.MaxTokens, e.info.MaxSeq)
+	case len(req.Prompt) > e.opts.MaxPrefillTokens:
+		return fmt.Errorf("%w: %d prompt tokens, a prefill step takes at most %d", ErrInvalidRequest, len(req.Prompt), e.opts.MaxPrefillTokens)
+	case !e.kv.Fits(len(req.Prompt) + req.MaxTokens - 1):
+		return fmt.Errorf("%w: %d positions do not fit the KV cache (%d pages of %d)", ErrInvalidRequest,
+			len(req.Prompt)+req.MaxTokens-1, e.kv.Config().Pages-1, e.kv.Config().PageSize)
+	}
+	for i, t := range req.Prompt {
+		if t < 0 || int(t) >= e.info.Vocab {
+			return fmt.Errorf("%w: prompt token %d at %d is outside the vocabulary of %d", ErrInvalidRequest, t, i, e.info.Vocab)
+		}
+	}
+	s := req.Sampling
+	if s.Temperature < 0 || s.TopK < 0 || s.TopP < 0 || s.TopP > 1 {
+		return fmt.Errorf("%w: sampling %+v (temperature >= 0, top-k >= 0, 0 <= top-p <= 1)", ErrInvalidRequest, s)
+	}
+	return nil
+}
+
+// Submit queues a request. Its outputs arrive on the handle; cancelling ctx
+// cancels the request.
+func (e *Engine) Submit(ctx context.Context, req Request) (*Handle, error) {
+	if err := e.Validate(req); err != nil {
+		return nil, err
+	}
+	if req.Sampling.TopP == 0 {
+		req.Sampling.TopP = 1
+	}
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return nil, ErrClosed
+	}
+	if e.opts.MaxQueue > 0 && len(e.queue)+int(e.stats.waiting.Load()) >= e.opts.MaxQueue {
+		e.mu.Unlock()
+		return nil, ErrQueueFull
+	}
+	r := &request{id: e.nextID, req: req, out: make(chan Output, req.MaxTokens+1),
+		maxLen: len(req.Prompt) + req.MaxTokens - 1, wake: e.wake, submitted: time.Now()}
+	e.nextID++
+	e.queue = append(e.queue, r)
+	e.stats.waiting.Add(1)
+	e.mu.Unlock()
+	if ctx.Done() != nil {
+		context.AfterFunc(ctx, r.cancel)
+	}
+	e.wake()
+	return &Handle{r: r}, nil
+}
+
+// Generate submits a request and collects its tokens.
+func (e *Engine) Generate(ctx context.Context, req Request) ([]int32, string, error) {
+	h, err := e.Submit(ctx, req)
+	if err != nil {
+		return nil, "", err
+	}
+	var toks []int32
+	for o := range h.Outputs() {
+		if o.Done {
+			return toks, o.Reason, o.Err
+		}
+		toks = append(toks, o.Token)
+	}
+	return toks, "", ErrClosed
+}
+
+func (e *Engine) loop(ctx context.Context) {
+	defer close(e.done)
+	defer e.failAll(ErrClosed)
+	defer func() {
+		e.mu.Lock()
+		e.closed = true
+		e.mu.Unlock()
+	}()
+	for {
+		e.mu.Lock()
+		closed := e.closed
+		e.waiting = append(e.waiting, e.queue...)
+		e.queue = e.queue[:0]
+		e.mu.Unlock()
+		if closed || ctx.Err() != nil {
+			return
+		}
+		e.dropCancelled()
+		e.publish()
+		if len(e.waiting) == 0 && len(e.running) == 0 {
+			select {
+			case <-e.wakeCh:
+			case <-ctx.Done():
+				return
+			}
+			continue
+		}
+		progressed := false
+		if batch := e.admit(); len(batch) > 0 {
+			e.prefill(batch)
+			progressed = true
+		}
+		if len(e.running) > 0 {
+			e.decode()
+			progressed = true
+		}
+		if !progressed {
+			// Requests wait for pages nobody is using: nothing can free
+			// them, so the head of the queue can never run.
+			select {
+			case <-e.wakeCh:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}
+}
+
+// admit moves waiting requests, oldest first, into a prefill batch while the
+// batch and the KV cache have room. A request the cache cannot promise its
+// pages to waits (backpressure), and so does everyone behind it.
+func (e *Engine) admit() []*request {
+	var batch []*request
+	tokens := 0
+	for len(e.waiting) > 0 {
+		r := e.waiting[0]
+		if len(batch) == e.opts.MaxPrefillRows || len(e.running)+len(batch) >= e.opts.MaxBatch ||
+			tokens+len(r.req.Prompt) > e.opts.MaxPrefillTokens || !e.kv.CanHold(r.maxLen) {
+			break
+		}
+		if err := e.sr.Ingest(r.id, RequestInfo{MaxLen: r.maxLen, Sampling: r.req.Sampling}); err != nil {
+			if errors.Is(err, ErrKVFull) {
+				break
+			}
+			e.waiting = e.waiting[1:]
+			e.stats.waiting.Add(-1)
+			e.finish(r, "error", err)
+			continue
+		}
+		r.ingested = true
+		e.waiting = e.waiting[1:]
+		e.stats.waiting.Add(-1)
+		batch = append(batch, r)
+		tokens += len(r.req.Prompt)
+	}
+	return batch
+}
+
+func (e *Engine) prefill(batch []*request) {
+	rows := make([]graph.Row, len(batch))
+	for i, r := range batch {
+		rows[i] = graph.Row{ID: r.id, Tokens: r.req.Prompt}
+	}
+	e.discardPrePlan()
+	next, err := e.runStep(WalkPrefill, rows, nil)
+	if err != nil {
+		for _, r := range batch {
+			e.finish(r, "error", err)
+		}
+		return
+	}
+	now := time.Now()
+	for i, r := range batch {
+		r.firstTok = now
+		e.stats.observeTTFT(now.Sub(r.submitted))
+		if e.emit(r, next[i]) {
+			e.running = append(e.running, r)
+		}
+	}
+}
+
+func (e *Engine) decode() {
+	batch := e.running
+	if len(batch) > e.opts.MaxBatch {
+		batch = batch[:e.opts.MaxBatch]
+	}
+	rows := make([]graph.Row, len(batch))
+	for i, r := range batch {
+		rows[i] = graph.Row{ID: r.id, Tokens: []int32{r.generated[len(r.generated)-1]}}
+	}
+	next, err := e.runStep(WalkDecode, rows, batch)
+	if err != nil {
+		for _, r := range batch {
+			e.finish(r, "error", err)
+		}
+		e.running = slices.DeleteFunc(e.running, func(r *request) bool { return slices.Contains(batch, r) })
+		return
+	}
+	// Survivors of this step go to the back, so that requests beyond
+	// MaxBatch get their turn.
+	var done, rest []*request
+	for i, r := range batch {
+		if e.emit(r, next[i]) {
+			done = append(done, r)
+		}
+	}
+	rest = append(rest, e.running[len(batch):]...)
+	e.running = append(rest, done...)
+}
+
+// emit delivers a sampled token, reporting whether the request goes on.
+func (e *Engine) emit(r *request, tok int32) bool {
+	if r.cancelled.Load() {
+		e.finish(r, "cancelled", nil)
+		return false
+	}
+	if e.stops[tok] || slices.Contains(r.req.StopTokens, tok) {
+		e.finish(r, "stop", nil)
+		return false
+	}
+	r.generated = append(r.generated, tok)
+	r.out <- Output{Token: tok}
+	e.stats.tokens.Add(1)
+	if len(r.generated) >= r.req.MaxTokens {
+		e.finish(r, "length", nil)
+		return false
+	}
+	return true
+}
+
+func (e *Engine) finish(r *request, reason string, err error) {
+	if r.ingested {
+		if rerr := e.sr.Remove(r.id); rerr != nil && err == nil {
+			err = rerr
+		}
+		r.ingested = false
+	}
+	if err != nil {
+		e.log.Error("request failed", "request", r.id, "err", err)
+		reason = "error"
+	}
+	r.out <- Output{Done: true, Reason: reason, Err: err}
+	close(r.out)
+	e.stats.finished.Add(1)
+}
+
+func (e *Engine) dropCancelled() {
+	e.waiting = slices.DeleteFunc(e.waiting, func(r *request) bool {
+		if r.cancelled.Load() {
+			e.stats.waiting.Add(-1)
+			e.finish(r, "cancelled", nil)
+			return true
+		}
+		return false
+	})
+	n := len(e.running)
+	e.running = slices.DeleteFunc(e.running, func(r *request) bool {
+		if r.cancelled.Load() {
+			e.finish(r, "cancelled", nil)
+			return true
+		}
+		return false
+	})
+	if len(e.running) != n {
+		e.discardPrePlan()
+	}
+}
+
+// publish copies the loop's state into the counters other goroutines read.
+func (e *Engine) publish() {
+	e.stats.running.Store(int64(len(e.running)))
+	e.stats.kvUsed.Store(int64(e.kv.UsedPages()))
+	e.stats.kvFree.Store(int64(e.kv.FreePages()))
+}
+
+func (e *Engine) failAll(err error) {
+	e.discardPrePlan()
+	e.mu.Lock()
+	e.waiting = append(e.waiting, e.queue...)
+	e.queue = nil
+	e.mu.Unlock()
+	for _, r := range append(e.waiting, e.running...) {
+		e.finish(r, "error", err)
+	}
+	e.waiting, e.running = nil, nil
+}

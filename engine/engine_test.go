@@ -1,0 +1,307 @@
+package engine_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/reprise-ml/reprise/accel"
+	_ "github.com/reprise-ml/reprise/accel/cpu"
+	"github.com/reprise-ml/reprise/engine"
+	"github.com/reprise-ml/reprise/model/llama"
+	"github.com/reprise-ml/reprise/model/llama2c"
+)
+
+func openCPU(t testing.TB) accel.Device {
+	t.Helper()
+	dev, err := accel.Open("cpu", 0, accel.Options{MemoryLimit: 1 << 30})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dev.Close() })
+	return dev
+}
+
+// testModel captures fewer prefill buckets than the default, to keep the
+// race-instrumented suite quick; TestReferenceOutputs keeps the defaults.
+var testModel = llama.Options{PrefillLengths: []int{16, 32, 64}, PrefillBatchSizes: []int{1, 8}}
+
+type setup struct {
+	e   *engine.Engine
+	m   *llama.Model
+	tok *llama2c.Tokenizer
+}
+
+func start(t testing.TB, graphs bool, eo engine.Options, mo llama.Options) *setup {
+	t.Helper()
+	dev := openCPU(t)
+	m, tok, err := llama.Open(dev, llama.Source{}, mo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eo.Graphs = graphs
+	e, err := engine.New(dev, m, eo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	if err := e.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		e.Close()
+		cancel()
+		m.Close()
+	})
+	return &setup{e: e, m: m, tok: tok}
+}
+
+// generate mimics the reference program: the prompt's pieces, then the
+// continuation's, then a newline; 256 positions in all.
+func (s *setup) generate(t testing.TB, prompt string, steps int) string {
+	t.Helper()
+	toks := s.tok.Encode(prompt, true, false)
+	out := []byte{}
+	for i := 1; i < len(toks); i++ {
+		out = append(out, s.tok.SafePiece(toks[i-1], toks[i])...)
+	}
+	p := make([]int32, len(toks))
+	for i, x := range toks {
+		p[i] = int32(x)
+	}
+	gen, _, err := s.e.Generate(context.Background(), engine.Request{Prompt: p, MaxTokens: steps - len(toks) + 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	prev := toks[len(toks)-1]
+	for _, g := range gen {
+		out = append(out, s.tok.SafePiece(prev, int(g))...)
+		prev = int(g)
+	}
+	return string(out) + "\n"
+}
+
+func TestReferenceOutputs(t *testing.T) {
+	for _, graphs := range []bool{false, true} {
+		s := start(t, graphs, engine.Options{}, llama.Options{})
+		for _, c := range []struct{ prompt, file string }{
+			{"Once upon a time", "Once_upon_a_time.txt"},
+			{"The little dog", "The_little_dog.txt"},
+		} {
+			want, err := os.ReadFile("../model/stories260k/testdata/" + c.file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := s.generate(t, c.prompt, 256); got != string(want) {
+				t.Errorf("graphs=%v %q:\ngot  %q\nwant %q", graphs, c.prompt, got, want)
+			}
+		}
+	}
+}
+
+func tokens(tok *llama2c.Tokenizer, prompt string) []int32 {
+	ids := tok.Encode(prompt, true, false)
+	out := make([]int32, len(ids))
+	for i, x := range ids {
+		out[i] = int32(x)
+	}
+	return out
+}
+
+var prompts = []string{
+	"Once upon a time", "The little dog", "Lily and Ben went to the park", "A big red ball",
+	"Tom was sad because", "She found a shiny stone", "One day, a bird", "The sun was hot and",
+	"Mom said", "They played all day", "Zzz qq", "café über naïve 🙂", "", "1 2 3 4 5",
+	"The cat sat on the mat and looked at the moon",
+}
+
+// Any prompt matches the reference implementation, graphs on and off, with
+// every request batched with the others.
+func TestAnyPromptMatchesReference(t *testing.T) {
+	const steps = 120
+	ck, tok, err := llama.Default()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{}
+	for _, p := range prompts {
+		want[p] = llama2c.Generate(ck, tok, p, steps)
+	}
+	for _, graphs := range []bool{false, true} {
+		s := start(t, graphs, engine.Options{}, testModel)
+		got := make([]string, len(prompts))
+		done := make(chan int)
+		for i, p := range prompts {
+			go func() {
+				got[i] = s.generate(t, p, steps)
+				done <- i
+			}()
+		}
+		for range prompts {
+			<-done
+		}
+		for i, p := range prompts {
+			if got[i] != want[p] {
+				t.Errorf("graphs=%v prompt %q:\ngot  %q\nwant %q", graphs, p, got[i], want[p])
+			}
+		}
+	}
+}
+
+type job struct {
+	req  engine.Request
+	want []int32
+}
+
+func jobs(tok *llama2c.Tokenizer, n int) []job {
+	js := make([]job, n)
+	for i := range js {
+		p := prompts[i%len(prompts)]
+		js[i].req = engine.Request{Prompt: tokens(tok, p), MaxTokens: 20 + (i*37)%90}
+		if i%2 == 1 {
+			js[i].req.Sampling = engine.Sampling{Temperature: 0.9, TopK: 40 * (i % 3), TopP: 0.95, Seed: uint64(1000 + i)}
+		}
+	}
+	return js
+}
+
+// runAll submits every job at once and returns each one's tokens.
+func runAll(t *testing.T, e *engine.Engine, js []job) [][]int32 {
+	t.Helper()
+	hs := make([]*engine.Handle, len(js))
+	for i, j := range js {
+		h, err := e.Submit(context.Background(), j.req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hs[i] = h
+	}
+	out := make([][]int32, len(js))
+	for i, h := range hs {
+		for o := range h.Outputs() {
+			if o.Done {
+				if o.Err != nil {
+					t.Fatalf("request %d: %v", i, o.Err)
+				}
+				break
+			}
+			out[i] = append(out[i], o.Token)
+		}
+	}
+	return out
+}
+
+// A request's tokens are the same alone or batched with up to 63 others,
+// eager or replayed, in whatever bucket its batch landed, greedy or sampled.
+func TestBatchInvariance(t *testing.T) {
+	_, tok, err := llama.Default()
+	if err != nil {
+		t.Fatal(err)
+	}
+	js := jobs(tok, 64)
+	alone := start(t, false, engine.Options{}, testModel)
+	for i := range js {
+		got := runAll(t, alone.e, js[i:i+1])
+		js[i].want = got[0]
+	}
+	for _, graphs := range []bool{false, true} {
+		s := start(t, graphs, engine.Options{}, testModel)
+		got := runAll(t, s.e, js)
+		for i := range js {
+			if !slices.Equal(got[i], js[i].want) {
+				t.Fatalf("graphs=%v request %d: batched %v, alone %v", graphs, i, got[i], js[i].want)
+			}
+		}
+		if graphs {
+			st := s.e.Stats()
+			replays := int64(0)
+			for _, ss := range st.Steps {
+				if ss.Replay {
+					replays += ss.Steps
+				}
+			}
+			if replays == 0 {
+				t.Fatal("no step replayed")
+			}
+			if st.PrePlanHits == 0 {
+				t.Errorf("no pre-planned step was used: %+v", st)
+			}
+		}
+	}
+}
+
+// A KV cache too small for the batch makes requests wait, not fail.
+func TestKVBackpressure(t *testing.T) {
+	_, tok, err := llama.Default()
+	if err != nil {
+		t.Fatal(err)
+	}
+	js := jobs(tok, 12)
+	free := start(t, true, engine.Options{}, testModel)
+	want := runAll(t, free.e, js)
+	// 10 pages of 16 positions (plus the sink): at most a few requests fit
+	// at once.
+	tight := start(t, true, engine.Options{KVPages: 11}, testModel)
+	got := runAll(t, tight.e, js)
+	for i := range js {
+		if !slices.Equal(got[i], want[i]) {
+			t.Fatalf("request %d under backpressure: %v, want %v", i, got[i], want[i])
+		}
+	}
+	if st := tight.e.Stats(); st.KVPagesUsed != 0 {
+		t.Fatalf("%d pages still used after every request finished", st.KVPagesUsed)
+	}
+	// A request that could never fit is refused at once, not queued forever.
+	if _, err := tight.e.Submit(context.Background(), engine.Request{Prompt: tokens(tok, "Once"), MaxTokens: 400}); !errors.Is(err, engine.ErrInvalidRequest) {
+		t.Fatalf("a request larger than the cache: %v", err)
+	}
+}
+
+func TestCancelFreesPages(t *testing.T) {
+	_, tok, err := llama.Default()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := start(t, true, engine.Options{}, testModel)
+	ctx, cancel := context.WithCancel(context.Background())
+	h, err := s.e.Submit(ctx, engine.Request{Prompt: tokens(tok, "Once upon a time"), MaxTokens: 400})
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-h.Outputs() // the first token
+	cancel()
+	var last engine.Output
+	for o := range h.Outputs() {
+		last = o
+	}
+	if !last.Done || last.Reason != "cancelled" {
+		t.Fatalf("last output %+v", last)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for s.e.Stats().KVPagesUsed != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("pages still used after cancel: %+v", s.e.Stats())
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func TestSubmitValidation(t *testing.T) {
+	s := start(t, false, engine.Options{}, testModel)
+	for _, req := range []engine.Request{
+		{},
+		{Prompt: []int32{1}, MaxTokens: 0},
+		{Prompt: []int32{1, 9999}, MaxTokens: 1},
+		{Prompt: []int32{1, -3}, MaxTokens: 1},
+		{Prompt: []int32{1}, MaxTokens: 600},
+		{Prompt: []int32{1}, MaxTokens: 1, Sampling: engine.Sampling{Temperature: -1}},
+		{Prompt: []int32{1}, MaxTokens: 1, Sampling: engine.Sampling{TopP: 1.5}},
+	} {
+		if _, err := s.e.Submit(context.Background(), req); !errors.Is(err, engine.ErrInvalidRequest) {
+			t.Errorf("%+v: %v, want ErrInvalidRequest", req, err)
+		}
+	}
+}

@@ -1,0 +1,303 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/reprise-ml/reprise/accel"
+	"github.com/reprise-ml/reprise/graph"
+)
+
+// KVName is the KV cache resource's name.
+const KVName = "kv"
+
+// SinkPage is the KV page padding rows write into. It is reserved when the
+// cache is made and never given to a request, so padding never competes with
+// real requests for storage and never writes into theirs.
+const SinkPage = 0
+
+// ErrKVFull: the cache cannot promise a request the pages it may need.
+var ErrKVFull = errors.New("kv cache full")
+
+// KVConfig shapes a paged KV cache.
+type KVConfig struct {
+	Layers   int
+	KVDim    int // KV heads × head size
+	PageSize int // positions per page
+	Pages    int // pages including the sink
+	MaxLen   int // positions a request may hold
+}
+
+// KVCache is the paged KV cache: per layer a K and a V tensor of Pages ×
+// PageSize slots, pages handed to requests as their positions need them.
+// A request is promised, when it is ingested, the pages its MaxLen may need,
+// so a running request never fails to grow: requests that do not fit wait.
+type KVCache struct {
+	cfg    KVConfig
+	ppr    int // page-table width: pages a request may hold
+	K, V   []accel.Tensor
+	free   []int32
+	reqs   map[int64]*kvState
+	owed   int // pages promised to requests and not yet allocated
+	slots  *slotTensors
+	layerB int64
+}
+
+type kvState struct {
+	pages   []int32
+	next    int // positions admitted
+	promise int // pages promised at ingest (real requests)
+	padding bool
+}
+
+// kvRecord is what a step admitted, to roll back.
+type kvRecord struct {
+	start, count []int
+	added        [][]int32
+}
+
+// KVPlan is what the forward reads: the slot of each token (where its K and
+// V go; -1 for a bucket's tail) and each row's page table.
+type KVPlan struct {
+	Slots    accel.Tensor // [1, T] I32
+	Pages    accel.Tensor // [bs, pages per row] I32
+	PageSize int
+	K, V     []accel.Tensor
+}
+
+// NewKVCache allocates the cache on dev.
+func NewKVCache(dev accel.Device, cfg KVConfig) (*KVCache, error) {
+	if cfg.Layers < 1 || cfg.KVDim < 1 || cfg.PageSize < 1 || cfg.Pages < 2 || cfg.MaxLen < 1 {
+		return nil, fmt.Errorf("kv: bad config %+v (need at least one page besides the sink)", cfg)
+	}
+	c := &KVCache{cfg: cfg, ppr: (cfg.MaxLen + cfg.PageSize - 1) / cfg.PageSize, reqs: map[int64]*kvState{},
+		slots: newSlotTensors(dev)}
+	slots := cfg.Pages * cfg.PageSize
+	c.layerB = int64(slots) * int64(cfg.KVDim) * 4
+	for l := 0; l < cfg.Layers; l++ {
+		for _, dst := range []*[]accel.Tensor{&c.K, &c.V} {
+			b, err := dev.Alloc(c.layerB)
+			if err != nil {
+				c.Close(dev)
+				return nil, fmt.Errorf("kv: %d pages of %d positions × %d layers: %w", cfg.Pages, cfg.PageSize, cfg.Layers, err)
+			}
+			*dst = append(*dst, accel.Tensor{Buf: b, DType: accel.F32, Rows: slots, Cols: cfg.KVDim})
+		}
+	}
+	for p := int32(cfg.Pages - 1); p > SinkPage; p-- {
+		c.free = append(c.free, p)
+	}
+	return c, nil
+}
+
+// Close frees the cache.
+func (c *KVCache) Close(dev accel.Device) {
+	for _, t := range append(c.K, c.V...) {
+		_ = dev.Free(t.Buf)
+	}
+	c.K, c.V = nil, nil
+}
+
+// Config is the cache's shape.
+func (c *KVCache) Config() KVConfig { return c.cfg }
+
+// Bytes is the device memory the cache holds.
+func (c *KVCache) Bytes() int64 { return 2 * int64(c.cfg.Layers) * c.layerB }
+
+// PagesFor is the pages n positions need.
+func (c *KVCache) PagesFor(n int) int { return (n + c.cfg.PageSize - 1) / c.cfg.PageSize }
+
+// FreePages is the pages neither allocated nor promised.
+func (c *KVCache) FreePages() int { return len(c.free) - c.owed }
+
+// UsedPages is the pages allocated to requests (not the sink).
+func (c *KVCache) UsedPages() int { return c.cfg.Pages - 1 - len(c.free) }
+
+// CanHold reports whether a request of maxLen positions could be promised
+// its pages now.
+func (c *KVCache) CanHold(maxLen int) bool { return c.PagesFor(maxLen) <= c.FreePages() }
+
+// Fits reports whether a request of maxLen positions could ever fit.
+func (c *KVCache) Fits(maxLen int) bool {
+	return maxLen <= c.cfg.MaxLen && c.PagesFor(maxLen) <= c.cfg.Pages-1
+}
+
+func (c *KVCache) Name() string        { return KVName }
+func (c *KVCache) DependsOn() []string { return []string{PositionsName} }
+
+// Ingest opens a row. A real request is promised the pages its MaxLen may
+// need, or refused with ErrKVFull.
+func (c *KVCache) Ingest(id int64, info RequestInfo) error {
+	if _, dup := c.reqs[id]; dup {
+		return fmt.Errorf("kv: row %d already open", id)
+	}
+	st := &kvState{padding: graph.IsPadding(id)}
+	if !st.padding {
+		if info.MaxLen > c.cfg.MaxLen {
+			return fmt.Errorf("kv: request of %d positions, the cache holds %d per request", info.MaxLen, c.cfg.MaxLen)
+		}
+		st.promise = c.PagesFor(info.MaxLen)
+		if st.promise > c.FreePages() {
+			return fmt.Errorf("kv: %d pages for %d positions, %d free: %w", st.promise, info.MaxLen, c.FreePages(), ErrKVFull)
+		}
+		c.owed += st.promise
+	}
+	c.reqs[id] = st
+	return nil
+}
+
+func (c *KVCache) release(st *kvState) {
+	c.free = append(c.free, st.pages...)
+	c.owed -= max(0, st.promise-len(st.pages))
+	st.promise = 0
+	st.pages = nil
+}
+
+func (c *KVCache) Remove(id int64) error {
+	if st, ok := c.reqs[id]; ok {
+		c.release(st)
+		delete(c.reqs, id)
+	}
+	return nil
+}
+
+// Reset returns a row to position 0; with free its pages go back.
+func (c *KVCache) Reset(id int64, free bool) error {
+	st, ok := c.reqs[id]
+	if !ok {
+		return nil
+	}
+	st.next = 0
+	if free {
+		c.release(st)
+	}
+	return nil
+}
+
+// Admit gives each row the pages its new positions need. Padding rows get
+// none, they write into the sink, except in a capture, where they hold
+// capture-time pages released after capture.
+func (c *KVCache) Admit(step *Step) (AdmitStatus, int) {
+	need, extra := 0, 0
+	for _, r := range step.Rows {
+		st, ok := c.reqs[r.ID]
+		if !ok {
+			return AllocFailed, 0
+		}
+		if atRest(r.ID, step) {
+			continue
+		}
+		if st.next+len(r.Tokens) > c.cfg.MaxLen {
+			return AllocFailed, 0
+		}
+		want := c.PagesFor(st.next + len(r.Tokens))
+		if n := want - len(st.pages); n > 0 {
+			need += n
+			// Pages past a request's promise (and a capture's padding
+			// rows) must come from what nobody was promised.
+			if e := want - max(st.promise, len(st.pages)); e > 0 {
+				extra += e
+			}
+		}
+	}
+	if free := len(c.free) - c.owed; extra > free || need > len(c.free) {
+		return AllocFailed, max(extra-free, need-len(c.free))
+	}
+	rec := &kvRecord{start: make([]int, len(step.Rows)), count: make([]int, len(step.Rows)), added: make([][]int32, len(step.Rows))}
+	for i, r := range step.Rows {
+		st := c.reqs[r.ID]
+		rec.start[i], rec.count[i] = st.next, len(r.Tokens)
+		if atRest(r.ID, step) {
+			continue
+		}
+		st.next += len(r.Tokens)
+		for len(st.pages) < c.PagesFor(st.next) {
+			p := c.free[len(c.free)-1]
+			c.free = c.free[:len(c.free)-1]
+			st.pages = append(st.pages, p)
+			rec.added[i] = append(rec.added[i], p)
+			if len(st.pages) <= st.promise {
+				c.owed--
+			}
+		}
+	}
+	step.State[KVName] = rec
+	return Admitted, 0
+}
+
+func (c *KVCache) Unadmit(step *Step) {
+	rec, ok := step.State[KVName].(*kvRecord)
+	if !ok {
+		return
+	}
+	for i, r := range step.Rows {
+		st, ok := c.reqs[r.ID]
+		if !ok {
+			continue
+		}
+		if n := len(rec.added[i]); n > 0 {
+			for k := 0; k < n; k++ {
+				if len(st.pages) <= st.promise {
+					c.owed++
+				}
+				st.pages = st.pages[:len(st.pages)-1]
+			}
+			c.free = append(c.free, rec.added[i]...)
+		}
+		if !atRest(r.ID, step) {
+			st.next = rec.start[i]
+		}
+	}
+	delete(step.State, KVName)
+}
+
+// Plan writes each token's slot (padding rows at rest: the sink; a packed
+// bucket's tail: -1, which writes nothing) and each row's page table (unused
+// entries point at the sink).
+func (c *KVCache) Plan(s accel.Stream, sg *accel.Stager, step *Step) (any, error) {
+	rec := step.State[KVName].(*kvRecord)
+	bs := step.BatchSize()
+	slots := make([]int32, step.Tokens)
+	for i := range slots {
+		slots[i] = -1
+	}
+	pages := make([]int32, bs*c.ppr)
+	ps := c.cfg.PageSize
+	t := 0
+	for i, r := range step.Rows {
+		st := c.reqs[r.ID]
+		copy(pages[i*c.ppr:(i+1)*c.ppr], st.pages)
+		for k := 0; k < rec.count[i]; k++ {
+			pos := rec.start[i] + k
+			if pg := pos / ps; pg < len(st.pages) {
+				slots[t] = st.pages[pg]*int32(ps) + int32(pos%ps)
+			} else {
+				slots[t] = SinkPage*int32(ps) + int32(pos%ps)
+			}
+			t++
+		}
+	}
+	ts, err := c.slots.get(KVName, s, step, []shape{{accel.I32, 1, step.Tokens}, {accel.I32, bs, c.ppr}})
+	if err != nil {
+		return nil, err
+	}
+	if err := stage(s, sg, ts[0], accel.I32Bytes(slots)); err != nil {
+		return nil, err
+	}
+	if err := stage(s, sg, ts[1], accel.I32Bytes(pages)); err != nil {
+		return nil, err
+	}
+	return &KVPlan{Slots: ts[0], Pages: ts[1], PageSize: ps, K: c.K, V: c.V}, nil
+}
+
+func (c *KVCache) Commit(step *Step) error { return nil }
+
+func (c *KVCache) SupportsPrePlan() bool    { return true }
+func (c *KVCache) ForcesDoubleBuffer() bool { return true }
+func (c *KVCache) CanCapture() bool         { return true }
+
+func (c *KVCache) BuildGraphBuffers(specs []graph.SlotSpec) error {
+	return c.slots.build(KVName, specs, func(sp graph.SlotSpec) []shape {
+		return []shape{{accel.I32, 1, sp.Bucket.Tokens}, {accel.I32, sp.Bucket.BatchSize, c.ppr}}
+	})
+}

@@ -1,0 +1,357 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/reprise-ml/reprise/accel"
+	"github.com/reprise-ml/reprise/graph"
+)
+
+// AdmitStatus is a resource's answer to a step.
+type AdmitStatus int
+
+// Admission outcomes.
+const (
+	// Admitted: the resource holds what the step needs.
+	Admitted AdmitStatus = iota
+	// Pending: the step cannot run yet but will once others finish.
+	Pending
+	// AllocFailed: the resource is short of storage (Short units).
+	AllocFailed
+)
+
+func (a AdmitStatus) String() string {
+	switch a {
+	case Admitted:
+		return "admitted"
+	case Pending:
+		return "pending"
+	case AllocFailed:
+		return "allocation failed"
+	}
+	return fmt.Sprintf("admit(%d)", int(a))
+}
+
+// AdmitError says which resource refused a step and how. It is backpressure
+// for the scheduler, never a crash.
+type AdmitError struct {
+	Resource string
+	Status   AdmitStatus
+	Short    int // units the resource lacked (pages for the KV cache)
+}
+
+func (e *AdmitError) Error() string {
+	if e.Status == AllocFailed {
+		return fmt.Sprintf("engine: resource %s: %s (%d short)", e.Resource, e.Status, e.Short)
+	}
+	return fmt.Sprintf("engine: resource %s: %s", e.Resource, e.Status)
+}
+
+// RequestInfo is what resources learn about a request when it is ingested.
+type RequestInfo struct {
+	// MaxLen is the most positions the request will hold (prompt plus
+	// generated tokens).
+	MaxLen   int
+	Sampling Sampling
+}
+
+// Step is one step of a node: rows (real ones first, then padding rows on a
+// lease), the lease it replays on (nil: eager), and what each resource
+// planned for it.
+type Step struct {
+	Walk string
+	Key  string
+	// Rows in batch order; the first Real are requests, the rest padding.
+	Rows []graph.Row
+	Real int
+	// Lease is the bucket and slot the step replays on, nil for eager.
+	Lease *graph.Lease
+	// Tokens is the step's token count: the bucket's on a lease, else the
+	// sum of the rows' tokens.
+	Tokens int
+	// Plans holds each resource's plan, by resource name.
+	Plans map[string]any
+	// State holds each resource's private record of the step (what it
+	// admitted, to roll back or commit).
+	State map[string]any
+	// eager plan buffers, freed by StepRunner.Finish
+	scratch []accel.Buffer
+	stream  accel.Stream
+}
+
+// NewStep makes a step of rows.
+func NewStep(walk, key string, rows []graph.Row, real int, lease *graph.Lease) *Step {
+	s := &Step{Walk: walk, Key: key, Rows: rows, Real: real, Lease: lease,
+		Plans: map[string]any{}, State: map[string]any{}}
+	if lease != nil {
+		s.Tokens = lease.Bucket.Tokens
+	} else {
+		for _, r := range rows {
+			s.Tokens += len(r.Tokens)
+		}
+	}
+	return s
+}
+
+// BatchSize is the number of rows the step's tensors have: the bucket's on a
+// lease, else the real rows.
+func (s *Step) BatchSize() int {
+	if s.Lease != nil {
+		return s.Lease.Bucket.BatchSize
+	}
+	return len(s.Rows)
+}
+
+// Alloc allocates an eager plan buffer on s's stream, freed by Finish. On a
+// lease resources write into their per-slot buffers instead.
+func (s *Step) Alloc(st accel.Stream, dt accel.DType, rows, cols int) (accel.Tensor, error) {
+	b, err := st.Alloc(int64(rows) * int64(cols) * dt.Size())
+	if err != nil {
+		return accel.Tensor{}, err
+	}
+	s.scratch = append(s.scratch, b)
+	s.stream = st
+	return accel.Tensor{Buf: b, DType: dt, Rows: rows, Cols: cols}, nil
+}
+
+// Resource is one kind of per-request state a node's steps use.
+type Resource interface {
+	Name() string
+	// DependsOn names resources whose plans this one reads.
+	DependsOn() []string
+	// Ingest opens a request (or a padding row: id < -1).
+	Ingest(id int64, info RequestInfo) error
+	// Remove releases everything the request holds.
+	Remove(id int64) error
+	// Reset returns a row to rest (length and position 0); free also
+	// releases its storage.
+	Reset(id int64, free bool) error
+	// Admit reserves what the step needs, or refuses it.
+	Admit(step *Step) (AdmitStatus, int)
+	// Unadmit undoes Admit for a step that will not run (a failed admission
+	// of a later resource, a stale pre-plan).
+	Unadmit(step *Step)
+	// Plan writes the step's addressing for the device through st, enqueued
+	// on s: into the lease's per-slot buffers, or eager buffers from
+	// step.Alloc. The plans of the resources it depends on are already in
+	// step.Plans.
+	Plan(s accel.Stream, st *accel.Stager, step *Step) (any, error)
+	// Commit advances the real rows' state once the step ran.
+	Commit(step *Step) error
+	// SupportsPrePlan: its plan for step N+1 can run while step N replays.
+	SupportsPrePlan() bool
+	// ForcesDoubleBuffer: it copies host data into buffers a graph reads, so
+	// plan(N+1) must not write the buffers step N's replay reads.
+	ForcesDoubleBuffer() bool
+	// BuildGraphBuffers claims per-slot buffers for every spec; repeatable,
+	// it never moves a buffer it already gave.
+	BuildGraphBuffers(specs []graph.SlotSpec) error
+	// CanCapture reports whether steps using it can be captured.
+	CanCapture() bool
+}
+
+// StepRunner sweeps a node's resources in dependency order (alphabetical
+// among equals) through declare -> admit -> plan -> (forward) -> commit.
+type StepRunner struct {
+	res []Resource
+}
+
+// NewStepRunner orders the resources. Unknown dependencies, a resource that
+// depends on itself and cycles are errors.
+func NewStepRunner(rs ...Resource) (*StepRunner, error) {
+	byName := map[string]Resource{}
+	for _, r := range rs {
+		if _, dup := byName[r.Name()]; dup {
+			return nil, fmt.Errorf("engine: two resources named %q", r.Name())
+		}
+		byName[r.Name()] = r
+	}
+	for _, r := range rs {
+		for _, d := range r.DependsOn() {
+			if d == r.Name() {
+				return nil, fmt.Errorf("engine: resource %q depends on itself", d)
+			}
+			if _, ok := byName[d]; !ok {
+				return nil, fmt.Errorf("engine: resource %q depends on unknown resource %q", r.Name(), d)
+			}
+		}
+	}
+	var order []Resource
+	done := map[string]bool{}
+	for len(order) < len(rs) {
+		var ready []string
+		for name, r := range byName {
+			if done[name] {
+				continue
+			}
+			ok := true
+			for _, d := range r.DependsOn() {
+				if !done[d] {
+					ok = false
+				}
+			}
+			if ok {
+				ready = append(ready, name)
+			}
+		}
+		if len(ready) == 0 {
+			var left []string
+			for name := range byName {
+				if !done[name] {
+					left = append(left, name)
+				}
+			}
+			slices.Sort(left)
+			return nil, fmt.Errorf("engine: resources depend on each other in a cycle: %s", strings.Join(left, ", "))
+		}
+		slices.Sort(ready)
+		name := ready[0]
+		done[name] = true
+		order = append(order, byName[name])
+	}
+	return &StepRunner{res: order}, nil
+}
+
+// Resources in sweep order.
+func (sr *StepRunner) Resources() []Resource { return sr.res }
+
+// Resource by name, or nil.
+func (sr *StepRunner) Resource(name string) Resource {
+	for _, r := range sr.res {
+		if r.Name() == name {
+			return r
+		}
+	}
+	return nil
+}
+
+// Ingest opens a request in every resource; on failure the ones already
+// opened are removed.
+func (sr *StepRunner) Ingest(id int64, info RequestInfo) error {
+	for i, r := range sr.res {
+		if err := r.Ingest(id, info); err != nil {
+			for _, r2 := range sr.res[:i] {
+				_ = r2.Remove(id)
+			}
+			return fmt.Errorf("engine: ingest %d into %s: %w", id, r.Name(), err)
+		}
+	}
+	return nil
+}
+
+// Remove reaches every resource even if some fail; it returns the first
+// error.
+func (sr *StepRunner) Remove(id int64) error {
+	var first error
+	for _, r := range sr.res {
+		if err := r.Remove(id); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// Reset returns rows to rest in every resource.
+func (sr *StepRunner) Reset(ids []int64, free bool) error {
+	var first error
+	for _, r := range sr.res {
+		for _, id := range ids {
+			if err := r.Reset(id, free); err != nil && first == nil {
+				first = err
+			}
+		}
+	}
+	return first
+}
+
+// Admit admits the step in every resource in order, stopping at the first
+// refusal (an *AdmitError naming it) after undoing the admissions before it.
+func (sr *StepRunner) Admit(step *Step) error {
+	for i, r := range sr.res {
+		st, short := r.Admit(step)
+		if st != Admitted {
+			for j := i - 1; j >= 0; j-- {
+				sr.res[j].Unadmit(step)
+			}
+			return &AdmitError{Resource: r.Name(), Status: st, Short: short}
+		}
+	}
+	return nil
+}
+
+// Plan plans the step in every resource in order, each seeing the plans of
+// those before it in step.Plans.
+func (sr *StepRunner) Plan(s accel.Stream, st *accel.Stager, step *Step) error {
+	for _, r := range sr.res {
+		p, err := r.Plan(s, st, step)
+		if err != nil {
+			return fmt.Errorf("engine: plan %s: %w", r.Name(), err)
+		}
+		step.Plans[r.Name()] = p
+	}
+	return nil
+}
+
+// Commit commits the step in every resource, reaching all even after an
+// error.
+func (sr *StepRunner) Commit(step *Step) error {
+	var first error
+	for _, r := range sr.res {
+		if err := r.Commit(step); err != nil && first == nil {
+			first = fmt.Errorf("engine: commit %s: %w", r.Name(), err)
+		}
+	}
+	return first
+}
+
+// Abort undoes an admitted step that will not run, in every resource.
+func (sr *StepRunner) Abort(step *Step) {
+	for i := len(sr.res) - 1; i >= 0; i-- {
+		sr.res[i].Unadmit(step)
+	}
+}
+
+// Finish frees the step's eager plan buffers (in stream order, so work
+// already enqueued still reads them).
+func (sr *StepRunner) Finish(step *Step) error {
+	var errs []error
+	for _, b := range step.scratch {
+		errs = append(errs, step.stream.Free(b))
+	}
+	step.scratch = nil
+	return errors.Join(errs...)
+}
+
+// DoubleBuffer reports whether buckets need two slots.
+func (sr *StepRunner) DoubleBuffer() bool {
+	for _, r := range sr.res {
+		if r.SupportsPrePlan() || r.ForcesDoubleBuffer() {
+			return true
+		}
+	}
+	return false
+}
+
+// Blocked lists resources that cannot be captured.
+func (sr *StepRunner) Blocked() []string {
+	var out []string
+	for _, r := range sr.res {
+		if !r.CanCapture() {
+			out = append(out, r.Name())
+		}
+	}
+	return out
+}
+
+// BuildGraphBuffers has every resource claim its per-slot buffers.
+func (sr *StepRunner) BuildGraphBuffers(specs []graph.SlotSpec) error {
+	for _, r := range sr.res {
+		if err := r.BuildGraphBuffers(specs); err != nil {
+			return fmt.Errorf("engine: %s: %w", r.Name(), err)
+		}
+	}
+	return nil
+}

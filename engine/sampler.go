@@ -1,0 +1,146 @@
+package engine
+
+import (
+	"fmt"
+
+	"github.com/reprise-ml/reprise/accel"
+	"github.com/reprise-ml/reprise/graph"
+)
+
+// SamplerName is the sampler resource's name.
+const SamplerName = "sampler"
+
+// Sampling is a request's sampling parameters.
+type Sampling struct {
+	// Temperature 0 is greedy (argmax).
+	Temperature float32
+	// TopK keeps the k most likely tokens; 0 is off.
+	TopK int
+	// TopP keeps the smallest set whose probability reaches p; 1 is off.
+	TopP float32
+	// Seed of the request's random stream.
+	Seed uint64
+}
+
+// Sampler is the resource holding each request's sampling parameters and
+// its RNG offset, which advances by one each step, so the draw of a step
+// depends only on (seed, offset) and is the same eager or replayed, alone or
+// batched.
+type Sampler struct {
+	slots *slotTensors
+	reqs  map[int64]*sampState
+}
+
+type sampState struct {
+	p               Sampling
+	committed, next int
+}
+
+type sampRecord struct{ offset []int }
+
+// NewSampler makes the resource.
+func NewSampler(dev accel.Device) *Sampler {
+	return &Sampler{slots: newSlotTensors(dev), reqs: map[int64]*sampState{}}
+}
+
+func (s *Sampler) Name() string        { return SamplerName }
+func (s *Sampler) DependsOn() []string { return nil }
+
+func (s *Sampler) Ingest(id int64, info RequestInfo) error {
+	if _, dup := s.reqs[id]; dup {
+		return fmt.Errorf("sampler: row %d already open", id)
+	}
+	s.reqs[id] = &sampState{p: info.Sampling}
+	return nil
+}
+
+func (s *Sampler) Remove(id int64) error { delete(s.reqs, id); return nil }
+
+func (s *Sampler) Reset(id int64, _ bool) error {
+	if st, ok := s.reqs[id]; ok {
+		st.committed, st.next = 0, 0
+	}
+	return nil
+}
+
+func (s *Sampler) Admit(step *Step) (AdmitStatus, int) {
+	rec := &sampRecord{offset: make([]int, len(step.Rows))}
+	for _, r := range step.Rows {
+		if _, ok := s.reqs[r.ID]; !ok {
+			return AllocFailed, 0
+		}
+	}
+	for i, r := range step.Rows {
+		st := s.reqs[r.ID]
+		rec.offset[i] = st.next
+		if !atRest(r.ID, step) {
+			st.next++
+		}
+	}
+	step.State[SamplerName] = rec
+	return Admitted, 0
+}
+
+func (s *Sampler) Unadmit(step *Step) {
+	if _, ok := step.State[SamplerName].(*sampRecord); !ok {
+		return
+	}
+	for _, r := range step.Rows {
+		if st, ok := s.reqs[r.ID]; ok && !atRest(r.ID, step) {
+			st.next--
+		}
+	}
+	delete(step.State, SamplerName)
+}
+
+// Plan writes each row's parameters; padding rows sample greedily.
+func (s *Sampler) Plan(st accel.Stream, sg *accel.Stager, step *Step) (any, error) {
+	rec := step.State[SamplerName].(*sampRecord)
+	bs := step.BatchSize()
+	temp, topp := make([]float32, bs), make([]float32, bs)
+	topk, seed, off := make([]int32, bs), make([]int32, 2*bs), make([]int32, bs)
+	for i, r := range step.Rows {
+		if graph.IsPadding(r.ID) {
+			topp[i] = 1
+			continue
+		}
+		p := s.reqs[r.ID].p
+		temp[i], topk[i], topp[i] = p.Temperature, int32(p.TopK), p.TopP
+		seed[2*i], seed[2*i+1] = accel.SplitSeed(p.Seed)
+		off[i] = int32(rec.offset[i])
+	}
+	for i := len(step.Rows); i < bs; i++ {
+		topp[i] = 1
+	}
+	ts, err := s.slots.get(SamplerName, st, step, samplerShapes(bs))
+	if err != nil {
+		return nil, err
+	}
+	for i, data := range [][]byte{accel.F32Bytes(temp), accel.I32Bytes(topk), accel.F32Bytes(topp), accel.I32Bytes(seed), accel.I32Bytes(off)} {
+		if err := stage(st, sg, ts[i], data); err != nil {
+			return nil, err
+		}
+	}
+	return accel.SampleParams{Temperature: ts[0], TopK: ts[1], TopP: ts[2], Seed: ts[3], Offset: ts[4]}, nil
+}
+
+func samplerShapes(bs int) []shape {
+	return []shape{{accel.F32, 1, bs}, {accel.I32, 1, bs}, {accel.F32, 1, bs}, {accel.I32, bs, 2}, {accel.I32, 1, bs}}
+}
+
+func (s *Sampler) Commit(step *Step) error {
+	for _, r := range step.Rows[:step.Real] {
+		if st, ok := s.reqs[r.ID]; ok {
+			st.committed++
+		}
+	}
+	return nil
+}
+
+func (s *Sampler) SupportsPrePlan() bool    { return true }
+func (s *Sampler) ForcesDoubleBuffer() bool { return true }
+func (s *Sampler) CanCapture() bool         { return true }
+
+func (s *Sampler) BuildGraphBuffers(specs []graph.SlotSpec) error {
+	return s.slots.build(SamplerName, specs, func(sp graph.SlotSpec) []shape { return samplerShapes(sp.Bucket.BatchSize) })
+}

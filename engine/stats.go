@@ -1,0 +1,114 @@
+package engine
+
+import (
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Stats are the engine's counters, safe to read from any goroutine.
+type Stats struct {
+	waiting  atomic.Int64
+	running  atomic.Int64
+	kvUsed   atomic.Int64
+	kvFree   atomic.Int64
+	tokens   atomic.Int64
+	finished atomic.Int64
+
+	prePlans     atomic.Int64
+	prePlanHits  atomic.Int64
+	prePlanStale atomic.Int64
+
+	mu    sync.Mutex
+	steps map[stepKey]*StepStats
+	ttft  []time.Duration // recent times to first token
+}
+
+type stepKey struct {
+	walk   string
+	replay bool
+}
+
+// StepStats counts steps of one walk and mode.
+type StepStats struct {
+	Walk    string        `json:"walk"`
+	Replay  bool          `json:"replay"`
+	Steps   int64         `json:"steps"`
+	Rows    int64         `json:"rows"`
+	Total   time.Duration `json:"total_ns"`
+	Buckets []int64       `json:"-"` // latency histogram counts, see LatencyBuckets
+}
+
+// LatencyBuckets are the upper bounds of the step latency histogram.
+var LatencyBuckets = []time.Duration{
+	100 * time.Microsecond, 250 * time.Microsecond, 500 * time.Microsecond, time.Millisecond,
+	2500 * time.Microsecond, 5 * time.Millisecond, 10 * time.Millisecond, 25 * time.Millisecond,
+	50 * time.Millisecond, 100 * time.Millisecond, 250 * time.Millisecond, time.Second,
+}
+
+func (s *Stats) observeStep(walk string, replay bool, rows int, d time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.steps == nil {
+		s.steps = map[stepKey]*StepStats{}
+	}
+	k := stepKey{walk, replay}
+	st := s.steps[k]
+	if st == nil {
+		st = &StepStats{Walk: walk, Replay: replay, Buckets: make([]int64, len(LatencyBuckets)+1)}
+		s.steps[k] = st
+	}
+	st.Steps++
+	st.Rows += int64(rows)
+	st.Total += d
+	i := sort.Search(len(LatencyBuckets), func(i int) bool { return d <= LatencyBuckets[i] })
+	st.Buckets[i]++
+}
+
+func (s *Stats) observeTTFT(d time.Duration) {
+	s.mu.Lock()
+	s.ttft = append(s.ttft, d)
+	if len(s.ttft) > 4096 {
+		s.ttft = s.ttft[len(s.ttft)-2048:]
+	}
+	s.mu.Unlock()
+}
+
+// Snapshot is a copy of the engine's counters.
+type Snapshot struct {
+	Waiting      int64           `json:"waiting"`
+	Running      int64           `json:"running"`
+	Tokens       int64           `json:"tokens"`
+	Finished     int64           `json:"finished"`
+	PrePlans     int64           `json:"pre_plans"`
+	PrePlanHits  int64           `json:"pre_plan_hits"`
+	PrePlanStale int64           `json:"pre_plan_stale"`
+	KVPagesUsed  int             `json:"kv_pages_used"`
+	KVPagesFree  int             `json:"kv_pages_free"`
+	Steps        []StepStats     `json:"steps"`
+	TTFT         []time.Duration `json:"-"`
+}
+
+// Stats returns a snapshot of the engine's counters.
+func (e *Engine) Stats() Snapshot {
+	s := &e.stats
+	snap := Snapshot{Waiting: s.waiting.Load(), Running: s.running.Load(), Tokens: s.tokens.Load(), Finished: s.finished.Load(),
+		PrePlans: s.prePlans.Load(), PrePlanHits: s.prePlanHits.Load(), PrePlanStale: s.prePlanStale.Load(),
+		KVPagesUsed: int(s.kvUsed.Load()), KVPagesFree: int(s.kvFree.Load())}
+	s.mu.Lock()
+	for _, st := range s.steps {
+		c := *st
+		c.Buckets = append([]int64(nil), st.Buckets...)
+		snap.Steps = append(snap.Steps, c)
+	}
+	snap.TTFT = append([]time.Duration(nil), s.ttft...)
+	s.mu.Unlock()
+	sort.Slice(snap.Steps, func(i, j int) bool {
+		if snap.Steps[i].Walk != snap.Steps[j].Walk {
+			return snap.Steps[i].Walk < snap.Steps[j].Walk
+		}
+		return !snap.Steps[i].Replay && snap.Steps[j].Replay
+	})
+	return snap
+}

@@ -1,0 +1,274 @@
+package llama
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/reprise-ml/reprise/accel"
+	"github.com/reprise-ml/reprise/engine"
+	"github.com/reprise-ml/reprise/graph"
+	"github.com/reprise-ml/reprise/model/llama2c"
+)
+
+// Options configure a model on a device.
+type Options struct {
+	// Name labels the model (default "llama").
+	Name string
+	// Weights is the storage of the matrices: accel.F32 (default) or
+	// accel.BF16.
+	Weights accel.DType
+	// Logits also returns each row's logits as output "logits" [rows,
+	// vocab], for tests and inspection.
+	Logits bool
+	// PrefillLengths are the packed prefill token buckets to capture
+	// (default 16..512 by powers of two, capped at the model's length).
+	PrefillLengths []int
+	// PrefillBatchSizes are the prompt counts of prefill buckets (default
+	// 1, 2, 4, 8).
+	PrefillBatchSizes []int
+	// DecodeBatchSizes are the decode buckets (default graph.DefaultBatchSizes).
+	DecodeBatchSizes []int
+}
+
+// Model is a loaded decoder.
+type Model struct {
+	cfg     llama2c.Config
+	opts    Options
+	dev     accel.Device
+	emb     accel.Tensor
+	layers  []layer
+	final   accel.Tensor
+	cls     accel.Tensor
+	bufs    []accel.Buffer
+	params  int64
+	wbytes  int64
+	configs []*graph.Config
+}
+
+type layer struct {
+	rmsAtt, wq, wk, wv, wo, rmsFFN, w1, w2, w3 accel.Tensor
+}
+
+const (
+	eps   = 1e-5
+	theta = 10000
+)
+
+// New uploads a checkpoint's weights to dev (through stream s).
+func New(dev accel.Device, s accel.Stream, ck *llama2c.Checkpoint, opts Options) (*Model, error) {
+	cfg := ck.Config
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if opts.Name == "" {
+		opts.Name = "llama"
+	}
+	if opts.Weights == 0 {
+		opts.Weights = accel.F32
+	}
+	if opts.Weights != accel.F32 && opts.Weights != accel.BF16 {
+		return nil, fmt.Errorf("llama: weights must be f32 or bf16, not %s", opts.Weights)
+	}
+	m := &Model{cfg: cfg, opts: opts, dev: dev, params: ck.Params()}
+	up := func(v []float32, rows, cols int, dt accel.DType) (accel.Tensor, error) {
+		data := accel.F32Bytes(v)
+		if dt == accel.BF16 {
+			data = BF16Bytes(v)
+		}
+		b, err := dev.Alloc(int64(len(data)))
+		if err != nil {
+			return accel.Tensor{}, fmt.Errorf("llama: weights: %w", err)
+		}
+		m.bufs = append(m.bufs, b)
+		if err := accel.Upload(s, b, data); err != nil {
+			return accel.Tensor{}, err
+		}
+		m.wbytes += int64(len(data))
+		return accel.Tensor{Buf: b, DType: dt, Rows: rows, Cols: cols}, nil
+	}
+	d, h, kvd, v := cfg.Dim, cfg.Hidden, cfg.KVDim(), cfg.Vocab
+	wdt := opts.Weights
+	var err error
+	fail := func(e error) (*Model, error) { m.Close(); return nil, e }
+	// The embedding stays float32: it is gathered, not multiplied, and a
+	// shared classifier reuses it.
+	embDT := accel.F32
+	if !cfg.SharedClassifier {
+		embDT = wdt
+	}
+	if m.emb, err = up(ck.TokenEmbedding, v, d, embDT); err != nil {
+		return fail(err)
+	}
+	for _, L := range ck.Layers {
+		var ly layer
+		for _, w := range []struct {
+			dst        *accel.Tensor
+			v          []float32
+			rows, cols int
+			dt         accel.DType
+		}{
+			{&ly.rmsAtt, L.RMSAtt, 1, d, accel.F32}, {&ly.wq, L.WQ, d, d, wdt}, {&ly.wk, L.WK, kvd, d, wdt},
+			{&ly.wv, L.WV, kvd, d, wdt}, {&ly.wo, L.WO, d, d, wdt}, {&ly.rmsFFN, L.RMSFFN, 1, d, accel.F32},
+			{&ly.w1, L.W1, h, d, wdt}, {&ly.w2, L.W2, d, h, wdt}, {&ly.w3, L.W3, h, d, wdt},
+		} {
+			if *w.dst, err = up(w.v, w.rows, w.cols, w.dt); err != nil {
+				return fail(err)
+			}
+		}
+		m.layers = append(m.layers, ly)
+	}
+	if m.final, err = up(ck.RMSFinal, 1, d, accel.F32); err != nil {
+		return fail(err)
+	}
+	if cfg.SharedClassifier {
+		m.cls = m.emb
+	} else if m.cls, err = up(ck.Classifier, v, d, wdt); err != nil {
+		return fail(err)
+	}
+	m.configs = m.graphConfigs()
+	return m, nil
+}
+
+// Close frees the weights.
+func (m *Model) Close() {
+	for _, b := range m.bufs {
+		_ = m.dev.Free(b)
+	}
+	m.bufs = nil
+}
+
+// Config is the model's shape.
+func (m *Model) Config() llama2c.Config { return m.cfg }
+
+// Info implements engine.Model.
+func (m *Model) Info() engine.ModelInfo {
+	return engine.ModelInfo{Name: m.opts.Name, Layers: m.cfg.Layers, KVHeads: m.cfg.KVHeads, HeadSize: m.cfg.HeadSize(),
+		Vocab: m.cfg.Vocab, MaxSeq: m.cfg.SeqLen, StopTokens: []int32{llama2c.BOS}, Params: m.params, WeightBytes: m.wbytes}
+}
+
+func (m *Model) graphConfigs() []*graph.Config {
+	lengths := m.opts.PrefillLengths
+	if lengths == nil {
+		for n := 16; n <= min(512, m.cfg.SeqLen); n *= 2 {
+			lengths = append(lengths, n)
+		}
+	}
+	prefillBS := m.opts.PrefillBatchSizes
+	if prefillBS == nil {
+		prefillBS = []int{1, 2, 4, 8}
+	}
+	var cs []*graph.Config
+	cs = append(cs, &graph.Config{Walk: engine.WalkDecode, Batched: &graph.Batched{TokensPerRow: 1},
+		BatchSizes: m.opts.DecodeBatchSizes, CapEagerBatch: true})
+	if len(lengths) > 0 && len(prefillBS) > 0 {
+		// "last" holds one index per row, so it follows the batch size, not
+		// the token count: its sequence axis is declared.
+		cs = append(cs, &graph.Config{Walk: engine.WalkPrefill, Packed: &graph.Packed{TokenLengths: lengths},
+			BatchSizes: prefillBS, SeqAxis: map[string]int{"last": 1}})
+	}
+	return cs
+}
+
+// Configs implements engine.Model.
+func (m *Model) Configs() []*graph.Config { return m.configs }
+
+// Preprocess builds the step's inputs: its tokens, the row of each token,
+// and the last token of each row (-1 for a row without tokens), sized for
+// the step's bucket.
+func (m *Model) Preprocess(step *engine.Step) graph.Inputs {
+	bs := step.BatchSize()
+	toks := make([]int32, step.Tokens)
+	rows := make([]int32, step.Tokens)
+	last := make([]int32, bs)
+	t := 0
+	for i := range last {
+		last[i] = -1
+	}
+	for i, r := range step.Rows {
+		for _, tok := range r.Tokens {
+			toks[t], rows[t] = tok, int32(i)
+			t++
+		}
+		if len(r.Tokens) > 0 {
+			last[i] = int32(t - 1)
+		}
+	}
+	return graph.Inputs{"tokens": graph.HostI32(toks), "token_rows": graph.HostI32(rows), "last": graph.HostI32(last)}
+}
+
+// Forward implements engine.Model: the decoder over the batch's tokens, the
+// logits of each row's last token, and one sampled token per row.
+func (m *Model) Forward(l *accel.Launcher, b *engine.Batch) (map[string]accel.Tensor, error) {
+	c := m.cfg
+	T, R := b.Tokens, b.Rows
+	d, kvd, hd := c.Dim, c.KVDim(), c.HeadSize()
+	toks, rows, last := b.In["tokens"], b.In["token_rows"], b.In["last"]
+	if toks.Len() != T || rows.Len() != T || last.Len() != R || b.KV == nil {
+		return nil, fmt.Errorf("llama: batch of %d tokens, %d rows: inputs %v %v %v", T, R, toks, rows, last)
+	}
+	sh := accel.AttentionShape{Heads: c.Heads, KVHeads: c.KVHeads, HeadSize: hd, PageSize: b.KV.PageSize}
+	x := l.Alloc(accel.F32, T, d)
+	xb := l.Alloc(accel.F32, T, d)
+	xb2 := l.Alloc(accel.F32, T, d)
+	q := l.Alloc(accel.F32, T, d)
+	k := l.Alloc(accel.F32, T, kvd)
+	v := l.Alloc(accel.F32, T, kvd)
+	hb := l.Alloc(accel.F32, T, c.Hidden)
+	hb2 := l.Alloc(accel.F32, T, c.Hidden)
+	l.Embed(x, m.emb, toks)
+	for i, ly := range m.layers {
+		l.RMSNorm(xb, x, ly.rmsAtt, eps)
+		l.MatMul(q, xb, ly.wq)
+		l.MatMul(k, xb, ly.wk)
+		l.MatMul(v, xb, ly.wv)
+		l.RoPE(q, k, b.Pos, hd, theta)
+		l.KVWrite(b.KV.K[i], b.KV.V[i], k, v, b.KV.Slots)
+		l.Attention(xb, q, b.KV.K[i], b.KV.V[i], rows, b.Pos, b.KV.Pages, sh)
+		l.MatMul(xb2, xb, ly.wo)
+		l.Add(x, x, xb2)
+		l.RMSNorm(xb, x, ly.rmsFFN, eps)
+		l.MatMul(hb, xb, ly.w1)
+		l.MatMul(hb2, xb, ly.w3)
+		l.SiLUMul(hb, hb, hb2)
+		l.MatMul(xb, hb, ly.w2)
+		l.Add(x, x, xb)
+	}
+	l.Free(xb, xb2, q, k, v, hb, hb2)
+	l.RMSNorm(x, x, m.final, eps)
+	lx := l.Alloc(accel.F32, R, d)
+	l.GatherRows(lx, x, last)
+	logits := l.Alloc(accel.F32, R, c.Vocab)
+	l.MatMul(logits, lx, m.cls)
+	next := l.Alloc(accel.I32, 1, R)
+	l.Sample(next, logits, b.Sample)
+	l.Free(x, lx)
+	out := map[string]accel.Tensor{"next": next}
+	if m.opts.Logits {
+		out["logits"] = logits
+	} else {
+		l.Free(logits)
+	}
+	return out, l.Err()
+}
+
+// BF16Bytes rounds float32s to bfloat16 (to nearest, ties to even) and
+// encodes them little-endian.
+func BF16Bytes(v []float32) []byte {
+	b := make([]byte, 2*len(v))
+	for i, x := range v {
+		u := BF16(x)
+		b[2*i], b[2*i+1] = byte(u), byte(u>>8)
+	}
+	return b
+}
+
+// BF16 rounds a float32 to bfloat16, to nearest with ties to even; NaN stays
+// NaN.
+func BF16(x float32) uint16 {
+	u := math.Float32bits(x)
+	if x != x {
+		return uint16(u>>16) | 0x40
+	}
+	u += 0x7FFF + (u>>16)&1
+	return uint16(u >> 16)
+}
