@@ -144,6 +144,7 @@ type Engine struct {
 	nextID  int64
 	closed  bool
 	wakeCh  chan struct{}
+	tasks   chan func()
 	done    chan struct{}
 	started bool
 
@@ -178,7 +179,7 @@ func New(dev accel.Device, m Model, opts Options) (*Engine, error) {
 		opts.Logger = slog.Default()
 	}
 	e := &Engine{dev: dev, model: m, info: info, opts: opts, log: opts.Logger, stops: map[int32]bool{},
-		wakeCh: make(chan struct{}, 1), done: make(chan struct{})}
+		wakeCh: make(chan struct{}, 1), tasks: make(chan func()), done: make(chan struct{})}
 	for _, t := range info.StopTokens {
 		e.stops[t] = true
 	}
@@ -387,9 +388,17 @@ func (e *Engine) loop(ctx context.Context) {
 		}
 		e.dropCancelled()
 		e.publish()
+		select {
+		case fn := <-e.tasks:
+			fn()
+			continue
+		default:
+		}
 		if len(e.waiting) == 0 && len(e.running) == 0 {
 			select {
 			case <-e.wakeCh:
+			case fn := <-e.tasks:
+				fn()
 			case <-ctx.Done():
 				return
 			}
@@ -553,6 +562,25 @@ func (e *Engine) dropCancelled() {
 	})
 	if len(e.running) != n {
 		e.discardPrePlan()
+	}
+}
+
+// do runs fn on the loop, between steps, and waits for it: the loop owns the
+// resources, so whatever touches them from outside goes through here.
+func (e *Engine) do(ctx context.Context, fn func()) error {
+	done := make(chan struct{})
+	select {
+	case e.tasks <- func() { fn(); close(done) }:
+	case <-e.done:
+		return ErrClosed
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case <-done:
+		return nil
+	case <-e.done:
+		return ErrClosed
 	}
 }
 

@@ -44,7 +44,16 @@ func Open(t testing.TB, backend string, opts accel.Options) *Env {
 	t.Helper()
 	dev, err := accel.Open(backend, 0, opts)
 	if err != nil {
-		t.Skipf("open %s: %v", backend, err)
+		// A backend whose library is missing, or that lists no device,
+		// skips; one that lists a device it cannot open is broken.
+		b, lerr := accel.Lookup(backend)
+		if lerr != nil || b.Probe() != nil {
+			t.Skipf("open %s: %v", backend, err)
+		}
+		if infos, derr := b.Devices(); derr != nil || len(infos) == 0 {
+			t.Skipf("open %s: no device: %v", backend, err)
+		}
+		t.Fatalf("open %s: it lists a device but cannot open it: %v", backend, err)
 	}
 	s, err := dev.NewStream()
 	if err != nil {

@@ -194,7 +194,9 @@ func unitsMatMul(c *rcall) (int, int) {
 }
 
 // runMatMul computes y = x·Wᵀ. Each output is a sequential float32 sum over the
-// input dimension, exactly as the reference does, whatever the batch.
+// input dimension, exactly as the reference does, whatever the batch. A
+// single running sum is bound by the latency of its adds, so four outputs are
+// summed side by side: four independent chains, each in the reference order.
 //
 //go:norace
 func runMatMul(c *rcall, lo, hi int) {
@@ -206,7 +208,11 @@ func runMatMul(c *rcall, lo, hi int) {
 		for t := 0; t < rows; t++ {
 			xr := x[t*in : (t+1)*in]
 			yr := y[t*out : (t+1)*out]
-			for o := o0; o < o1; o++ {
+			o := o0
+			for ; o+4 <= o1; o += 4 {
+				yr[o], yr[o+1], yr[o+2], yr[o+3] = dot4BF16(xr, w[o*in:(o+4)*in])
+			}
+			for ; o < o1; o++ {
 				wr := w[o*in : (o+1)*in]
 				var s float32
 				for i, v := range xr {
@@ -221,7 +227,11 @@ func runMatMul(c *rcall, lo, hi int) {
 	for t := 0; t < rows; t++ {
 		xr := x[t*in : (t+1)*in]
 		yr := y[t*out : (t+1)*out]
-		for o := o0; o < o1; o++ {
+		o := o0
+		for ; o+4 <= o1; o += 4 {
+			yr[o], yr[o+1], yr[o+2], yr[o+3] = dot4(xr, w[o*in:(o+4)*in])
+		}
+		for ; o < o1; o++ {
 			wr := w[o*in : (o+1)*in]
 			wr = wr[:len(xr)]
 			var s float32
@@ -231,6 +241,34 @@ func runMatMul(c *rcall, lo, hi int) {
 			yr[o] = s
 		}
 	}
+}
+
+// dot4 is four sequential float32 dot products of x with the four rows of w.
+//
+//go:norace
+func dot4(x, w []float32) (s0, s1, s2, s3 float32) {
+	n := len(x)
+	w0, w1, w2, w3 := w[:n], w[n:2*n], w[2*n:3*n], w[3*n:4*n]
+	for i, v := range x {
+		s0 += float32(v * w0[i])
+		s1 += float32(v * w1[i])
+		s2 += float32(v * w2[i])
+		s3 += float32(v * w3[i])
+	}
+	return
+}
+
+//go:norace
+func dot4BF16(x []float32, w []uint16) (s0, s1, s2, s3 float32) {
+	n := len(x)
+	w0, w1, w2, w3 := w[:n], w[n:2*n], w[2*n:3*n], w[3*n:4*n]
+	for i, v := range x {
+		s0 += float32(v * bf16(w0[i]))
+		s1 += float32(v * bf16(w1[i]))
+		s2 += float32(v * bf16(w2[i]))
+		s3 += float32(v * bf16(w3[i]))
+	}
+	return
 }
 
 func unitsRoPE(c *rcall) (int, int) { return c.o[0].rows, (c.o[0].cols + c.o[1].cols) * 8 }

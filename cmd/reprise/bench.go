@@ -1,0 +1,212 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"runtime/pprof"
+	"sync"
+	"time"
+
+	"github.com/reprise-ml/reprise/engine"
+	"github.com/reprise-ml/reprise/model/llama"
+)
+
+func init() {
+	register(command{name: "bench", summary: "time decode steps eager and replayed, per batch size", run: runBench})
+}
+
+// BenchReport is `reprise bench --json`'s output. Times are nanoseconds.
+type BenchReport struct {
+	Model       string `json:"model"`        // model name
+	Params      int64  `json:"params"`       // parameters
+	WeightBytes int64  `json:"weight_bytes"` // bytes of weights one forward reads
+	Weights     string `json:"weights"`      // f32 or bf16
+	Device      string `json:"device"`       // device the steps ran on
+	// MemoryBandwidth is the host memory read bandwidth the bench measured
+	// (bytes/s), summing a 256 MiB array on every core.
+	MemoryBandwidth float64      `json:"memory_read_bytes_per_s"`
+	Rows            []BenchRow   `json:"rows"`
+	Roofline        *BenchRoof   `json:"roofline,omitempty"`
+	Capture         BenchCapture `json:"capture"`
+}
+
+// BenchRow is one batch size: the median decode step eager and replayed.
+type BenchRow struct {
+	BatchSize    int     `json:"batch_size"`
+	EagerStep    int64   `json:"eager_step_ns"`  // median eager decode step
+	ReplayStep   int64   `json:"replay_step_ns"` // median replayed decode step (0: no graph fits)
+	Ratio        float64 `json:"eager_over_replay"`
+	EagerTokens  float64 `json:"eager_tokens_per_s"`
+	ReplayTokens float64 `json:"replay_tokens_per_s"`
+	Steps        int     `json:"steps"` // steps timed per mode
+}
+
+// BenchRoof is the batch-size-1 roofline: weight bytes read per second by
+// the replayed step against the measured memory bandwidth.
+type BenchRoof struct {
+	WeightBytesPerS float64 `json:"weight_bytes_per_s"`
+	Fraction        float64 `json:"fraction_of_bandwidth"`
+}
+
+// BenchCapture is how long capturing took and how many buckets it made.
+type BenchCapture struct {
+	Seconds float64 `json:"seconds"`
+	Buckets int     `json:"buckets"`
+}
+
+func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("bench", stderr)
+	var df deviceFlags
+	df.register(fs, true)
+	sizes := intList{1, 2, 4, 8, 16, 32, 64}
+	fs.Var(&sizes, "batch-sizes", "decode batch sizes to time, comma-separated")
+	steps := fs.Int("steps", 64, "decode steps timed per batch size and mode (fewer if --max-time runs out)")
+	warmup := fs.Int("warmup", 4, "decode steps run before timing")
+	maxTime := fs.Duration("max-time", 3*time.Second, "time budget per batch size and mode (at least 3 steps are timed)")
+	asJSON := fs.Bool("json", false, "print the report as JSON (fields in docs/BENCH.md)")
+	seed := fs.Uint64("seed", 1, "seed of a synthetic model's weights")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the timed steps to `file` (go tool pprof)")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	df.model.Seed = *seed
+	dev, err := df.open()
+	if err != nil {
+		return err
+	}
+	defer dev.Close()
+	mo, err := df.modelOptions()
+	if err != nil {
+		return err
+	}
+	mo.DecodeBatchSizes = sizes
+	mo.PrefillLengths = []int{} // bench times decode; prefill runs eager
+	m, _, err := llama.Open(dev, df.model, mo)
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	maxBS := 0
+	for _, s := range sizes {
+		maxBS = max(maxBS, s)
+	}
+	e, err := engine.New(dev, m, engine.Options{Graphs: true, MaxBatch: maxBS, Logger: df.log(stderr)})
+	if err != nil {
+		return err
+	}
+	defer e.Close()
+	t0 := time.Now()
+	if err := e.Start(ctx); err != nil {
+		return err
+	}
+	info := m.Info()
+	rep := BenchReport{Model: info.Name, Params: info.Params, WeightBytes: info.WeightBytes, Weights: df.weights,
+		Device: dev.Info().String(), Capture: BenchCapture{Seconds: time.Since(t0).Seconds(), Buckets: len(e.Runner().Buckets())}}
+	rep.MemoryBandwidth = memoryBandwidth()
+	for _, bs := range sizes {
+		row := BenchRow{BatchSize: bs}
+		ea, err := e.BenchDecode(ctx, bs, *warmup, *steps, *maxTime, true)
+		if err != nil {
+			return err
+		}
+		re, err := e.BenchDecode(ctx, bs, *warmup, *steps, *maxTime, false)
+		if err != nil {
+			return err
+		}
+		row.Steps = min(ea.Steps, re.Steps)
+		row.EagerStep = ea.Median.Nanoseconds()
+		row.EagerTokens = float64(bs) / ea.Median.Seconds()
+		if re.Replay {
+			row.ReplayStep = re.Median.Nanoseconds()
+			row.ReplayTokens = float64(bs) / re.Median.Seconds()
+			row.Ratio = ea.Median.Seconds() / re.Median.Seconds()
+		}
+		rep.Rows = append(rep.Rows, row)
+		if !*asJSON {
+			fmt.Fprintf(stderr, "bs=%d done\n", bs)
+		}
+	}
+	for _, r := range rep.Rows {
+		if r.BatchSize == 1 && r.ReplayStep > 0 {
+			bw := float64(info.WeightBytes) / (float64(r.ReplayStep) / 1e9)
+			rep.Roofline = &BenchRoof{WeightBytesPerS: bw, Fraction: bw / rep.MemoryBandwidth}
+		}
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rep)
+	}
+	printBench(stdout, rep)
+	return nil
+}
+
+func printBench(w io.Writer, r BenchReport) {
+	fmt.Fprintf(w, "model %s: %.1fM parameters, %s weights (%s), on %s\n", r.Model, float64(r.Params)/1e6,
+		humanBytes(r.WeightBytes), r.Weights, r.Device)
+	fmt.Fprintf(w, "graph capture: %d buckets in %.2f s; memory read bandwidth: %.1f GB/s\n",
+		r.Capture.Buckets, r.Capture.Seconds, r.MemoryBandwidth/1e9)
+	fmt.Fprintf(w, "\n%5s %14s %14s %7s %14s %14s\n", "batch", "eager step", "replay step", "ratio", "eager tok/s", "replay tok/s")
+	for _, row := range r.Rows {
+		replay, ratio, rtok := "-", "-", "-"
+		if row.ReplayStep > 0 {
+			replay = time.Duration(row.ReplayStep).String()
+			ratio = fmt.Sprintf("%.2fx", row.Ratio)
+			rtok = fmt.Sprintf("%.1f", row.ReplayTokens)
+		}
+		fmt.Fprintf(w, "%5d %14s %14s %7s %14.1f %14s\n", row.BatchSize, time.Duration(row.EagerStep), replay, ratio, row.EagerTokens, rtok)
+	}
+	if rf := r.Roofline; rf != nil {
+		fmt.Fprintf(w, "\nbatch 1 replayed: weights read at %.2f GB/s, %.0f%% of the measured bandwidth\n", rf.WeightBytesPerS/1e9, 100*rf.Fraction)
+	}
+}
+
+// memoryBandwidth measures host memory read bandwidth: the best of three
+// sums of a 256 MiB array split over every core.
+func memoryBandwidth() float64 {
+	const n = 64 << 20 // float32s: 256 MiB
+	a := make([]float32, n)
+	for i := range a {
+		a[i] = float32(i & 7)
+	}
+	workers := runtime.GOMAXPROCS(0)
+	best := 0.0
+	sink := make([]float32, workers)
+	for rep := 0; rep < 3; rep++ {
+		var wg sync.WaitGroup
+		t0 := time.Now()
+		for w := 0; w < workers; w++ {
+			wg.Add(1)
+			go func(w int) {
+				defer wg.Done()
+				part := a[n*w/workers : n*(w+1)/workers]
+				var s0, s1, s2, s3 float32
+				for i := 0; i+4 <= len(part); i += 4 {
+					s0 += part[i]
+					s1 += part[i+1]
+					s2 += part[i+2]
+					s3 += part[i+3]
+				}
+				sink[w] = s0 + s1 + s2 + s3
+			}(w)
+		}
+		wg.Wait()
+		best = max(best, float64(4*n)/time.Since(t0).Seconds())
+	}
+	return best
+}

@@ -1,0 +1,116 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/reprise-ml/reprise/accel"
+	"github.com/reprise-ml/reprise/accel/cpu"
+	"github.com/reprise-ml/reprise/model/llama"
+)
+
+// deviceFlags are the flags every command that runs a model shares.
+type deviceFlags struct {
+	device  string
+	memory  string
+	weights string
+	model   llama.Source
+	verbose bool
+}
+
+func (d *deviceFlags) register(fs *flag.FlagSet, synthetic bool) {
+	fs.StringVar(&d.device, "device", "cpu", "device to run on: `backend[:ordinal]` (cpu, opencl, cuda; see reprise devices)")
+	fs.StringVar(&d.memory, "device-memory", "", "cap on the device memory reprise uses, e.g. 2GiB (CPU: the arena's capacity; default "+cpu.EnvMemory+" or a quarter of RAM)")
+	fs.StringVar(&d.weights, "weights", "f32", "storage of weight matrices: f32 or bf16")
+	fs.StringVar(&d.model.Model, "model", "", "llama2.c checkpoint `path` (default: the embedded stories260K)")
+	fs.StringVar(&d.model.Tokenizer, "tokenizer", "", "llama2.c tokenizer `path` for --model")
+	if synthetic {
+		fs.StringVar(&d.model.Synthetic, "synthetic", "", "a synthetic model with seeded random weights: "+strings.Join(llama.SyntheticNames(), ", "))
+	}
+	fs.BoolVar(&d.verbose, "v", false, "log progress at info level")
+}
+
+func (d *deviceFlags) open() (accel.Device, error) {
+	name, ord, err := accel.ParseDevice(d.device)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", errUsage, err)
+	}
+	var opts accel.Options
+	if d.memory != "" {
+		if opts.MemoryLimit, err = cpu.ParseBytes(d.memory); err != nil {
+			return nil, fmt.Errorf("%w: --device-memory: %v", errUsage, err)
+		}
+	}
+	return accel.Open(name, ord, opts)
+}
+
+func (d *deviceFlags) modelOptions() (llama.Options, error) {
+	switch d.weights {
+	case "f32":
+		return llama.Options{Weights: accel.F32}, nil
+	case "bf16":
+		return llama.Options{Weights: accel.BF16}, nil
+	}
+	return llama.Options{}, fmt.Errorf("%w: --weights %q: want f32 or bf16", errUsage, d.weights)
+}
+
+// log is the command's logger: warnings only, unless -v or REPRISE_LOG.
+func (d *deviceFlags) log(stderr io.Writer) *slog.Logger {
+	if d.verbose || os.Getenv("REPRISE_LOG") != "" {
+		if os.Getenv("REPRISE_LOG") == "" {
+			os.Setenv("REPRISE_LOG", "info")
+		}
+		return logger(stderr)
+	}
+	return slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
+
+// onOff is a flag that takes on or off.
+type onOff bool
+
+func (o *onOff) String() string {
+	if *o {
+		return "on"
+	}
+	return "off"
+}
+
+func (o *onOff) Set(s string) error {
+	switch s {
+	case "on", "true", "1":
+		*o = true
+	case "off", "false", "0":
+		*o = false
+	default:
+		return fmt.Errorf("want on or off, not %q", s)
+	}
+	return nil
+}
+
+// intList is a flag of comma-separated positive integers.
+type intList []int
+
+func (l *intList) String() string {
+	s := make([]string, len(*l))
+	for i, v := range *l {
+		s[i] = strconv.Itoa(v)
+	}
+	return strings.Join(s, ",")
+}
+
+func (l *intList) Set(v string) error {
+	*l = nil
+	for _, f := range strings.Split(v, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return fmt.Errorf("want comma-separated positive integers, not %q", v)
+		}
+		*l = append(*l, n)
+	}
+	return nil
+}

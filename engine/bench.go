@@ -1,0 +1,111 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/reprise-ml/reprise/graph"
+)
+
+// DecodeBench is what BenchDecode measured for one batch size and mode.
+type DecodeBench struct {
+	BatchSize int           `json:"batch_size"`
+	Replay    bool          `json:"replay"` // steps replayed a graph (else eager)
+	Steps     int           `json:"steps"`  // steps timed
+	Median    time.Duration `json:"median_ns"`
+	Min       time.Duration `json:"min_ns"`
+}
+
+// BenchDecode times decode steps of bs rows: it opens bs requests, prefills
+// them, runs warmup steps, then times steps (each the whole engine step:
+// plan, stage, launch or replay, read back) until it has at least steps of
+// them or maxTime has passed (at least 3). eager forces the eager path even
+// where a graph was captured. It runs on the engine's loop, between requests'
+// steps, and returns the per-step figures.
+func (e *Engine) BenchDecode(ctx context.Context, bs, warmup, steps int, maxTime time.Duration, eager bool) (DecodeBench, error) {
+	var res DecodeBench
+	var ferr error
+	err := e.do(ctx, func() { res, ferr = e.benchDecode(bs, warmup, steps, maxTime, eager) })
+	if err != nil {
+		return res, err
+	}
+	return res, ferr
+}
+
+func (e *Engine) benchDecode(bs, warmup, steps int, maxTime time.Duration, eager bool) (DecodeBench, error) {
+	res := DecodeBench{BatchSize: bs}
+	e.discardPrePlan()
+	need := 2 + warmup + steps
+	if need > e.info.MaxSeq {
+		return res, fmt.Errorf("engine: %d bench steps exceed the model's %d positions", warmup+steps, e.info.MaxSeq)
+	}
+	reqs := make([]*request, bs)
+	for i := range reqs {
+		e.mu.Lock()
+		id := e.nextID
+		e.nextID++
+		e.mu.Unlock()
+		r := &request{id: id, req: Request{Prompt: []int32{1, int32(3 + i%200)}, MaxTokens: need}, maxLen: need + 1,
+			out: make(chan Output, 1), wake: func() {}}
+		if err := e.sr.Ingest(id, RequestInfo{MaxLen: need + 1}); err != nil {
+			e.benchCleanup(reqs[:i])
+			return res, fmt.Errorf("engine: bench batch %d: %w", bs, err)
+		}
+		r.ingested = true
+		reqs[i] = r
+	}
+	defer e.benchCleanup(reqs)
+	runner := e.runner
+	if eager {
+		e.runner = nil // this step's lease comes from nowhere: eager
+		defer func() { e.runner = runner }()
+	}
+	rows := make([]graph.Row, bs)
+	for i, r := range reqs {
+		rows[i] = graph.Row{ID: r.id, Tokens: r.req.Prompt}
+	}
+	// Prefill in chunks the prefill limits allow.
+	for lo := 0; lo < bs; lo += e.opts.MaxPrefillRows {
+		hi := min(bs, lo+e.opts.MaxPrefillRows)
+		if _, err := e.runStep(WalkPrefill, rows[lo:hi], nil); err != nil {
+			return res, err
+		}
+	}
+	last := make([]int32, bs)
+	var times []time.Duration
+	t0 := time.Now()
+	for i := 0; i < warmup+steps; i++ {
+		for j, r := range reqs {
+			rows[j] = graph.Row{ID: r.id, Tokens: []int32{3 + last[j]%200}}
+		}
+		ts := time.Now()
+		next, err := e.runStep(WalkDecode, rows, reqs)
+		if err != nil {
+			return res, err
+		}
+		d := time.Since(ts)
+		copy(last, next)
+		if i >= warmup {
+			times = append(times, d)
+			if len(times) >= steps || (time.Since(t0) > maxTime && len(times) >= 3) {
+				break
+			}
+		}
+	}
+	e.discardPrePlan()
+	slices.Sort(times)
+	res.Steps, res.Median, res.Min = len(times), times[len(times)/2], times[0]
+	res.Replay = e.runner != nil && e.runner.SelectBatchedBucket(WalkDecode, bs, "") != nil
+	return res, nil
+}
+
+func (e *Engine) benchCleanup(reqs []*request) {
+	e.discardPrePlan()
+	for _, r := range reqs {
+		if r != nil && r.ingested {
+			_ = e.sr.Remove(r.id)
+		}
+	}
+}
