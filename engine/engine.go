@@ -228,7 +228,10 @@ func (e *Engine) Start(ctx context.Context) error {
 		if ro.Name == "" {
 			ro.Name = e.info.Name
 		}
-		ro.Group, ro.Logger = e.opts.Group, e.log
+		ro.Group = e.opts.Group
+		if ro.Logger == nil {
+			ro.Logger = e.log
+		}
 		r, err := graph.New(e.dev, e.node, e.model.Configs(), ro)
 		if err != nil {
 			return err

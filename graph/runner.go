@@ -45,6 +45,9 @@ type Options struct {
 	// Deterministic (relative; default 1e-3). Deterministic devices compare
 	// bit for bit.
 	Tolerance float64
+	// Progress, if set, is called after each capture with the number done,
+	// the total, and the capture just finished (for progress bars and logs).
+	Progress func(done, total int, spec SlotSpec, err error)
 }
 
 // Slot is one captured graph and the buffers its replay reads and writes.
@@ -270,13 +273,22 @@ func (r *Runner) Capture(ctx context.Context, planned map[BucketKey]bool) error 
 			order = append(order, k)
 		}
 	}
+	total := 0
+	for _, spec := range r.specs {
+		if results[spec.Bucket] != nil {
+			total++
+		}
+	}
+	done := 0
 	for _, spec := range r.specs {
 		res := results[spec.Bucket]
 		if res == nil {
 			continue
 		}
+		var capErr error
 		if res.ok {
 			slot, err := r.captureSpec(spec)
+			capErr = err
 			if err != nil {
 				res.ok = false
 				res.why = err.Error()
@@ -285,6 +297,10 @@ func (r *Runner) Capture(ctx context.Context, planned map[BucketKey]bool) error 
 			} else {
 				res.slots[spec.Slot] = slot
 			}
+		}
+		done++
+		if r.opts.Progress != nil {
+			r.opts.Progress(done, total, spec, capErr)
 		}
 		// Every rank meets this barrier whether its capture passed or failed,
 		// so barrier counts never diverge.
