@@ -1,0 +1,133 @@
+package engine
+
+import (
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/reprise-ml/reprise/accel"
+	"github.com/reprise-ml/reprise/graph"
+)
+
+// fakeRes records what the step runner asks of it.
+type fakeRes struct {
+	name   string
+	deps   []string
+	refuse AdmitStatus
+	log    *[]string
+}
+
+func (f *fakeRes) Name() string                    { return f.name }
+func (f *fakeRes) DependsOn() []string             { return f.deps }
+func (f *fakeRes) Ingest(int64, RequestInfo) error { return nil }
+func (f *fakeRes) Remove(int64) error              { *f.log = append(*f.log, "remove "+f.name); return nil }
+func (f *fakeRes) Reset(int64, bool) error         { return nil }
+func (f *fakeRes) Admit(*Step) (AdmitStatus, int) {
+	*f.log = append(*f.log, "admit "+f.name)
+	if f.refuse != Admitted {
+		return f.refuse, 3
+	}
+	return Admitted, 0
+}
+func (f *fakeRes) Unadmit(*Step) { *f.log = append(*f.log, "unadmit "+f.name) }
+func (f *fakeRes) Plan(_ accel.Stream, _ *accel.Stager, s *Step) (any, error) {
+	*f.log = append(*f.log, "plan "+f.name)
+	return f.name + " plan", nil
+}
+func (f *fakeRes) Commit(*Step) error {
+	*f.log = append(*f.log, "commit "+f.name)
+	if f.name == "b" {
+		return errors.New("b fails to commit")
+	}
+	return nil
+}
+func (f *fakeRes) SupportsPrePlan() bool                    { return false }
+func (f *fakeRes) ForcesDoubleBuffer() bool                 { return f.name == "c" }
+func (f *fakeRes) BuildGraphBuffers([]graph.SlotSpec) error { return nil }
+func (f *fakeRes) CanCapture() bool                         { return f.name != "d" }
+
+func TestStepRunnerOrder(t *testing.T) {
+	var log []string
+	mk := func(name string, deps ...string) *fakeRes { return &fakeRes{name: name, deps: deps, log: &log} }
+	// z has no dependencies but sorts last among equals; c depends on z.
+	sr, err := NewStepRunner(mk("c", "z"), mk("b"), mk("z"), mk("a", "c"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var order []string
+	for _, r := range sr.Resources() {
+		order = append(order, r.Name())
+	}
+	if want := []string{"b", "z", "c", "a"}; !slices.Equal(order, want) {
+		t.Fatalf("order %v, want %v (dependencies first, alphabetical among equals)", order, want)
+	}
+	if !sr.DoubleBuffer() {
+		t.Error("a resource forcing a double buffer should give two slots")
+	}
+	step := NewStep("decode", "", nil, 0, nil)
+	if err := sr.Plan(nil, nil, step); err != nil {
+		t.Fatal(err)
+	}
+	if step.Plans["a"] != "a plan" || len(step.Plans) != 4 {
+		t.Fatalf("plans %v", step.Plans)
+	}
+}
+
+func TestStepRunnerBadDependencies(t *testing.T) {
+	var log []string
+	mk := func(name string, deps ...string) *fakeRes { return &fakeRes{name: name, deps: deps, log: &log} }
+	for _, c := range []struct {
+		rs   []Resource
+		want string
+	}{
+		{[]Resource{mk("a", "nope")}, "unknown"},
+		{[]Resource{mk("a", "a")}, "itself"},
+		{[]Resource{mk("a", "b"), mk("b", "c"), mk("c", "a"), mk("d")}, "cycle: a, b, c"},
+		{[]Resource{mk("a"), mk("a")}, "two resources"},
+	} {
+		if _, err := NewStepRunner(c.rs...); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("want an error containing %q, got %v", c.want, err)
+		}
+	}
+}
+
+func TestStepRunnerAdmitStopsAtFirstFailure(t *testing.T) {
+	var log []string
+	a := &fakeRes{name: "a", log: &log}
+	b := &fakeRes{name: "b", log: &log, refuse: AllocFailed}
+	c := &fakeRes{name: "c", log: &log}
+	sr, err := NewStepRunner(a, b, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = sr.Admit(NewStep("decode", "", nil, 0, nil))
+	var ae *AdmitError
+	if !errors.As(err, &ae) || ae.Resource != "b" || ae.Status != AllocFailed || ae.Short != 3 {
+		t.Fatalf("admit error %v", err)
+	}
+	if want := []string{"admit a", "admit b", "unadmit a"}; !slices.Equal(log, want) {
+		t.Fatalf("calls %v, want %v (stop at b, undo a, never ask c)", log, want)
+	}
+	// Commit and Remove reach every resource even after one fails.
+	log = nil
+	if err := sr.Commit(NewStep("decode", "", nil, 0, nil)); err == nil {
+		t.Fatal("a failing commit was not reported")
+	}
+	if want := []string{"commit a", "commit b", "commit c"}; !slices.Equal(log, want) {
+		t.Fatalf("commit reached %v", log)
+	}
+	log = nil
+	sr.Abort(NewStep("decode", "", nil, 0, nil))
+	if want := []string{"unadmit c", "unadmit b", "unadmit a"}; !slices.Equal(log, want) {
+		t.Fatalf("abort reached %v", log)
+	}
+}
+
+func TestBlockedResources(t *testing.T) {
+	var log []string
+	sr, _ := NewStepRunner(&fakeRes{name: "a", log: &log}, &fakeRes{name: "d", log: &log})
+	if got := sr.Blocked(); !slices.Equal(got, []string{"d"}) {
+		t.Fatalf("blocked %v", got)
+	}
+}
