@@ -113,6 +113,10 @@ type Allocator interface {
 	// EmptyCache returns cached, unused segments of the default pool to the
 	// device.
 	EmptyCache()
+	// ResetPeak restarts the peak figures from the current ones, so that
+	// Stats().PeakAllocated - Allocated measures what a step of work took
+	// at its most.
+	ResetPeak()
 }
 
 // AllocStats is the allocator's accounting. Reserved counts whole segments

@@ -57,10 +57,9 @@ func (e *Engine) benchDecode(bs, warmup, steps int, maxTime time.Duration, eager
 		reqs[i] = r
 	}
 	defer e.benchCleanup(reqs)
-	runner := e.runner
 	if eager {
-		e.runner = nil // this step's lease comes from nowhere: eager
-		defer func() { e.runner = runner }()
+		e.forceEager = true
+		defer func() { e.forceEager = false }()
 	}
 	rows := make([]graph.Row, bs)
 	for i, r := range reqs {
@@ -97,7 +96,7 @@ func (e *Engine) benchDecode(bs, warmup, steps int, maxTime time.Duration, eager
 	e.discardPrePlan()
 	slices.Sort(times)
 	res.Steps, res.Median, res.Min = len(times), times[len(times)/2], times[0]
-	res.Replay = e.runner != nil && e.runner.SelectBatchedBucket(WalkDecode, bs, "") != nil
+	res.Replay = !eager && e.runner != nil && e.runner.SelectBatchedBucket(WalkDecode, bs, "") != nil
 	return res, nil
 }
 

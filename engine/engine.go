@@ -57,6 +57,20 @@ type Options struct {
 	MaxQueue int
 	// NoPrePlan turns off planning step N+1 while step N replays.
 	NoPrePlan bool
+	// NoPlan captures every bucket without measuring and planning first.
+	NoPlan bool
+	// MemoryFraction caps what the device may hold once graphs are
+	// captured, as a fraction of its total memory; memory already in use
+	// counts against it (default 0.9).
+	MemoryFraction float64
+	// BackgroundCapture serves at once, eagerly, and captures the planned
+	// buckets between steps, the most requested first; each goes live when
+	// its golden check passes. Only for a single rank.
+	BackgroundCapture bool
+	// PlanCache is the directory measured capture costs persist in
+	// (default $REPRISE_PLAN_CACHE, else the user cache directory;
+	// "off" disables it).
+	PlanCache string
 	// Group is the ranks that must keep the same graphs (nil: one).
 	Group comm.Group
 	// Runner configures the graph runner (name, golden check, tolerance).
@@ -153,7 +167,12 @@ type Engine struct {
 	running []*request
 	pre     *prePlan
 
-	stats Stats
+	stats   Stats
+	planRep *PlanReport
+	bg      *background
+	startAt time.Time
+	// forceEager makes every step run eager (benchmarks); loop-owned.
+	forceEager bool
 }
 
 // New builds the engine's resources on dev. Call Start to capture graphs
@@ -220,39 +239,11 @@ func (e *Engine) Runner() *graph.Runner { return e.runner }
 // Start captures the model's graphs (when Options.Graphs) and starts the
 // scheduling loop, which runs until ctx ends or Close.
 func (e *Engine) Start(ctx context.Context) error {
+	e.startAt = time.Now()
 	if e.opts.Graphs {
-		if !e.dev.Capability().GraphCapture {
-			return fmt.Errorf("engine: graphs asked for but %v cannot capture: %w", e.dev.Info(), accel.ErrUnsupported)
-		}
-		ro := e.opts.Runner
-		if ro.Name == "" {
-			ro.Name = e.info.Name
-		}
-		ro.Group = e.opts.Group
-		if ro.Logger == nil {
-			ro.Logger = e.log
-		}
-		r, err := graph.New(e.dev, e.node, e.model.Configs(), ro)
-		if err != nil {
+		if err := e.startGraphs(ctx, true); err != nil {
 			return err
 		}
-		t0 := time.Now()
-		specs, err := r.Prepare()
-		if err != nil {
-			return err
-		}
-		e.log.Info("capturing graphs", "captures", len(specs))
-		if err := r.Capture(ctx, nil); err != nil {
-			r.Close()
-			return err
-		}
-		e.runner = r
-		e.stream = r.Stream()
-		if m := r.MaxBatchSizeFor(WalkDecode); m > 0 && m < e.opts.MaxBatch {
-			e.opts.MaxBatch = m
-		}
-		e.log.Info("graphs captured", "buckets", len(r.Buckets()), "dropped", len(r.Dropped()),
-			"seconds", time.Since(t0).Seconds(), "pool_bytes", r.Pool().Stats().Reserved)
 	} else {
 		s, err := e.dev.NewStream()
 		if err != nil {
@@ -264,6 +255,79 @@ func (e *Engine) Start(ctx context.Context) error {
 	e.started = true
 	e.mu.Unlock()
 	go e.loop(ctx)
+	return nil
+}
+
+// DryPlan makes the graph runner, sizes and plans its captures, and stops
+// there: what `reprise plan` prints. The engine cannot be started after.
+func (e *Engine) DryPlan(ctx context.Context) (*PlanReport, error) {
+	e.opts.BackgroundCapture, e.opts.NoPlan = false, false
+	if err := e.startGraphs(ctx, false); err != nil {
+		return nil, err
+	}
+	return e.planRep, nil
+}
+
+// startGraphs makes the graph runner and captures (or, in the background,
+// starts to; or with capture false only plans).
+func (e *Engine) startGraphs(ctx context.Context, capture bool) error {
+	if !e.dev.Capability().GraphCapture {
+		return fmt.Errorf("engine: graphs asked for but %v cannot capture: %w", e.dev.Info(), accel.ErrUnsupported)
+	}
+	ro := e.opts.Runner
+	if ro.Name == "" {
+		ro.Name = e.info.Name
+	}
+	ro.Group = e.opts.Group
+	if ro.Logger == nil {
+		ro.Logger = e.log
+	}
+	r, err := graph.New(e.dev, e.node, e.model.Configs(), ro)
+	if err != nil {
+		return err
+	}
+	t0 := time.Now()
+	specs, err := r.Prepare()
+	if err != nil {
+		r.Close()
+		return err
+	}
+	e.runner, e.stream = r, r.Stream()
+	if m := r.MaxBatchSizeFor(WalkDecode); m > 0 && m < e.opts.MaxBatch {
+		e.opts.MaxBatch = m
+	}
+	if e.opts.BackgroundCapture {
+		if e.opts.Group != nil && e.opts.Group.Size() > 1 {
+			return fmt.Errorf("engine: background capture is for a single rank (this group has %d)", e.opts.Group.Size())
+		}
+		e.bg = &background{demand: map[graph.BucketKey]int{}, tries: map[graph.BucketKey]int{}, started: t0}
+		e.log.Info("serving eager while graphs are captured in the background", "captures", len(specs))
+		return nil
+	}
+	var planned map[graph.BucketKey]bool
+	if !e.opts.NoPlan {
+		var rep *PlanReport
+		if planned, rep, err = e.plan(ctx, r); err != nil {
+			return err
+		}
+		e.planRep = rep
+		e.log.Info("capture plan", "buckets", len(planned), "of", len(rep.Costs), "predicted_pool", rep.Plan.Predicted[rep.Pool],
+			"outside", rep.Plan.Outside[rep.Pool], "floor", rep.Plan.Floor, "budget", rep.Plan.Free, "from_cache", rep.FromCache)
+	}
+	if !capture {
+		return nil
+	}
+	e.log.Info("capturing graphs", "captures", len(specs))
+	if err := r.Capture(ctx, planned); err != nil {
+		return err
+	}
+	if rep := e.planRep; rep != nil {
+		rep.Actual, rep.ActualOutside = r.PoolMemory(), r.OutsideMemory()
+		e.log.Info("capture memory, predicted against taken", "pool", rep.Pool, "predicted", rep.Plan.Predicted[rep.Pool],
+			"actual", rep.Actual, "outside_predicted", rep.Plan.Outside[rep.Pool], "outside_actual", rep.ActualOutside)
+	}
+	e.log.Info("graphs captured", "buckets", len(r.Buckets()), "dropped", len(r.Dropped()),
+		"seconds", time.Since(t0).Seconds(), "pool_bytes", r.PoolMemory())
 	return nil
 }
 
@@ -397,7 +461,11 @@ func (e *Engine) loop(ctx context.Context) {
 			continue
 		default:
 		}
+		bgWork := e.backgroundStep(ctx)
 		if len(e.waiting) == 0 && len(e.running) == 0 {
+			if bgWork {
+				continue
+			}
 			select {
 			case <-e.wakeCh:
 			case fn := <-e.tasks:
@@ -472,6 +540,9 @@ func (e *Engine) prefill(batch []*request) {
 		return
 	}
 	now := time.Now()
+	if e.stats.firstToken.CompareAndSwap(0, int64(now.Sub(e.startAt))) {
+		e.log.Info("first token after start", "seconds", now.Sub(e.startAt).Seconds())
+	}
 	for i, r := range batch {
 		r.firstTok = now
 		e.stats.observeTTFT(now.Sub(r.submitted))

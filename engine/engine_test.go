@@ -3,6 +3,7 @@ package engine_test
 import (
 	"context"
 	"errors"
+	"math"
 	"os"
 	"slices"
 	"testing"
@@ -43,6 +44,9 @@ func start(t testing.TB, graphs bool, eo engine.Options, mo llama.Options) *setu
 		t.Fatal(err)
 	}
 	eo.Graphs = graphs
+	if eo.PlanCache == "" {
+		eo.PlanCache = "off"
+	}
 	e, err := engine.New(dev, m, eo)
 	if err != nil {
 		t.Fatal(err)
@@ -303,5 +307,116 @@ func TestSubmitValidation(t *testing.T) {
 		if _, err := s.e.Submit(context.Background(), req); !errors.Is(err, engine.ErrInvalidRequest) {
 			t.Errorf("%+v: %v, want ErrInvalidRequest", req, err)
 		}
+	}
+}
+
+// Planning: the prediction matches what capture took, the memory fraction
+// caps the plan, and the plan cache is used and invalidated.
+func TestPlanning(t *testing.T) {
+	cache := t.TempDir()
+	opts := engine.Options{PlanCache: cache}
+	s := start(t, true, opts, llama.Options{})
+	rep := s.e.Plan()
+	if rep == nil || rep.FromCache {
+		t.Fatalf("first start: %+v", rep)
+	}
+	pred := rep.Plan.Predicted[rep.Pool]
+	if diff := math.Abs(float64(rep.Actual-pred)) / float64(pred); diff > 0.01 {
+		t.Fatalf("pool predicted %d, capture took %d (%.1f%%)", pred, rep.Actual, 100*diff)
+	}
+	if len(rep.Plan.Buckets[rep.Pool]) != len(rep.Costs) {
+		t.Fatalf("with room for all, %d of %d planned: %v", len(rep.Plan.Buckets[rep.Pool]), len(rep.Costs), rep.Why)
+	}
+	// Same model, device and configuration: the costs come from the cache.
+	first := start(t, true, opts, testModel)
+	if first.e.Plan().FromCache {
+		t.Fatal("another configuration's costs were taken from the cache")
+	}
+	again := start(t, true, opts, testModel)
+	if !again.e.Plan().FromCache {
+		t.Fatal("the second start did not use the plan cache")
+	}
+	// Another configuration invalidates it.
+	other := start(t, true, opts, llama.Options{PrefillLengths: []int{16, 32, 64}, PrefillBatchSizes: []int{1, 8}, DecodeBatchSizes: []int{1, 2, 4}})
+	if other.e.Plan().FromCache {
+		t.Fatal("a changed configuration used the old plan")
+	}
+	// A tight memory fraction leaves graphs out (but never the floor).
+	dev := openCPU(t)
+	m, _, err := llama.Open(dev, llama.Source{}, testModel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	fp := first.e.Plan().Plan
+	full := fp.Predicted[rep.Pool] + fp.Outside[rep.Pool] + fp.Floor
+	mi := dev.MemInfo()
+	used := mi.Total - mi.Free + first.e.KV().Bytes() // the engine's KV cache is allocated before it plans
+	tight, err := engine.New(dev, m, engine.Options{Graphs: true, PlanCache: "off",
+		MemoryFraction: float64(used+full/2) / float64(mi.Total)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tight.Close()
+	if err := tight.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	tp := tight.Plan()
+	if n := len(tp.Plan.Buckets[tp.Pool]); n == 0 || n >= len(tp.Costs) {
+		t.Fatalf("a fraction with room for half the graphs planned %d of %d", n, len(tp.Costs))
+	}
+	if tp.Plan.Total()+tp.Plan.Floor > tp.Plan.Free {
+		t.Fatalf("the plan (%d) and floor (%d) exceed the budget %d", tp.Plan.Total(), tp.Plan.Floor, tp.Plan.Free)
+	}
+}
+
+// Background capture serves at once, never leases a bucket before it is
+// live, and gives the eager result throughout.
+func TestBackgroundCapture(t *testing.T) {
+	_, tok, err := llama.Default()
+	if err != nil {
+		t.Fatal(err)
+	}
+	js := jobs(tok, 16)
+	eager := start(t, false, engine.Options{}, testModel)
+	want := runAll(t, eager.e, js)
+	bg := start(t, true, engine.Options{BackgroundCapture: true}, testModel)
+	got := runAll(t, bg.e, js)
+	for i := range js {
+		if !slices.Equal(got[i], want[i]) {
+			t.Fatalf("request %d during background capture: %v, want %v", i, got[i], want[i])
+		}
+	}
+	if bg.e.Stats().FirstTokenAfterStart <= 0 {
+		t.Fatal("no time to first token after start")
+	}
+	// Capture finishes; then the same requests replay and still match.
+	deadline := time.Now().Add(60 * time.Second)
+	for len(bg.e.Runner().Buckets()) < 7 {
+		if time.Now().After(deadline) {
+			t.Fatalf("background capture did not finish: %v", bg.e.Runner().Buckets())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	got = runAll(t, bg.e, js)
+	for i := range js {
+		if !slices.Equal(got[i], want[i]) {
+			t.Fatalf("request %d after background capture: %v, want %v", i, got[i], want[i])
+		}
+	}
+	tel := bg.e.Runner().Telemetry()
+	live := map[string]bool{}
+	for _, k := range bg.e.Runner().Buckets() {
+		live[k.String()] = true
+	}
+	replays := int64(0)
+	for _, b := range tel.Buckets {
+		if !live[b.Bucket] {
+			t.Fatalf("bucket %s replayed but never went live", b.Bucket)
+		}
+		replays += b.Replays
+	}
+	if replays == 0 {
+		t.Fatal("nothing replayed after background capture")
 	}
 }

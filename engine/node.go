@@ -46,6 +46,11 @@ func (n *node) Prepare(s accel.Stream, lease *graph.Lease, rows []graph.Row) (gr
 	}
 	step := NewStep(lease.Bucket.Walk, lease.Bucket.Key, rows, real, lease)
 	if err := n.prepare(s, step); err != nil {
+		var ae *AdmitError
+		if errors.As(err, &ae) {
+			// The cache is busy with real requests: try again later.
+			return nil, fmt.Errorf("%w: %w", graph.ErrNotAdmitted, err)
+		}
 		return nil, err
 	}
 	return n.model.Preprocess(step), nil

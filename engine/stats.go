@@ -16,6 +16,8 @@ type Stats struct {
 	tokens   atomic.Int64
 	finished atomic.Int64
 
+	firstToken atomic.Int64 // ns from Start to the first token served
+
 	prePlans     atomic.Int64
 	prePlanHits  atomic.Int64
 	prePlanStale atomic.Int64
@@ -88,6 +90,9 @@ type Snapshot struct {
 	KVPagesFree  int             `json:"kv_pages_free"`
 	Steps        []StepStats     `json:"steps"`
 	TTFT         []time.Duration `json:"-"`
+	// FirstTokenAfterStart is the time from Start to the first token any
+	// request received (0: none yet).
+	FirstTokenAfterStart time.Duration `json:"first_token_after_start_ns"`
 }
 
 // Stats returns a snapshot of the engine's counters.
@@ -95,7 +100,8 @@ func (e *Engine) Stats() Snapshot {
 	s := &e.stats
 	snap := Snapshot{Waiting: s.waiting.Load(), Running: s.running.Load(), Tokens: s.tokens.Load(), Finished: s.finished.Load(),
 		PrePlans: s.prePlans.Load(), PrePlanHits: s.prePlanHits.Load(), PrePlanStale: s.prePlanStale.Load(),
-		KVPagesUsed: int(s.kvUsed.Load()), KVPagesFree: int(s.kvFree.Load())}
+		KVPagesUsed: int(s.kvUsed.Load()), KVPagesFree: int(s.kvFree.Load()),
+		FirstTokenAfterStart: time.Duration(s.firstToken.Load())}
 	s.mu.Lock()
 	for _, st := range s.steps {
 		c := *st

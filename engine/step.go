@@ -38,9 +38,12 @@ func (e *Engine) runStep(walk string, rows []graph.Row, next []*request) ([]int3
 			step.Rows[i].Tokens = rows[i].Tokens
 		}
 	} else {
-		if e.runner != nil {
+		if e.runner != nil && !e.forceEager {
 			lease = e.runner.LeaseSlot(walk, n, tokens, "", -1)
-			if lease == nil && e.runner.CapturesWalk(walk) {
+			if lease == nil && e.bg != nil {
+				e.bg.want(e.runner, walk, n, tokens)
+				e.runner.NoteEager(walk, "bucket not captured yet")
+			} else if lease == nil && e.runner.CapturesWalk(walk) {
 				e.runner.NoteEager(walk, e.fallbackReason(walk, n, tokens))
 			}
 		}
@@ -157,7 +160,7 @@ func (e *Engine) readNext(s accel.Stream, next accel.Tensor, n int) ([]int32, er
 // use. Tokens are not known yet: only counts matter to the plan, and the
 // tokens are staged at replay.
 func (e *Engine) prePlanNext(batch []*request) {
-	if e.runner == nil || e.opts.NoPrePlan || e.runner.NumSlots() < 2 || e.pre != nil {
+	if e.runner == nil || e.forceEager || e.opts.NoPrePlan || e.runner.NumSlots() < 2 || e.pre != nil {
 		return
 	}
 	e.mu.Lock()

@@ -37,6 +37,10 @@ type fakeNode struct {
 	failWarm  map[SlotSpec]bool   // fail the warm-up instead
 	blocked   []string
 	extraRows bool // also give an input "rowinfo" [1, bs]
+	// scratch, if set, is how many extra floats a bucket's forward holds at
+	// once (shapes its peak and its graph's scratch).
+	scratch func(BucketKey) int
+	warmups map[specKey]int // eager forwards on a lease, per spec
 }
 
 const fakeSlots = 16384
@@ -46,7 +50,7 @@ func newFakeNode(t testing.TB, double bool) *fakeNode {
 	r := rand.New(rand.NewPCG(1, 1))
 	n := &fakeNode{t: t, dev: e.Dev, s: e.S, d: 16, v: 32, double: double,
 		reqs: map[int64][]int32{}, padding: map[int64]bool{}, plan: map[SlotKey]accel.Tensor{},
-		fail: map[SlotSpec]string{}, failWarm: map[SlotSpec]bool{}}
+		fail: map[SlotSpec]string{}, failWarm: map[SlotSpec]bool{}, warmups: map[specKey]int{}}
 	n.emb = e.F32(acceltest.Rand(r, n.v*n.d, 1), n.v, n.d)
 	n.w = e.F32(acceltest.Rand(r, n.d*n.d, 0.3), n.d, n.d)
 	n.cache = e.Zeros(accel.F32, fakeSlots, n.d)
@@ -188,8 +192,20 @@ func (n *fakeNode) Forward(l *accel.Launcher, lease *Lease, in map[string]accel.
 			case "sync":
 				_ = l.Stream().Synchronize()
 			}
-		} else if n.failWarm[key] {
-			return nil, errors.New("injected warm-up failure")
+		} else {
+			n.mu.Lock()
+			n.warmups[key.key()]++
+			n.mu.Unlock()
+			if n.failWarm[key] {
+				return nil, errors.New("injected warm-up failure")
+			}
+		}
+	}
+	if n.scratch != nil && lease != nil {
+		if extra := n.scratch(lease.Bucket); extra > 0 {
+			tmp := l.Alloc(accel.F32, 1, extra)
+			l.FillF32(tmp, 1)
+			defer l.Free(tmp)
 		}
 	}
 	x := l.Alloc(accel.F32, T, n.d)

@@ -29,6 +29,14 @@ type SlotSpec struct {
 
 func (s SlotSpec) String() string { return fmt.Sprintf("%v/slot%d", s.Bucket, s.Slot) }
 
+// specKey identifies a spec in maps (a SlotSpec holds a pointer to its config).
+type specKey struct {
+	bucket BucketKey
+	slot   int
+}
+
+func (s SlotSpec) key() specKey { return specKey{s.Bucket, s.Slot} }
+
 // SlotKey keys per-slot state that resources keep for a capture.
 type SlotKey struct {
 	Bucket BucketKey

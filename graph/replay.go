@@ -2,6 +2,7 @@ package graph
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/reprise-ml/reprise/accel"
@@ -77,6 +78,8 @@ func (r *Runner) LeaseSlot(walk string, bs, tokens int, key string, slot int) *L
 // MaxBatchSizeFor is the largest batch walk was captured for, over configs
 // that cap the eager batch size, or 0 for no cap. A config that captures only
 // an acceleration subset (CapEagerBatch false) does not constrain the batch.
+// A walk left with no graph (none planned, or all dropped) keeps its configs'
+// largest batch size as the cap: the batches the model was declared for.
 func (r *Runner) MaxBatchSizeFor(walk string) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -84,6 +87,13 @@ func (r *Runner) MaxBatchSizeFor(walk string) int {
 	for _, b := range r.byWalk[walk] {
 		if b.Config.CapEagerBatch {
 			m = max(m, b.Key.BatchSize)
+		}
+	}
+	if m == 0 {
+		for _, c := range r.configs {
+			if c.CapEagerBatch && c.Replays(walk) {
+				m = max(m, slices.Max(c.BatchSizes))
+			}
 		}
 	}
 	return m

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"math"
 	"os"
-	"runtime/debug"
 	"slices"
 	"strings"
 	"sync"
@@ -94,9 +93,12 @@ type Runner struct {
 	stager  *accel.Stager
 	pad     *PaddingRows
 
-	static   map[staticKey]*staticBuf
-	specs    []SlotSpec
-	prepared bool
+	static      map[staticKey]*staticBuf
+	specs       []SlotSpec
+	prepared    bool
+	warmedSpecs map[specKey]*warmed // warmed by sizing, not yet captured
+	warmIdx     int                 // next spec WarmNext warms
+	warmFailed  map[BucketKey]bool
 
 	mu       sync.Mutex
 	buckets  map[BucketKey]*Bucket // by capture key
@@ -131,6 +133,7 @@ func New(dev accel.Device, node Node, configs []*Config, opts Options) (*Runner,
 	}
 	r := &Runner{name: opts.Name, dev: dev, node: node, group: opts.Group, log: opts.Logger, opts: opts,
 		eager: map[string][]string{}, static: map[staticKey]*staticBuf{}, buckets: map[BucketKey]*Bucket{},
+		warmedSpecs: map[specKey]*warmed{}, warmFailed: map[BucketKey]bool{},
 		byWalk: map[string][]*Bucket{}, counters: map[BucketKey]int{}, declare: map[BucketKey][]Row{}}
 	r.nslots = 1
 	if node.DoubleBuffer() {
@@ -311,6 +314,11 @@ func (r *Runner) Capture(ctx context.Context, planned map[BucketKey]bool) error 
 	if err := r.pad.ReleaseAll(); err != nil {
 		return fmt.Errorf("graph: %s: release padding rows: %w", r.name, err)
 	}
+	// Specs sizing warmed that the plan left out give their outputs back.
+	for k, w := range r.warmedSpecs {
+		r.freeOutputs(w.slot)
+		delete(r.warmedSpecs, k)
+	}
 	flags := make([]int64, len(order))
 	for i, k := range order {
 		res := results[k]
@@ -339,6 +347,7 @@ func (r *Runner) Capture(ctx context.Context, planned map[BucketKey]bool) error 
 		for _, s := range res.slots {
 			if s != nil {
 				s.destroy()
+				r.freeOutputs(s)
 			}
 		}
 		r.dropped = append(r.dropped, k)
@@ -363,180 +372,6 @@ func (r *Runner) register(b *Bucket) {
 	for _, w := range b.Config.Walks() {
 		r.byWalk[w] = append(r.byWalk[w], b)
 	}
-}
-
-// captureSpec captures one slot of one bucket. Whatever fails, including a
-// panic anywhere in the node's code, it returns an error and leaves the
-// stream out of capture mode, the pool usable and the padding rows at rest.
-func (r *Runner) captureSpec(spec SlotSpec) (slot *Slot, err error) {
-	lease := &Lease{Bucket: spec.Bucket, Slot: spec.Slot, Capture: true, cfg: spec.Config, cfgIdx: spec.ConfigIdx}
-	padKey := fmt.Sprintf("%d_slot%d", spec.ConfigIdx, spec.Slot)
-	var ids []int64
-	defer func() {
-		if p := recover(); p != nil {
-			r.stream.AbortCapture()
-			err = fmt.Errorf("graph: %v: panic: %v\n%s", spec, p, debug.Stack())
-		}
-		if ids != nil {
-			if rerr := r.pad.Reset(ids, true); rerr != nil && err == nil {
-				err = rerr
-			}
-		}
-		if err != nil && slot != nil {
-			slot.destroy()
-			slot = nil
-		}
-	}()
-	ids, err = r.pad.Ensure(padKey, spec.Bucket.BatchSize)
-	if err != nil {
-		return nil, err
-	}
-	rows := spec.Config.dummyRows(ids, spec.Bucket.Tokens)
-	prepare := func() (Inputs, error) {
-		in, err := r.node.Prepare(r.stream, lease, rows)
-		if err != nil {
-			return nil, fmt.Errorf("graph: %v: prepare: %w", spec, err)
-		}
-		return in, nil
-	}
-	in, err := prepare()
-	if err != nil {
-		return nil, err
-	}
-	static, keys, err := r.intern(spec, in)
-	if err != nil {
-		return nil, err
-	}
-	stageAll := func(in Inputs) error {
-		for name, v := range static {
-			h, ok := in[name]
-			if !ok {
-				return fmt.Errorf("graph: %v: prepare no longer gives input %q", spec, name)
-			}
-			if err := r.stage(r.stream, v, h); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	if err := stageAll(in); err != nil {
-		return nil, err
-	}
-	var golden map[string][]byte
-	for w := 0; w < NumWarmup; w++ {
-		l := accel.On(r.stream)
-		outs, err := r.node.Forward(l, lease, static)
-		if err == nil {
-			err = l.Err()
-		}
-		if err != nil {
-			return nil, fmt.Errorf("graph: %v: warm-up %d: %w", spec, w+1, err)
-		}
-		if w == NumWarmup-1 {
-			slot = &Slot{static: static, inputKeys: keys, padIDs: ids, configIdx: spec.ConfigIdx,
-				outputs: map[string]accel.Tensor{}}
-			if spec.Config.DummyMetadata != nil {
-				slot.padMeta = spec.Config.DummyMetadata(ids)
-			}
-			if golden, err = r.keepOutputs(slot, outs); err != nil {
-				return nil, err
-			}
-		} else {
-			l.Free(mapValues(outs)...)
-			if err := l.Err(); err != nil {
-				return nil, err
-			}
-		}
-		// Back to the capture's starting state: padding rows at rest, the
-		// step prepared again.
-		if err := r.pad.Reset(ids, false); err != nil {
-			return nil, err
-		}
-		if in, err = prepare(); err != nil {
-			return nil, err
-		}
-		if err := stageAll(in); err != nil {
-			return nil, err
-		}
-	}
-	// Plan writes and staged inputs must land before capture starts: the
-	// capture itself records, it does not run.
-	if err := r.stream.Synchronize(); err != nil {
-		return nil, err
-	}
-	g, err := accel.Capture(r.stream, r.pool, func() error {
-		l := accel.On(r.stream)
-		outs, err := r.node.Forward(l, lease, static)
-		if err != nil {
-			return err
-		}
-		for name, o := range outs {
-			dst, ok := slot.outputs[name]
-			if !ok {
-				return fmt.Errorf("capture gave output %q the warm-up did not", name)
-			}
-			l.Copy(dst, o)
-		}
-		l.Free(mapValues(outs)...)
-		return l.Err()
-	})
-	if err != nil {
-		return nil, fmt.Errorf("graph: %v: capture: %w", spec, err)
-	}
-	slot.graph = g
-	if slot.exec, err = g.Instantiate(); err != nil {
-		return nil, fmt.Errorf("graph: %v: instantiate: %w", spec, err)
-	}
-	if !r.opts.NoGoldenCheck {
-		if err := r.goldenCheck(spec, slot, golden); err != nil {
-			return nil, err
-		}
-	}
-	return slot, nil
-}
-
-// keepOutputs allocates the slot's static outputs outside the graph pool,
-// shaped like the warm-up's outputs, and returns the warm-up's values (the
-// eager result the golden check compares a replay with). It frees outs.
-func (r *Runner) keepOutputs(slot *Slot, outs map[string]accel.Tensor) (map[string][]byte, error) {
-	golden := map[string][]byte{}
-	for name, o := range outs {
-		b, err := r.dev.Alloc(o.Bytes())
-		if err != nil {
-			return nil, fmt.Errorf("static output %q: %w", name, err)
-		}
-		slot.outputs[name] = accel.Tensor{Buf: b, DType: o.DType, Rows: o.Rows, Cols: o.Cols}
-		if !r.opts.NoGoldenCheck {
-			v, err := accel.Download(r.stream, o.Buf.Slice(0, o.Bytes()))
-			if err != nil {
-				return nil, err
-			}
-			golden[name] = v
-		}
-	}
-	l := accel.On(r.stream)
-	l.Free(mapValues(outs)...)
-	return golden, l.Err()
-}
-
-// goldenCheck replays the fresh graph once on the capture's own prepared
-// inputs and compares its outputs with the eager warm-up's: bit for bit on a
-// deterministic device, within tolerance elsewhere.
-func (r *Runner) goldenCheck(spec SlotSpec, slot *Slot, golden map[string][]byte) error {
-	if err := slot.exec.Launch(r.stream); err != nil {
-		return fmt.Errorf("graph: %v: golden replay: %w", spec, err)
-	}
-	exact := r.dev.Capability().Deterministic
-	for name, o := range slot.outputs {
-		got, err := accel.Download(r.stream, o.Buf.Slice(0, o.Bytes()))
-		if err != nil {
-			return fmt.Errorf("graph: %v: golden replay: %w", spec, err)
-		}
-		if i, ok := compareBytes(got, golden[name], o.DType, exact, r.opts.Tolerance); !ok {
-			return fmt.Errorf("graph: %v: golden check: output %q element %d differs between replay and eager", spec, name, i)
-		}
-	}
-	return nil
 }
 
 func compareBytes(got, want []byte, dt accel.DType, exact bool, tol float64) (int, bool) {
@@ -617,16 +452,9 @@ func (r *Runner) Bucket(k BucketKey) *Bucket {
 	return r.buckets[k]
 }
 
-// Close destroys every graph and releases the runner's streams and pool.
+// Close waits for the runner's streams, destroys every graph and frees the
+// runner's buffers and pool.
 func (r *Runner) Close() {
-	r.mu.Lock()
-	for _, b := range r.buckets {
-		for _, s := range b.Slots {
-			s.destroy()
-		}
-	}
-	r.buckets, r.byWalk = map[BucketKey]*Bucket{}, map[string][]*Bucket{}
-	r.mu.Unlock()
 	if r.stager != nil {
 		r.stager.Close()
 	}
@@ -635,6 +463,23 @@ func (r *Runner) Close() {
 	}
 	if r.plan != nil {
 		r.plan.Close()
+	}
+	r.mu.Lock()
+	for _, b := range r.buckets {
+		for _, s := range b.Slots {
+			s.destroy()
+			r.freeOutputs(s)
+		}
+	}
+	r.buckets, r.byWalk = map[BucketKey]*Bucket{}, map[string][]*Bucket{}
+	r.mu.Unlock()
+	for k, w := range r.warmedSpecs {
+		r.freeOutputs(w.slot)
+		delete(r.warmedSpecs, k)
+	}
+	for k, sb := range r.static {
+		_ = r.dev.Free(sb.buf)
+		delete(r.static, k)
 	}
 	if r.ownPool && r.pool != nil {
 		r.pool.Release()

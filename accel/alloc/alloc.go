@@ -443,6 +443,13 @@ func (a *Caching) EmptyCache() {
 	a.mu.Unlock()
 }
 
+// ResetPeak restarts the peaks from the current figures.
+func (a *Caching) ResetPeak() {
+	a.mu.Lock()
+	a.stats.PeakAllocated, a.stats.PeakReserved = a.stats.Allocated, a.stats.Reserved
+	a.mu.Unlock()
+}
+
 // Stats is a consistent snapshot.
 func (a *Caching) Stats() accel.AllocStats {
 	a.mu.Lock()

@@ -105,7 +105,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	for _, s := range sizes {
 		maxBS = max(maxBS, s)
 	}
-	e, err := engine.New(dev, m, engine.Options{Graphs: true, MaxBatch: maxBS, Logger: df.log(stderr)})
+	e, err := engine.New(dev, m, engine.Options{Graphs: true, MaxBatch: maxBS, Logger: df.log(stderr), MemoryFraction: df.fraction})
 	if err != nil {
 		return err
 	}

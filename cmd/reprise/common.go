@@ -16,16 +16,18 @@ import (
 
 // deviceFlags are the flags every command that runs a model shares.
 type deviceFlags struct {
-	device  string
-	memory  string
-	weights string
-	model   llama.Source
-	verbose bool
+	device   string
+	memory   string
+	fraction float64
+	weights  string
+	model    llama.Source
+	verbose  bool
 }
 
 func (d *deviceFlags) register(fs *flag.FlagSet, synthetic bool) {
 	fs.StringVar(&d.device, "device", "cpu", "device to run on: `backend[:ordinal]` (cpu, opencl, cuda; see reprise devices)")
 	fs.StringVar(&d.memory, "device-memory", "", "cap on the device memory reprise uses, e.g. 2GiB (CPU: the arena's capacity; default "+cpu.EnvMemory+" or a quarter of RAM)")
+	fs.Float64Var(&d.fraction, "device-memory-fraction", 0.9, "fraction of the device memory that weights, KV cache and graphs may take together; graph capture is planned within it")
 	fs.StringVar(&d.weights, "weights", "f32", "storage of weight matrices: f32 or bf16")
 	fs.StringVar(&d.model.Model, "model", "", "llama2.c checkpoint `path` (default: the embedded stories260K)")
 	fs.StringVar(&d.model.Tokenizer, "tokenizer", "", "llama2.c tokenizer `path` for --model")
@@ -35,7 +37,17 @@ func (d *deviceFlags) register(fs *flag.FlagSet, synthetic bool) {
 	fs.BoolVar(&d.verbose, "v", false, "log progress at info level")
 }
 
+func (d *deviceFlags) check() error {
+	if d.fraction <= 0 || d.fraction > 1 {
+		return fmt.Errorf("%w: --device-memory-fraction %v: want a number in (0, 1]", errUsage, d.fraction)
+	}
+	return nil
+}
+
 func (d *deviceFlags) open() (accel.Device, error) {
+	if err := d.check(); err != nil {
+		return nil, err
+	}
 	name, ord, err := accel.ParseDevice(d.device)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", errUsage, err)

@@ -53,7 +53,7 @@ func runGenerate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if *steps == 0 || *steps > maxSeq {
 		*steps = maxSeq
 	}
-	e, err := engine.New(dev, m, engine.Options{Graphs: bool(graphs), MaxBatch: 1, Logger: df.log(stderr)})
+	e, err := engine.New(dev, m, engine.Options{Graphs: bool(graphs), MaxBatch: 1, Logger: df.log(stderr), MemoryFraction: df.fraction})
 	if err != nil {
 		return err
 	}

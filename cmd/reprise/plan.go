@@ -1,0 +1,130 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"slices"
+
+	"github.com/reprise-ml/reprise/engine"
+	"github.com/reprise-ml/reprise/graph"
+	"github.com/reprise-ml/reprise/model/llama"
+)
+
+func init() {
+	register(command{name: "plan", summary: "size and plan graph captures under the device's memory budget", run: runPlan})
+}
+
+// planOutput is `reprise plan --json`'s output. Bytes throughout.
+type planOutput struct {
+	Model  string `json:"model"`
+	Device string `json:"device"`
+	// Budget is the memory the plan had to fit in: the memory fraction of
+	// the device less what weights and KV cache already hold.
+	Budget int64 `json:"budget"`
+	// Floor is the largest eager step: what stays free beside the graphs.
+	Floor int64 `json:"floor"`
+	// Predicted is the chosen graphs' memory: pool plus outside.
+	Predicted     int64 `json:"predicted"`
+	PredictedPool int64 `json:"predicted_pool"`
+	// Actual and ActualPool are what capture took (--capture only).
+	Actual     int64        `json:"actual,omitempty"`
+	ActualPool int64        `json:"actual_pool,omitempty"`
+	FromCache  bool         `json:"from_cache"`
+	CacheFile  string       `json:"cache_file,omitempty"`
+	Buckets    []planBucket `json:"buckets"`
+}
+
+// planBucket is one bucket's measured cost and whether it was chosen.
+type planBucket struct {
+	graph.CaptureCost
+	Name   string `json:"name"`
+	Chosen bool   `json:"chosen"`
+	Why    string `json:"why_not,omitempty"`
+}
+
+func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("plan", stderr)
+	var df deviceFlags
+	df.register(fs, true)
+	asJSON := fs.Bool("json", false, "print JSON (fields documented in docs/PLANNING.md)")
+	capture := fs.Bool("capture", false, "also capture the plan and print what it took")
+	cache := fs.String("plan-cache", "", "directory of measured capture costs (default $"+engine.EnvPlanCache+" or the user cache; off disables)")
+	seed := fs.Uint64("seed", 1, "seed of a synthetic model's weights")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	df.model.Seed = *seed
+	dev, err := df.open()
+	if err != nil {
+		return err
+	}
+	defer dev.Close()
+	mo, err := df.modelOptions()
+	if err != nil {
+		return err
+	}
+	m, _, err := llama.Open(dev, df.model, mo)
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	e, err := engine.New(dev, m, engine.Options{Graphs: true, Logger: df.log(stderr), MemoryFraction: df.fraction, PlanCache: *cache})
+	if err != nil {
+		return err
+	}
+	defer e.Close()
+	var rep *engine.PlanReport
+	if *capture {
+		if err := e.Start(ctx); err != nil {
+			return err
+		}
+		rep = e.Plan()
+	} else if rep, err = e.DryPlan(ctx); err != nil {
+		return err
+	}
+	out := planOutput{Model: m.Info().Name, Device: dev.Info().String(), Budget: rep.Plan.Free, Floor: rep.Plan.Floor,
+		Predicted: rep.Plan.Total(), PredictedPool: rep.Plan.Predicted[rep.Pool], FromCache: rep.FromCache, CacheFile: rep.CacheFile}
+	if *capture {
+		out.ActualPool = rep.Actual
+		out.Actual = rep.Actual + rep.ActualOutside
+	}
+	for _, c := range rep.Costs {
+		out.Buckets = append(out.Buckets, planBucket{CaptureCost: c, Name: c.Bucket.String(),
+			Chosen: rep.Plan.Chosen(rep.Pool, c.Bucket), Why: rep.Why[c.Bucket.String()]})
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(out)
+	}
+	printPlan(stdout, out)
+	return nil
+}
+
+func printPlan(w io.Writer, p planOutput) {
+	fmt.Fprintf(w, "plan for %s on %s (costs %s)\n\n", p.Model, p.Device, map[bool]string{true: "from the plan cache", false: "measured"}[p.FromCache])
+	fmt.Fprintf(w, "%-34s %10s %10s %10s %10s %6s  %s\n", "bucket", "peak", "graph", "outside", "exec", "slots", "chosen")
+	bs := slices.Clone(p.Buckets)
+	for _, b := range bs {
+		chosen := "yes"
+		if !b.Chosen {
+			chosen = "no: " + b.Why
+		}
+		graphCol := humanBytes(b.Graph)
+		if b.Graph < 0 {
+			graphCol = "-"
+		} else if b.Lender != nil {
+			graphCol += "*"
+		}
+		fmt.Fprintf(w, "%-34s %10s %10s %10s %10s %6d  %s\n", b.Name, humanBytes(b.Peak), graphCol,
+			humanBytes(b.Outside), humanBytes(b.Executable), b.Slots, chosen)
+	}
+	fmt.Fprintf(w, "\n* costed from a larger bucket's throwaway capture\n")
+	fmt.Fprintf(w, "budget %s, floor (largest eager step) %s, predicted %s (pool %s)\n",
+		humanBytes(p.Budget), humanBytes(p.Floor), humanBytes(p.Predicted), humanBytes(p.PredictedPool))
+	if p.ActualPool > 0 || p.Actual > 0 {
+		fmt.Fprintf(w, "captured: %s (pool %s)\n", humanBytes(p.Actual), humanBytes(p.ActualPool))
+	}
+}
