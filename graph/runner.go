@@ -35,6 +35,10 @@ type Options struct {
 	// Pool is a graph pool shared with other runners of the node (nil: the
 	// runner makes its own).
 	Pool accel.Pool
+	// Stream is the stream to capture and replay on (nil: the runner makes
+	// its own). Regions share the stream of the forward around them, so
+	// their replays are ordered with it.
+	Stream accel.Stream
 	// Logger (nil: slog.Default()).
 	Logger *slog.Logger
 	// NoGoldenCheck skips the replay-against-eager check before a bucket is
@@ -209,7 +213,9 @@ func (r *Runner) Prepare() ([]SlotSpec, error) {
 		return r.specs, nil
 	}
 	var err error
-	if r.stream, err = r.dev.NewStream(); err != nil {
+	if r.opts.Stream != nil {
+		r.stream = r.opts.Stream
+	} else if r.stream, err = r.dev.NewStream(); err != nil {
 		return nil, err
 	}
 	if r.plan, err = r.dev.NewStream(); err != nil {
@@ -458,7 +464,7 @@ func (r *Runner) Close() {
 	if r.stager != nil {
 		r.stager.Close()
 	}
-	if r.stream != nil {
+	if r.stream != nil && r.opts.Stream == nil {
 		r.stream.Close()
 	}
 	if r.plan != nil {
