@@ -10,18 +10,26 @@ import (
 )
 
 // background is capture done by the loop between steps, so the engine serves
-// (eagerly) from the start: first every spec is warmed, largest first, which
-// sizes the static inputs; then the buckets are planned; then each planned
-// bucket is captured, the most requested first, and goes live atomically once
-// its golden check passed.
+// (eagerly) from the start: first every spec of every runner is warmed,
+// largest first, which sizes the static inputs; then the buckets are planned;
+// then each planned bucket is captured, the most requested first, and goes
+// live atomically once its golden check passed.
 type background struct {
+	pools   []pool
 	phase   int
-	pending []graph.BucketKey
-	demand  map[graph.BucketKey]int
-	tries   map[graph.BucketKey]int
+	warm    int // the runner being warmed
+	pending []bgItem
+	demand  map[bgItem]int
+	tries   map[bgItem]int
 	total   int
 	done    int
 	started time.Time
+}
+
+// bgItem is a bucket of one runner.
+type bgItem struct {
+	r *graph.Runner
+	k graph.BucketKey
 }
 
 const (
@@ -37,17 +45,18 @@ const maxCaptureTries = 50
 // want records that a step of this shape ran eager: the bucket that would
 // have served it moves up the capture order.
 func (bg *background) want(r *graph.Runner, walk string, bs, tokens int) {
-	var best *graph.BucketKey
-	for i, k := range bg.pending {
-		if k.Walk != walk || k.BatchSize < bs || k.Tokens < tokens {
+	best := -1
+	for i, it := range bg.pending {
+		k := it.k
+		if it.r != r || k.Walk != walk || k.BatchSize < bs || k.Tokens < tokens {
 			continue
 		}
-		if best == nil || k.Tokens < best.Tokens || (k.Tokens == best.Tokens && k.BatchSize < best.BatchSize) {
-			best = &bg.pending[i]
+		if b := bg.pending[max(best, 0)].k; best < 0 || k.Tokens < b.Tokens || (k.Tokens == b.Tokens && k.BatchSize < b.BatchSize) {
+			best = i
 		}
 	}
-	if best != nil {
-		bg.demand[*best]++
+	if best >= 0 {
+		bg.demand[bg.pending[best]]++
 	}
 }
 
@@ -58,34 +67,43 @@ func (e *Engine) backgroundStep(ctx context.Context) bool {
 	if bg == nil {
 		return false
 	}
-	r := e.runner
-	// A capture uses the runner's stream and buffers: no pre-plan may be in
+	// A capture uses the forward's stream and buffers: no pre-plan may be in
 	// flight.
 	e.discardPrePlan()
 	switch bg.phase {
 	case bgWarm:
-		if _, more := r.WarmNext(); !more {
-			bg.phase = bgPlan
+		if _, more := bg.pools[bg.warm].runner.WarmNext(); !more {
+			bg.warm++
+			if bg.warm == len(bg.pools) {
+				bg.phase = bgPlan
+			}
 		}
 	case bgPlan:
-		planned := map[graph.BucketKey]bool{}
+		planned := map[*graph.Runner]map[graph.BucketKey]bool{}
 		if e.opts.NoPlan {
-			for _, sp := range r.Specs() {
-				planned[sp.Bucket] = true
+			for _, p := range bg.pools {
+				planned[p.runner] = map[graph.BucketKey]bool{}
+				for _, sp := range p.runner.Specs() {
+					planned[p.runner][sp.Bucket] = true
+				}
 			}
 		} else {
-			var rep *PlanReport
-			var err error
-			if planned, rep, err = e.plan(ctx, r); err != nil {
+			rep, err := e.plan(ctx, bg.pools)
+			if err != nil {
 				e.log.Error("background capture planning failed; serving eager", "err", err)
 				e.bg = nil
 				return true
 			}
 			e.planRep = rep
+			for _, p := range rep.Pools {
+				planned[p.runner] = p.planned
+			}
 		}
-		for _, sp := range r.Specs() {
-			if planned[sp.Bucket] && sp.Slot == 0 {
-				bg.pending = append(bg.pending, sp.Bucket)
+		for _, p := range bg.pools {
+			for _, sp := range p.runner.Specs() {
+				if planned[p.runner][sp.Bucket] && sp.Slot == 0 {
+					bg.pending = append(bg.pending, bgItem{p.runner, sp.Bucket})
+				}
 			}
 		}
 		bg.total = len(bg.pending)
@@ -93,32 +111,31 @@ func (e *Engine) backgroundStep(ctx context.Context) bool {
 		e.log.Info("background capture planned", "buckets", bg.total)
 	case bgCapture:
 		if len(bg.pending) == 0 {
-			_ = r.ReleasePadding()
-			e.bg = nil
-			if rep := e.planRep; rep != nil {
-				rep.Actual, rep.ActualOutside = r.PoolMemory(), r.OutsideMemory()
+			for _, p := range bg.pools {
+				_ = p.runner.ReleasePadding()
 			}
-			e.log.Info("background capture done", "buckets", len(r.Buckets()), "dropped", len(r.Dropped()),
-				"seconds", time.Since(bg.started).Seconds(), "pool_bytes", r.PoolMemory())
+			e.bg = nil
+			e.reportCapture()
+			e.log.Info("background capture done", "buckets", e.liveBuckets(), "seconds", time.Since(bg.started).Seconds())
 			return true
 		}
 		// The most requested first; the largest among equals.
 		bi := 0
-		for i, k := range bg.pending {
-			if bg.demand[k] > bg.demand[bg.pending[bi]] {
+		for i, it := range bg.pending {
+			if bg.demand[it] > bg.demand[bg.pending[bi]] {
 				bi = i
 			}
 		}
-		k := bg.pending[bi]
-		err := r.CaptureBucket(k)
-		if errors.Is(err, graph.ErrNotAdmitted) && bg.tries[k] < maxCaptureTries {
-			bg.tries[k]++
+		it := bg.pending[bi]
+		err := it.r.CaptureBucket(it.k)
+		if errors.Is(err, graph.ErrNotAdmitted) && bg.tries[it] < maxCaptureTries {
+			bg.tries[it]++
 			return len(e.running) == 0 // busy: let the requests make room first
 		}
 		bg.pending = slices.Delete(bg.pending, bi, bi+1)
 		bg.done++
 		if p := e.opts.Runner.Progress; p != nil {
-			p(bg.done, bg.total, graph.SlotSpec{Bucket: k}, err)
+			p(bg.done, bg.total, graph.SlotSpec{Bucket: it.k}, err)
 		}
 	}
 	return true

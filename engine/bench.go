@@ -108,3 +108,83 @@ func (e *Engine) benchCleanup(reqs []*request) {
 		}
 	}
 }
+
+// PrefillResult is one prefill step run by Prefill.
+type PrefillResult struct {
+	// Next is each prompt's sampled token.
+	Next []int32
+	// Logits are each prompt's last-position logits, when the model outputs
+	// them (its "logits" output).
+	Logits [][]float32
+	// Duration is the step's wall time (plan, forward, read back).
+	Duration time.Duration
+	// Replayed reports whether a graph served (part of) the step.
+	Replayed bool
+}
+
+// Prefill runs one prefill step of the given prompts (greedy) and drops the
+// requests: for tests and benchmarks. eager forces the eager path.
+func (e *Engine) Prefill(ctx context.Context, prompts [][]int32, eager bool) (PrefillResult, error) {
+	var res PrefillResult
+	var ferr error
+	err := e.do(ctx, func() { res, ferr = e.prefillOnce(prompts, eager) })
+	if err != nil {
+		return res, err
+	}
+	return res, ferr
+}
+
+func (e *Engine) prefillOnce(prompts [][]int32, eager bool) (PrefillResult, error) {
+	var res PrefillResult
+	e.discardPrePlan()
+	reqs := make([]*request, 0, len(prompts))
+	rows := make([]graph.Row, len(prompts))
+	for i, p := range prompts {
+		req := Request{Prompt: p, MaxTokens: 1}
+		if err := e.Validate(req); err != nil {
+			return res, err
+		}
+		e.mu.Lock()
+		id := e.nextID
+		e.nextID++
+		e.mu.Unlock()
+		if err := e.sr.Ingest(id, RequestInfo{MaxLen: len(p)}); err != nil {
+			return res, err
+		}
+		reqs = append(reqs, &request{id: id, ingested: true})
+		rows[i] = graph.Row{ID: id, Tokens: p}
+	}
+	defer e.benchCleanup(reqs)
+	e.forceEager, e.keepLogits = eager, true
+	defer func() { e.forceEager, e.keepLogits = false, false }()
+	before := e.replays()
+	t0 := time.Now()
+	next, err := e.runStep(WalkPrefill, rows, nil)
+	res.Duration = time.Since(t0)
+	if err != nil {
+		return res, err
+	}
+	res.Next = next
+	res.Replayed = e.replays() > before
+	if lg := e.lastLogits; lg != nil {
+		v := len(lg) / len(prompts)
+		for i := range prompts {
+			res.Logits = append(res.Logits, lg[i*v:(i+1)*v])
+		}
+	}
+	return res, nil
+}
+
+// replays counts the replays of every runner.
+func (e *Engine) replays() int64 {
+	var n int64
+	for _, p := range e.pools() {
+		if p.runner == nil {
+			continue
+		}
+		for _, b := range p.runner.Telemetry().Buckets {
+			n += b.Replays
+		}
+	}
+	return n
+}

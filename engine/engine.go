@@ -167,12 +167,18 @@ type Engine struct {
 	running []*request
 	pre     *prePlan
 
+	regions map[string]*regionRun
+
 	stats   Stats
 	planRep *PlanReport
 	bg      *background
 	startAt time.Time
 	// forceEager makes every step run eager (benchmarks); loop-owned.
 	forceEager bool
+	// keepLogits keeps the last step's logits (when the model outputs
+	// them) in lastLogits; loop-owned.
+	keepLogits bool
+	lastLogits []float32
 }
 
 // New builds the engine's resources on dev. Call Start to capture graphs
@@ -224,7 +230,27 @@ func New(dev accel.Device, m Model, opts Options) (*Engine, error) {
 	if e.host, err = dev.AllocHost(int64(max(opts.MaxBatch, opts.MaxPrefillRows)) * 4); err != nil {
 		return nil, err
 	}
-	e.node = newNode(m, e.sr, e.stager)
+	e.node = newNode(e, m, e.sr, e.stager)
+	e.regions = map[string]*regionRun{}
+	if rm, ok := m.(RegionModel); ok {
+		for _, reg := range rm.Regions() {
+			var rs []Resource
+			for _, name := range reg.Resources {
+				r := e.sr.Resource(name)
+				if r == nil {
+					return nil, fmt.Errorf("engine: region %s reads unknown resource %q", reg.Label, name)
+				}
+				rs = append(rs, r)
+			}
+			sr, err := NewStepRunner(rs...)
+			if err != nil {
+				return nil, err
+			}
+			rr := &regionRun{reg: reg, sr: sr}
+			rr.node = &regionNode{e: e, rr: rr, prepared: map[graph.SlotKey]*Step{}}
+			e.regions[reg.Label] = rr
+		}
+	}
 	e.log.Info("engine ready", "model", info.Name, "device", dev.Info().String(), "kv_pages", pages,
 		"page_size", opts.PageSize, "kv_bytes", e.kv.Bytes(), "graphs", opts.Graphs)
 	return e, nil
@@ -268,8 +294,10 @@ func (e *Engine) DryPlan(ctx context.Context) (*PlanReport, error) {
 	return e.planRep, nil
 }
 
-// startGraphs makes the graph runner and captures (or, in the background,
-// starts to; or with capture false only plans).
+// startGraphs makes the graph runners (the model's whole-step configs, and
+// one per region, sharing the forward's stream), prepares them all before
+// any captures, and captures (or, in the background, starts to; or with
+// capture false only plans).
 func (e *Engine) startGraphs(ctx context.Context, capture bool) error {
 	if !e.dev.Capability().GraphCapture {
 		return fmt.Errorf("engine: graphs asked for but %v cannot capture: %w", e.dev.Info(), accel.ErrUnsupported)
@@ -287,48 +315,114 @@ func (e *Engine) startGraphs(ctx context.Context, capture bool) error {
 		return err
 	}
 	t0 := time.Now()
-	specs, err := r.Prepare()
-	if err != nil {
+	// Every runner claims its buffers before any captures.
+	if _, err := r.Prepare(); err != nil {
 		r.Close()
 		return err
 	}
 	e.runner, e.stream = r, r.Stream()
+	for _, label := range e.regionLabels() {
+		rr := e.regions[label]
+		rro := ro
+		rro.Name, rro.Stream = ro.Name+"/"+label, r.Stream()
+		if rr.runner, err = graph.New(e.dev, rr.node, []*graph.Config{rr.reg.Config}, rro); err != nil {
+			return err
+		}
+		if _, err := rr.runner.Prepare(); err != nil {
+			return err
+		}
+	}
 	if m := r.MaxBatchSizeFor(WalkDecode); m > 0 && m < e.opts.MaxBatch {
 		e.opts.MaxBatch = m
+	}
+	pools := e.pools()
+	captures := 0
+	for _, p := range pools {
+		captures += len(p.runner.Specs())
 	}
 	if e.opts.BackgroundCapture {
 		if e.opts.Group != nil && e.opts.Group.Size() > 1 {
 			return fmt.Errorf("engine: background capture is for a single rank (this group has %d)", e.opts.Group.Size())
 		}
-		e.bg = &background{demand: map[graph.BucketKey]int{}, tries: map[graph.BucketKey]int{}, started: t0}
-		e.log.Info("serving eager while graphs are captured in the background", "captures", len(specs))
+		e.bg = &background{demand: map[bgItem]int{}, tries: map[bgItem]int{}, started: t0, pools: pools}
+		e.log.Info("serving eager while graphs are captured in the background", "captures", captures)
 		return nil
 	}
-	var planned map[graph.BucketKey]bool
+	planned := map[*graph.Runner]map[graph.BucketKey]bool{}
 	if !e.opts.NoPlan {
-		var rep *PlanReport
-		if planned, rep, err = e.plan(ctx, r); err != nil {
+		rep, err := e.plan(ctx, pools)
+		if err != nil {
 			return err
 		}
 		e.planRep = rep
-		e.log.Info("capture plan", "buckets", len(planned), "of", len(rep.Costs), "predicted_pool", rep.Plan.Predicted[rep.Pool],
-			"outside", rep.Plan.Outside[rep.Pool], "floor", rep.Plan.Floor, "budget", rep.Plan.Free, "from_cache", rep.FromCache)
+		for _, p := range rep.Pools {
+			planned[p.runner] = p.planned
+		}
+		e.log.Info("capture plan", "buckets", rep.Plan.Count(), "of", rep.Buckets(), "predicted", rep.Plan.Total(),
+			"floor", rep.Plan.Floor, "budget", rep.Plan.Free)
 	}
 	if !capture {
 		return nil
 	}
-	e.log.Info("capturing graphs", "captures", len(specs))
-	if err := r.Capture(ctx, planned); err != nil {
-		return err
+	e.log.Info("capturing graphs", "captures", captures)
+	for _, p := range pools {
+		if err := p.runner.Capture(ctx, planned[p.runner]); err != nil {
+			return err
+		}
 	}
-	if rep := e.planRep; rep != nil {
-		rep.Actual, rep.ActualOutside = r.PoolMemory(), r.OutsideMemory()
-		e.log.Info("capture memory, predicted against taken", "pool", rep.Pool, "predicted", rep.Plan.Predicted[rep.Pool],
-			"actual", rep.Actual, "outside_predicted", rep.Plan.Outside[rep.Pool], "outside_actual", rep.ActualOutside)
-	}
-	e.log.Info("graphs captured", "buckets", len(r.Buckets()), "dropped", len(r.Dropped()),
-		"seconds", time.Since(t0).Seconds(), "pool_bytes", r.PoolMemory())
+	e.reportCapture()
+	e.log.Info("graphs captured", "buckets", e.liveBuckets(), "seconds", time.Since(t0).Seconds())
 	return nil
+}
+
+// pool is one graph runner and its pool's name in plans.
+type pool struct {
+	name   string
+	runner *graph.Runner
+}
+
+// pools lists the engine's runners: the whole-step one, then the regions'.
+func (e *Engine) pools() []pool {
+	ps := []pool{{"graphs", e.runner}}
+	for _, label := range e.regionLabels() {
+		ps = append(ps, pool{label, e.regions[label].runner})
+	}
+	return ps
+}
+
+func (e *Engine) regionLabels() []string {
+	var ls []string
+	for l := range e.regions {
+		ls = append(ls, l)
+	}
+	slices.Sort(ls)
+	return ls
+}
+
+// liveBuckets counts the buckets every runner registered.
+func (e *Engine) liveBuckets() int {
+	n := 0
+	for _, p := range e.pools() {
+		if p.runner != nil {
+			n += len(p.runner.Buckets())
+		}
+	}
+	return n
+}
+
+// reportCapture logs, per pool, the plan's prediction against what capture
+// took.
+func (e *Engine) reportCapture() {
+	rep := e.planRep
+	if rep == nil {
+		return
+	}
+	for i := range rep.Pools {
+		p := &rep.Pools[i]
+		p.Actual, p.ActualOutside = p.runner.PoolMemory(), p.runner.OutsideMemory()
+		e.log.Info("capture memory, predicted against taken", "pool", p.Name, "predicted", rep.Plan.Predicted[p.Name],
+			"actual", p.Actual, "outside_predicted", rep.Plan.Outside[p.Name], "outside_actual", p.ActualOutside)
+	}
 }
 
 // Close stops the loop, fails what is left, and releases the engine.
@@ -344,6 +438,11 @@ func (e *Engine) Close() {
 	e.wake()
 	if started {
 		<-e.done
+	}
+	for _, rr := range e.regions {
+		if rr.runner != nil {
+			rr.runner.Close()
+		}
 	}
 	if e.runner != nil {
 		e.runner.Close()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"math/rand/v2"
 	"os"
 	"slices"
 	"testing"
@@ -317,29 +318,38 @@ func TestPlanning(t *testing.T) {
 	opts := engine.Options{PlanCache: cache}
 	s := start(t, true, opts, llama.Options{})
 	rep := s.e.Plan()
-	if rep == nil || rep.FromCache {
+	if rep == nil || len(rep.Pools) != 2 {
 		t.Fatalf("first start: %+v", rep)
 	}
-	pred := rep.Plan.Predicted[rep.Pool]
-	if diff := math.Abs(float64(rep.Actual-pred)) / float64(pred); diff > 0.01 {
-		t.Fatalf("pool predicted %d, capture took %d (%.1f%%)", pred, rep.Actual, 100*diff)
+	for _, p := range rep.Pools {
+		if p.FromCache {
+			t.Fatalf("pool %s came from an empty cache", p.Name)
+		}
+		pred := rep.Plan.Predicted[p.Name]
+		if diff := math.Abs(float64(p.Actual-pred)) / float64(pred); diff > 0.01 {
+			t.Fatalf("pool %s predicted %d, capture took %d (%.1f%%)", p.Name, pred, p.Actual, 100*diff)
+		}
 	}
-	if len(rep.Plan.Buckets[rep.Pool]) != len(rep.Costs) {
-		t.Fatalf("with room for all, %d of %d planned: %v", len(rep.Plan.Buckets[rep.Pool]), len(rep.Costs), rep.Why)
+	if rep.Plan.Count() != rep.Buckets() {
+		t.Fatalf("with room for all, %d of %d planned: %v", rep.Plan.Count(), rep.Buckets(), rep.Why)
 	}
 	// Same model, device and configuration: the costs come from the cache.
+	// Costs are cached per pool: fewer prefill shapes change the region's
+	// key, not the decode graphs'.
 	first := start(t, true, opts, testModel)
-	if first.e.Plan().FromCache {
-		t.Fatal("another configuration's costs were taken from the cache")
+	if first.e.Plan().Pool("blocks").FromCache || !first.e.Plan().Pool("graphs").FromCache {
+		t.Fatal("the plan cache is not keyed per pool configuration")
 	}
 	again := start(t, true, opts, testModel)
-	if !again.e.Plan().FromCache {
-		t.Fatal("the second start did not use the plan cache")
+	for _, p := range again.e.Plan().Pools {
+		if !p.FromCache {
+			t.Fatalf("the second start did not use the plan cache for %s", p.Name)
+		}
 	}
 	// Another configuration invalidates it.
 	other := start(t, true, opts, llama.Options{PrefillLengths: []int{16, 32, 64}, PrefillBatchSizes: []int{1, 8}, DecodeBatchSizes: []int{1, 2, 4}})
-	if other.e.Plan().FromCache {
-		t.Fatal("a changed configuration used the old plan")
+	if other.e.Plan().Pool("graphs").FromCache || !other.e.Plan().Pool("blocks").FromCache {
+		t.Fatal("a changed decode configuration did not invalidate (only) the decode pool's costs")
 	}
 	// A tight memory fraction leaves graphs out (but never the floor).
 	dev := openCPU(t)
@@ -349,7 +359,7 @@ func TestPlanning(t *testing.T) {
 	}
 	defer m.Close()
 	fp := first.e.Plan().Plan
-	full := fp.Predicted[rep.Pool] + fp.Outside[rep.Pool] + fp.Floor
+	full := fp.Total() + fp.Floor
 	mi := dev.MemInfo()
 	used := mi.Total - mi.Free + first.e.KV().Bytes() // the engine's KV cache is allocated before it plans
 	tight, err := engine.New(dev, m, engine.Options{Graphs: true, PlanCache: "off",
@@ -362,8 +372,8 @@ func TestPlanning(t *testing.T) {
 		t.Fatal(err)
 	}
 	tp := tight.Plan()
-	if n := len(tp.Plan.Buckets[tp.Pool]); n == 0 || n >= len(tp.Costs) {
-		t.Fatalf("a fraction with room for half the graphs planned %d of %d", n, len(tp.Costs))
+	if n := tp.Plan.Count(); n == 0 || n >= tp.Buckets() {
+		t.Fatalf("a fraction with room for half the graphs planned %d of %d", n, tp.Buckets())
 	}
 	if tp.Plan.Total()+tp.Plan.Floor > tp.Plan.Free {
 		t.Fatalf("the plan (%d) and floor (%d) exceed the budget %d", tp.Plan.Total(), tp.Plan.Floor, tp.Plan.Free)
@@ -392,7 +402,7 @@ func TestBackgroundCapture(t *testing.T) {
 	}
 	// Capture finishes; then the same requests replay and still match.
 	deadline := time.Now().Add(60 * time.Second)
-	for len(bg.e.Runner().Buckets()) < 7 {
+	for len(bg.e.Runner().Buckets()) < 7 || bg.e.Stats().Finished == 0 {
 		if time.Now().After(deadline) {
 			t.Fatalf("background capture did not finish: %v", bg.e.Runner().Buckets())
 		}
@@ -418,5 +428,60 @@ func TestBackgroundCapture(t *testing.T) {
 	}
 	if replays == 0 {
 		t.Fatal("nothing replayed after background capture")
+	}
+}
+
+// Piecewise prefill: the block loop replays its captured region while the
+// embedding and the logits stay eager; the logits equal eager bit for bit at
+// every token bucket and at real lengths between buckets.
+func TestPiecewisePrefillLogits(t *testing.T) {
+	s := start(t, true, engine.Options{}, llama.Options{Logits: true, PrefillLengths: []int{16, 32, 64, 128}, PrefillBatchSizes: []int{1, 4}})
+	r := rand.New(rand.NewPCG(5, 6))
+	prompt := func(n int) []int32 {
+		p := make([]int32, n)
+		p[0] = 1
+		for i := 1; i < n; i++ {
+			p[i] = int32(3 + r.IntN(500))
+		}
+		return p
+	}
+	for _, c := range []struct {
+		lengths []int
+		replay  bool
+	}{
+		{[]int{16}, true}, {[]int{17}, true}, {[]int{31}, true}, {[]int{32}, true}, {[]int{33}, true},
+		{[]int{64}, true}, {[]int{100}, true}, {[]int{128}, true},
+		{[]int{5, 9, 2}, true}, {[]int{40, 40, 40, 8}, true},
+		{[]int{200}, false},           // more tokens than any bucket: eager
+		{[]int{4, 4, 4, 4, 4}, false}, // more prompts than any bucket: eager
+	} {
+		var ps [][]int32
+		for _, n := range c.lengths {
+			ps = append(ps, prompt(n))
+		}
+		eager, err := s.e.Prefill(context.Background(), ps, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pw, err := s.e.Prefill(context.Background(), ps, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if pw.Replayed != c.replay || eager.Replayed {
+			t.Fatalf("lengths %v: replayed %v (eager run %v), want %v", c.lengths, pw.Replayed, eager.Replayed, c.replay)
+		}
+		if len(pw.Logits) != len(ps) {
+			t.Fatalf("lengths %v: %d logit rows", c.lengths, len(pw.Logits))
+		}
+		for i := range ps {
+			if !slices.Equal(accel.F32Bytes(pw.Logits[i]), accel.F32Bytes(eager.Logits[i])) {
+				t.Fatalf("lengths %v prompt %d: piecewise logits differ from eager", c.lengths, i)
+			}
+		}
+	}
+	// Dropped or not, no shape was left unaccounted: every planned region
+	// bucket is live.
+	if d := s.e.Plan(); d == nil || len(d.Plan.Buckets["blocks"]) != 8 {
+		t.Fatalf("region buckets planned: %v", d.Plan.Buckets["blocks"])
 	}
 }

@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"fmt"
+
 	"github.com/reprise-ml/reprise/accel"
 	"github.com/reprise-ml/reprise/graph"
 )
@@ -49,6 +51,8 @@ type Batch struct {
 	Pos    accel.Tensor // [1, Tokens] I32
 	KV     *KVPlan
 	Sample accel.SampleParams
+
+	region func(l *accel.Launcher, label string, in map[string]accel.Tensor) (*RegionResult, error)
 }
 
 // batchFor assembles a step's batch from its inputs and plans.
@@ -58,4 +62,56 @@ func batchFor(step *Step, in map[string]accel.Tensor) *Batch {
 	b.KV, _ = step.Plans[KVName].(*KVPlan)
 	b.Sample, _ = step.Plans[SamplerName].(accel.SampleParams)
 	return b
+}
+
+// Region is an inner part of a walk's forward that the engine may capture on
+// its own (piecewise) while the rest of the forward stays eager: the
+// transformer block loop of a prefill, say, whose preamble (the embedding)
+// and tail (the logits of each row's last token and sampling) vary with the
+// prompts in ways whole-step buckets would pad heavily.
+type Region struct {
+	// Label names the region; the model's forward runs it with
+	// Batch.RunRegion(l, label, inputs).
+	Label string
+	// Walk is the outer walk whose forward runs the region.
+	Walk string
+	// Config is the region's shapes. Its Walk names the region's buckets and
+	// must differ from every real walk (resources key per-slot state on it).
+	Config *graph.Config
+	// Resources are the names of the resources the region reads (planned
+	// into the region's own per-slot buffers); the others stay with the
+	// eager step around it.
+	Resources []string
+	// Inputs are a capture's dummy inputs for a step of the region's shape
+	// (host tensors with the region's input names).
+	Inputs func(step *Step) graph.Inputs
+}
+
+// RegionModel is a model with regions. RegionForward runs a region on a
+// batch whose In holds the region's inputs; it must not write its inputs and
+// returns fresh outputs (allocated on l).
+type RegionModel interface {
+	Regions() []Region
+	RegionForward(l *accel.Launcher, label string, b *Batch) (map[string]accel.Tensor, error)
+}
+
+// RegionResult is a region's outputs, of the real length. Release them, in
+// stream order, once read.
+type RegionResult struct {
+	Out   map[string]accel.Tensor
+	owned []accel.Tensor // eager outputs, freed by Release
+}
+
+// Release frees what the region allocated (nothing for a replay, whose
+// outputs are the runner's static buffers).
+func (r *RegionResult) Release(l *accel.Launcher) { l.Free(r.owned...) }
+
+// RunRegion runs a region of the batch's forward: it replays the region's
+// graph when a shape fits, else runs it eagerly. in are the region's inputs
+// as device tensors of the step's real length.
+func (b *Batch) RunRegion(l *accel.Launcher, label string, in map[string]accel.Tensor) (*RegionResult, error) {
+	if b.region == nil {
+		return nil, fmt.Errorf("engine: batch of walk %s has no region runner", b.Walk)
+	}
+	return b.region(l, label, in)
 }

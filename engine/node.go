@@ -11,6 +11,7 @@ import (
 
 // node is the engine's side of a graph runner: the model and its resources.
 type node struct {
+	e      *Engine
 	model  Model
 	sr     *StepRunner
 	stager *accel.Stager
@@ -19,8 +20,8 @@ type node struct {
 	prepared map[graph.SlotKey]*Step // the step last prepared on each slot
 }
 
-func newNode(m Model, sr *StepRunner, st *accel.Stager) *node {
-	return &node{model: m, sr: sr, stager: st, prepared: map[graph.SlotKey]*Step{}}
+func newNode(e *Engine, m Model, sr *StepRunner, st *accel.Stager) *node {
+	return &node{e: e, model: m, sr: sr, stager: st, prepared: map[graph.SlotKey]*Step{}}
 }
 
 func (n *node) DoubleBuffer() bool                             { return n.sr.DoubleBuffer() }
@@ -89,5 +90,5 @@ func (n *node) Forward(l *accel.Launcher, lease *graph.Lease, in map[string]acce
 	if step == nil {
 		return nil, fmt.Errorf("engine: forward on %v slot %d, never prepared", lease.Bucket, lease.Slot)
 	}
-	return n.model.Forward(l, batchFor(step, in))
+	return n.model.Forward(l, n.e.batch(step, in))
 }

@@ -22,16 +22,43 @@ const planCacheVersion = 1
 
 // PlanReport is what planning decided, for logs and `reprise plan`.
 type PlanReport struct {
-	Pool      string              `json:"pool"`
+	Plan  graph.CapturePlan `json:"plan"`
+	Pools []PoolReport      `json:"pools"`
+	Why   map[string]string `json:"why_not"`
+}
+
+// PoolReport is one graph pool's costs and outcome.
+type PoolReport struct {
+	Name      string              `json:"pool"`
 	Costs     []graph.CaptureCost `json:"costs"`
-	Plan      graph.CapturePlan   `json:"plan"`
-	Why       map[string]string   `json:"why_not"`
 	FromCache bool                `json:"from_cache"`
 	CacheFile string              `json:"cache_file,omitempty"`
 	// Actual is the pool's memory after capture (0 before).
 	Actual int64 `json:"actual_pool"`
-	// ActualOutside is what capture took outside the pool.
+	// ActualOutside is what the captured graphs hold outside the pool.
 	ActualOutside int64 `json:"actual_outside"`
+
+	runner  *graph.Runner
+	planned map[graph.BucketKey]bool
+}
+
+// Buckets is the number of buckets costed.
+func (r *PlanReport) Buckets() int {
+	n := 0
+	for _, p := range r.Pools {
+		n += len(p.Costs)
+	}
+	return n
+}
+
+// Pool returns a pool's report.
+func (r *PlanReport) Pool(name string) *PoolReport {
+	for i := range r.Pools {
+		if r.Pools[i].Name == name {
+			return &r.Pools[i]
+		}
+	}
+	return nil
 }
 
 // planBudget is the memory a plan may use: the device memory fraction of the
@@ -49,76 +76,91 @@ func (e *Engine) planBudget() int64 {
 	return int64(frac*float64(mi.Total)) - used
 }
 
-// plan sizes (or reads the cache), plans and agrees on the buckets to
-// capture.
-func (e *Engine) plan(ctx context.Context, r *graph.Runner) (map[graph.BucketKey]bool, *PlanReport, error) {
-	rep := &PlanReport{Pool: "graphs"}
-	key := e.planKey(r)
-	file := e.planCacheFile(key)
-	costs, ok := loadPlanCache(file, key)
-	if ok {
-		rep.FromCache = true
-		e.log.Info("capture costs from the plan cache", "file", file)
-	} else {
-		var err error
-		if costs, err = r.Size(ctx); err != nil {
-			return nil, nil, err
+// plan sizes each pool's buckets (or reads them from the plan cache), plans
+// them together, and agrees with the other ranks on what each runner
+// captures.
+func (e *Engine) plan(ctx context.Context, pools []pool) (*PlanReport, error) {
+	rep := &PlanReport{Why: map[string]string{}}
+	costs := map[string]map[graph.BucketKey]graph.CaptureCost{}
+	budget := e.planBudget()
+	for _, p := range pools {
+		pr := PoolReport{Name: p.name, runner: p.runner}
+		key := e.planKey(p.runner)
+		pr.CacheFile = e.planCacheFile(key)
+		c, ok := loadPlanCache(pr.CacheFile, key)
+		if ok {
+			pr.FromCache = true
+			e.log.Info("capture costs from the plan cache", "pool", p.name, "file", pr.CacheFile)
+		} else {
+			var err error
+			if c, err = p.runner.Size(ctx); err != nil {
+				return nil, err
+			}
 		}
+		costs[p.name] = c
+		budget += p.runner.WarmedOutputs()
+		rep.Pools = append(rep.Pools, pr)
 	}
-	rep.CacheFile = file
-	budget := e.planBudget() + r.WarmedOutputs()
-	plan := graph.Plan(map[string]map[graph.BucketKey]graph.CaptureCost{rep.Pool: costs}, budget, 0)
+	plan := graph.Plan(costs, budget, 0)
 	// When the plan leaves graphs out, buckets costed from a larger one are
 	// measured for their own cost and the plan is made again. Every rank
-	// takes part in that decision.
-	lent := false
-	for _, c := range costs {
-		if c.Lender != nil && c.Plannable() && !plan.Chosen(rep.Pool, c.Bucket) {
-			lent = true
-		}
-	}
-	// Every rank calls SizeLent once, wanting or not, so that they size
+	// calls SizeLent once per runner, wanting or not, so that the ranks size
 	// again together or not at all.
-	sized, err := r.SizeLent(ctx, costs, lent)
-	if err != nil {
-		return nil, nil, err
-	}
-	if sized.Resized {
-		costs = sized.Costs
-		plan = graph.Plan(map[string]map[graph.BucketKey]graph.CaptureCost{rep.Pool: costs}, budget, 0)
-	}
-	if !rep.FromCache || sized.Resized {
-		if err := savePlanCache(file, key, costs); err != nil {
-			e.log.Warn("plan cache not written", "file", file, "err", err)
+	resized := false
+	for i, p := range pools {
+		lent := false
+		for _, c := range costs[p.name] {
+			if c.Lender != nil && c.Plannable() && !plan.Chosen(p.name, c.Bucket) {
+				lent = true
+			}
+		}
+		sized, err := p.runner.SizeLent(ctx, costs[p.name], lent)
+		if err != nil {
+			return nil, err
+		}
+		if sized.Resized {
+			costs[p.name], resized = sized.Costs, true
+		}
+		if !rep.Pools[i].FromCache || sized.Resized {
+			key := e.planKey(p.runner)
+			if err := savePlanCache(e.planCacheFile(key), key, costs[p.name]); err != nil {
+				e.log.Warn("plan cache not written", "file", e.planCacheFile(key), "err", err)
+			}
 		}
 	}
-	planned := map[graph.BucketKey]bool{}
-	for _, k := range plan.Buckets[rep.Pool] {
-		planned[k] = true
-	}
-	planned, err = r.AgreePlan(ctx, planned)
-	if err != nil {
-		return nil, nil, err
+	if resized {
+		plan = graph.Plan(costs, budget, 0)
 	}
 	rep.Plan = plan
-	rep.Why = map[string]string{}
 	for k, why := range plan.Why {
 		rep.Why[k.String()] = why
 	}
-	for _, c := range costs {
-		rep.Costs = append(rep.Costs, c)
+	for i, p := range pools {
+		planned := map[graph.BucketKey]bool{}
+		for _, k := range plan.Buckets[p.name] {
+			planned[k] = true
+		}
+		agreed, err := p.runner.AgreePlan(ctx, planned)
+		if err != nil {
+			return nil, err
+		}
+		pr := &rep.Pools[i]
+		pr.planned = agreed
+		for _, c := range costs[p.name] {
+			pr.Costs = append(pr.Costs, c)
+		}
+		sort.Slice(pr.Costs, func(a, b int) bool {
+			x, y := pr.Costs[a].Bucket, pr.Costs[b].Bucket
+			if x.Walk != y.Walk {
+				return x.Walk < y.Walk
+			}
+			if x.BatchSize != y.BatchSize {
+				return x.BatchSize > y.BatchSize
+			}
+			return x.Tokens > y.Tokens
+		})
 	}
-	sort.Slice(rep.Costs, func(i, j int) bool {
-		a, b := rep.Costs[i].Bucket, rep.Costs[j].Bucket
-		if a.Walk != b.Walk {
-			return a.Walk < b.Walk
-		}
-		if a.BatchSize != b.BatchSize {
-			return a.BatchSize > b.BatchSize
-		}
-		return a.Tokens > b.Tokens
-	})
-	return planned, rep, nil
+	return rep, nil
 }
 
 // planKey is what the measured costs depend on: the model's shapes and

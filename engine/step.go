@@ -78,6 +78,15 @@ func (e *Engine) runStep(walk string, rows []graph.Row, next []*request) ([]int3
 	if err == nil {
 		toks, err = e.readNext(s, outs["next"], n)
 	}
+	if err == nil && e.keepLogits {
+		e.lastLogits = nil
+		if lg, ok := outs["logits"]; ok {
+			var all []float32
+			if all, err = accel.DownloadF32(s, lg); err == nil {
+				e.lastLogits = all[:n*lg.Cols]
+			}
+		}
+	}
 	if lease == nil {
 		l := accel.On(s)
 		l.Free(mapTensors(outs)...)
@@ -133,7 +142,7 @@ func (e *Engine) eagerForward(s accel.Stream, step *Step, in graph.Inputs) (map[
 		dev[name] = t
 	}
 	l := accel.On(s)
-	outs, err := e.model.Forward(l, batchFor(step, dev))
+	outs, err := e.model.Forward(l, e.batch(step, dev))
 	if err == nil {
 		err = l.Err()
 	}

@@ -277,6 +277,15 @@ func (p CapturePlan) Total() int64 {
 	return t
 }
 
+// Count is the number of buckets chosen across pools.
+func (p CapturePlan) Count() int {
+	n := 0
+	for _, b := range p.Buckets {
+		n += len(b)
+	}
+	return n
+}
+
 // Chosen reports whether a bucket of a pool was planned.
 func (p CapturePlan) Chosen(pool string, k BucketKey) bool {
 	return slices.Contains(p.Buckets[pool], k)

@@ -8,6 +8,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/pprof"
+	"slices"
 	"sync"
 	"time"
 
@@ -16,7 +17,7 @@ import (
 )
 
 func init() {
-	register(command{name: "bench", summary: "time decode steps eager and replayed, per batch size", run: runBench})
+	register(command{name: "bench", summary: "time decode steps per batch size and prefill per prompt length, eager and replayed", run: runBench})
 }
 
 // BenchReport is `reprise bench --json`'s output. Times are nanoseconds.
@@ -28,10 +29,13 @@ type BenchReport struct {
 	Device      string `json:"device"`       // device the steps ran on
 	// MemoryBandwidth is the host memory read bandwidth the bench measured
 	// (bytes/s), summing a 256 MiB array on every core.
-	MemoryBandwidth float64      `json:"memory_read_bytes_per_s"`
-	Rows            []BenchRow   `json:"rows"`
-	Roofline        *BenchRoof   `json:"roofline,omitempty"`
-	Capture         BenchCapture `json:"capture"`
+	MemoryBandwidth float64    `json:"memory_read_bytes_per_s"`
+	Rows            []BenchRow `json:"rows"`
+	// Prefill is the prefill latency of one prompt per length, eager and
+	// with the block loop replayed piecewise.
+	Prefill  []PrefillRow `json:"prefill,omitempty"`
+	Roofline *BenchRoof   `json:"roofline,omitempty"`
+	Capture  BenchCapture `json:"capture"`
 }
 
 // BenchRow is one batch size: the median decode step eager and replayed.
@@ -43,6 +47,19 @@ type BenchRow struct {
 	EagerTokens  float64 `json:"eager_tokens_per_s"`
 	ReplayTokens float64 `json:"replay_tokens_per_s"`
 	Steps        int     `json:"steps"` // steps timed per mode
+}
+
+// PrefillRow is one prompt length: the median prefill step eager and
+// piecewise (the block loop replayed, embedding and logits eager).
+type PrefillRow struct {
+	Tokens    int     `json:"tokens"`
+	Eager     int64   `json:"eager_ns"`
+	Piecewise int64   `json:"piecewise_ns"` // 0: no region shape fits
+	Ratio     float64 `json:"eager_over_piecewise"`
+	// GFLOPs is the effective rate of the faster mode: 2 × parameters ×
+	// tokens per second, in GFLOP/s.
+	GFLOPs float64 `json:"effective_gflops"`
+	Runs   int     `json:"runs"`
 }
 
 // BenchRoof is the batch-size-1 roofline: weight bytes read per second by
@@ -64,6 +81,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	df.register(fs, true)
 	sizes := intList{1, 2, 4, 8, 16, 32, 64}
 	fs.Var(&sizes, "batch-sizes", "decode batch sizes to time, comma-separated")
+	prefill := intList{16, 32, 64, 128, 256, 512}
+	fs.Var(&prefill, "prefill-lengths", "prompt lengths to time prefill at, eager and piecewise, comma-separated (\"0\" skips prefill)")
+	prefillRuns := fs.Int("prefill-runs", 5, "prefill steps timed per length and mode")
 	steps := fs.Int("steps", 64, "decode steps timed per batch size and mode (fewer if --max-time runs out)")
 	warmup := fs.Int("warmup", 4, "decode steps run before timing")
 	maxTime := fs.Duration("max-time", 3*time.Second, "time budget per batch size and mode (at least 3 steps are timed)")
@@ -95,7 +115,16 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	mo.DecodeBatchSizes = sizes
-	mo.PrefillLengths = []int{} // bench times decode; prefill runs eager
+	mo.PrefillBatchSizes = []int{1}
+	mo.PrefillLengths = nil
+	for _, n := range prefill {
+		if n > 1 {
+			mo.PrefillLengths = append(mo.PrefillLengths, n)
+		}
+	}
+	if len(mo.PrefillLengths) == 0 {
+		mo.PrefillLengths = []int{}
+	}
 	m, _, err := llama.Open(dev, df.model, mo)
 	if err != nil {
 		return err
@@ -141,6 +170,20 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			fmt.Fprintf(stderr, "bs=%d done\n", bs)
 		}
 	}
+	seqLen := m.Config().SeqLen
+	for _, n := range mo.PrefillLengths {
+		if n > seqLen {
+			continue
+		}
+		row, err := benchPrefill(ctx, e, n, *prefillRuns, info.Params)
+		if err != nil {
+			return err
+		}
+		rep.Prefill = append(rep.Prefill, row)
+		if !*asJSON {
+			fmt.Fprintf(stderr, "prefill %d done\n", n)
+		}
+	}
 	for _, r := range rep.Rows {
 		if r.BatchSize == 1 && r.ReplayStep > 0 {
 			bw := float64(info.WeightBytes) / (float64(r.ReplayStep) / 1e9)
@@ -154,6 +197,50 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	printBench(stdout, rep)
 	return nil
+}
+
+// benchPrefill times a prefill of one n-token prompt, eager and piecewise:
+// the median of runs steps each.
+func benchPrefill(ctx context.Context, e *engine.Engine, n, runs int, params int64) (PrefillRow, error) {
+	row := PrefillRow{Tokens: n, Runs: runs}
+	prompt := make([]int32, n)
+	prompt[0] = 1
+	for i := 1; i < n; i++ {
+		prompt[i] = int32(3 + (i*7)%200)
+	}
+	median := func(eager bool) (time.Duration, bool, error) {
+		var ds []time.Duration
+		replayed := false
+		for i := 0; i < runs+1; i++ {
+			r, err := e.Prefill(ctx, [][]int32{prompt}, eager)
+			if err != nil {
+				return 0, false, err
+			}
+			if i > 0 { // the first run warms caches
+				ds = append(ds, r.Duration)
+			}
+			replayed = r.Replayed
+		}
+		slices.Sort(ds)
+		return ds[len(ds)/2], replayed, nil
+	}
+	ed, _, err := median(true)
+	if err != nil {
+		return row, err
+	}
+	row.Eager = ed.Nanoseconds()
+	best := ed
+	pd, replayed, err := median(false)
+	if err != nil {
+		return row, err
+	}
+	if replayed {
+		row.Piecewise = pd.Nanoseconds()
+		row.Ratio = ed.Seconds() / pd.Seconds()
+		best = min(best, pd)
+	}
+	row.GFLOPs = 2 * float64(params) * float64(n) / best.Seconds() / 1e9
+	return row, nil
 }
 
 func printBench(w io.Writer, r BenchReport) {
@@ -170,6 +257,16 @@ func printBench(w io.Writer, r BenchReport) {
 			rtok = fmt.Sprintf("%.1f", row.ReplayTokens)
 		}
 		fmt.Fprintf(w, "%5d %14s %14s %7s %14.1f %14s\n", row.BatchSize, time.Duration(row.EagerStep), replay, ratio, row.EagerTokens, rtok)
+	}
+	if len(r.Prefill) > 0 {
+		fmt.Fprintf(w, "\n%7s %14s %14s %7s %12s\n", "prompt", "eager prefill", "piecewise", "ratio", "GFLOP/s")
+		for _, p := range r.Prefill {
+			pw, ratio := "-", "-"
+			if p.Piecewise > 0 {
+				pw, ratio = time.Duration(p.Piecewise).String(), fmt.Sprintf("%.2fx", p.Ratio)
+			}
+			fmt.Fprintf(w, "%7d %14s %14s %7s %12.2f\n", p.Tokens, time.Duration(p.Eager), pw, ratio, p.GFLOPs)
+		}
 	}
 	if rf := r.Roofline; rf != nil {
 		fmt.Fprintf(w, "\nbatch 1 replayed: weights read at %.2f GB/s, %.0f%% of the measured bandwidth\n", rf.WeightBytesPerS/1e9, 100*rf.Fraction)

@@ -25,21 +25,23 @@ type planOutput struct {
 	Budget int64 `json:"budget"`
 	// Floor is the largest eager step: what stays free beside the graphs.
 	Floor int64 `json:"floor"`
-	// Predicted is the chosen graphs' memory: pool plus outside.
-	Predicted     int64 `json:"predicted"`
+	// Predicted is the chosen graphs' memory: pools plus outside.
+	Predicted int64 `json:"predicted"`
+	// PredictedPool is the pools' share of Predicted.
 	PredictedPool int64 `json:"predicted_pool"`
 	// Actual and ActualPool are what capture took (--capture only).
-	Actual     int64        `json:"actual,omitempty"`
-	ActualPool int64        `json:"actual_pool,omitempty"`
-	FromCache  bool         `json:"from_cache"`
-	CacheFile  string       `json:"cache_file,omitempty"`
-	Buckets    []planBucket `json:"buckets"`
+	Actual     int64 `json:"actual,omitempty"`
+	ActualPool int64 `json:"actual_pool,omitempty"`
+	// FromCache: every pool's costs came from the plan cache.
+	FromCache bool         `json:"from_cache"`
+	Buckets   []planBucket `json:"buckets"`
 }
 
 // planBucket is one bucket's measured cost and whether it was chosen.
 type planBucket struct {
 	graph.CaptureCost
 	Name   string `json:"name"`
+	Pool   string `json:"pool"` // the graph pool the bucket captures into
 	Chosen bool   `json:"chosen"`
 	Why    string `json:"why_not,omitempty"`
 }
@@ -85,14 +87,18 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	out := planOutput{Model: m.Info().Name, Device: dev.Info().String(), Budget: rep.Plan.Free, Floor: rep.Plan.Floor,
-		Predicted: rep.Plan.Total(), PredictedPool: rep.Plan.Predicted[rep.Pool], FromCache: rep.FromCache, CacheFile: rep.CacheFile}
-	if *capture {
-		out.ActualPool = rep.Actual
-		out.Actual = rep.Actual + rep.ActualOutside
-	}
-	for _, c := range rep.Costs {
-		out.Buckets = append(out.Buckets, planBucket{CaptureCost: c, Name: c.Bucket.String(),
-			Chosen: rep.Plan.Chosen(rep.Pool, c.Bucket), Why: rep.Why[c.Bucket.String()]})
+		Predicted: rep.Plan.Total(), FromCache: true}
+	for _, p := range rep.Pools {
+		out.PredictedPool += rep.Plan.Predicted[p.Name]
+		out.FromCache = out.FromCache && p.FromCache
+		if *capture {
+			out.ActualPool += p.Actual
+			out.Actual += p.Actual + p.ActualOutside
+		}
+		for _, c := range p.Costs {
+			out.Buckets = append(out.Buckets, planBucket{CaptureCost: c, Name: c.Bucket.String(), Pool: p.Name,
+				Chosen: rep.Plan.Chosen(p.Name, c.Bucket), Why: rep.Why[c.Bucket.String()]})
+		}
 	}
 	if *asJSON {
 		enc := json.NewEncoder(stdout)

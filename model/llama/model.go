@@ -28,7 +28,26 @@ type Options struct {
 	PrefillBatchSizes []int
 	// DecodeBatchSizes are the decode buckets (default graph.DefaultBatchSizes).
 	DecodeBatchSizes []int
+	// Prefill is how prefill steps may be captured: PrefillPiecewise (the
+	// default: the block loop is a region captured per (prompts, tokens)
+	// bucket; the embedding and the logits stay eager), PrefillWhole (the
+	// whole step is a packed bucket) or PrefillEager (never captured).
+	Prefill string
 }
+
+// Prefill modes.
+const (
+	PrefillPiecewise = "piecewise"
+	PrefillWhole     = "whole"
+	PrefillEager     = "eager"
+)
+
+// RegionBlocks is the block loop's region label, and WalkBlocks the walk its
+// buckets are keyed by.
+const (
+	RegionBlocks = "blocks"
+	WalkBlocks   = "prefill.blocks"
+)
 
 // Model is a loaded decoder.
 type Model struct {
@@ -43,6 +62,7 @@ type Model struct {
 	params  int64
 	wbytes  int64
 	configs []*graph.Config
+	regions []engine.Region
 }
 
 type layer struct {
@@ -65,6 +85,13 @@ func New(dev accel.Device, s accel.Stream, ck *llama2c.Checkpoint, opts Options)
 	}
 	if opts.Weights == 0 {
 		opts.Weights = accel.F32
+	}
+	switch opts.Prefill {
+	case "":
+		opts.Prefill = PrefillPiecewise
+	case PrefillPiecewise, PrefillWhole, PrefillEager:
+	default:
+		return nil, fmt.Errorf("llama: prefill mode %q: want %s, %s or %s", opts.Prefill, PrefillPiecewise, PrefillWhole, PrefillEager)
 	}
 	if opts.Weights != accel.F32 && opts.Weights != accel.BF16 {
 		return nil, fmt.Errorf("llama: weights must be f32 or bf16, not %s", opts.Weights)
@@ -160,13 +187,45 @@ func (m *Model) graphConfigs() []*graph.Config {
 	var cs []*graph.Config
 	cs = append(cs, &graph.Config{Walk: engine.WalkDecode, Batched: &graph.Batched{TokensPerRow: 1},
 		BatchSizes: m.opts.DecodeBatchSizes, CapEagerBatch: true})
-	if len(lengths) > 0 && len(prefillBS) > 0 {
+	if len(lengths) == 0 || len(prefillBS) == 0 {
+		return cs
+	}
+	switch m.opts.Prefill {
+	case PrefillWhole:
 		// "last" holds one index per row, so it follows the batch size, not
 		// the token count: its sequence axis is declared.
 		cs = append(cs, &graph.Config{Walk: engine.WalkPrefill, Packed: &graph.Packed{TokenLengths: lengths},
 			BatchSizes: prefillBS, SeqAxis: map[string]int{"last": 1}})
+	case PrefillPiecewise:
+		m.regions = []engine.Region{{
+			Label: RegionBlocks, Walk: engine.WalkPrefill,
+			Config: &graph.Config{Walk: WalkBlocks, Packed: &graph.Packed{TokenLengths: lengths}, BatchSizes: prefillBS},
+			// The block loop reads the KV cache and the positions; the
+			// sampler stays with the eager tail.
+			Resources: []string{engine.KVName, engine.PositionsName},
+			Inputs:    m.blocksInputs,
+		}}
 	}
 	return cs
+}
+
+// Regions implements engine.RegionModel: the prefill block loop, unless the
+// prefill is captured whole or never.
+func (m *Model) Regions() []engine.Region { return m.regions }
+
+// blocksInputs are a capture's inputs of the block loop: zero hidden states
+// and each token's row.
+func (m *Model) blocksInputs(step *engine.Step) graph.Inputs {
+	rows := make([]int32, step.Tokens)
+	t := 0
+	for i, r := range step.Rows {
+		for range r.Tokens {
+			rows[t] = int32(i)
+			t++
+		}
+	}
+	x := graph.HostTensor{DType: accel.F32, Rows: step.Tokens, Cols: m.cfg.Dim, Data: make([]byte, 4*step.Tokens*m.cfg.Dim)}
+	return graph.Inputs{"x": x, "token_rows": graph.HostI32(rows)}
 }
 
 // Configs implements engine.Model.
@@ -196,18 +255,72 @@ func (m *Model) Preprocess(step *engine.Step) graph.Inputs {
 	return graph.Inputs{"tokens": graph.HostI32(toks), "token_rows": graph.HostI32(rows), "last": graph.HostI32(last)}
 }
 
-// Forward implements engine.Model: the decoder over the batch's tokens, the
-// logits of each row's last token, and one sampled token per row.
+// Forward implements engine.Model: the embedding, the block loop (a region
+// of its own in a piecewise prefill), the logits of each row's last token,
+// and one sampled token per row.
 func (m *Model) Forward(l *accel.Launcher, b *engine.Batch) (map[string]accel.Tensor, error) {
 	c := m.cfg
 	T, R := b.Tokens, b.Rows
-	d, kvd, hd := c.Dim, c.KVDim(), c.HeadSize()
 	toks, rows, last := b.In["tokens"], b.In["token_rows"], b.In["last"]
 	if toks.Len() != T || rows.Len() != T || last.Len() != R || b.KV == nil {
 		return nil, fmt.Errorf("llama: batch of %d tokens, %d rows: inputs %v %v %v", T, R, toks, rows, last)
 	}
+	x := l.Alloc(accel.F32, T, c.Dim)
+	l.Embed(x, m.emb, toks)
+	var h accel.Tensor
+	var region *engine.RegionResult
+	if b.Walk == engine.WalkPrefill && len(m.regions) > 0 {
+		var err error
+		if region, err = b.RunRegion(l, RegionBlocks, map[string]accel.Tensor{"x": x, "token_rows": rows}); err != nil {
+			return nil, l.Fail(err)
+		}
+		h = region.Out["x"]
+	} else {
+		m.blocks(l, x, rows, b)
+		h = x
+	}
+	lx := l.Alloc(accel.F32, R, c.Dim)
+	l.RMSNorm(x, h, m.final, eps)
+	if region != nil {
+		region.Release(l)
+	}
+	l.GatherRows(lx, x, last)
+	logits := l.Alloc(accel.F32, R, c.Vocab)
+	l.MatMul(logits, lx, m.cls)
+	next := l.Alloc(accel.I32, 1, R)
+	l.Sample(next, logits, b.Sample)
+	l.Free(x, lx)
+	out := map[string]accel.Tensor{"next": next}
+	if m.opts.Logits {
+		out["logits"] = logits
+	} else {
+		l.Free(logits)
+	}
+	return out, l.Err()
+}
+
+// RegionForward implements engine.RegionModel: the block loop over a copy of
+// its input hidden states.
+func (m *Model) RegionForward(l *accel.Launcher, label string, b *engine.Batch) (map[string]accel.Tensor, error) {
+	if label != RegionBlocks {
+		return nil, fmt.Errorf("llama: no region %q", label)
+	}
+	in, rows := b.In["x"], b.In["token_rows"]
+	if in.Rows != b.Tokens || in.Cols != m.cfg.Dim || rows.Len() != b.Tokens || b.KV == nil {
+		return nil, fmt.Errorf("llama: block region of %d tokens: inputs %v %v", b.Tokens, in, rows)
+	}
+	h := l.Alloc(accel.F32, b.Tokens, m.cfg.Dim)
+	l.Copy(h, in)
+	m.blocks(l, h, rows, b)
+	return map[string]accel.Tensor{"x": h}, l.Err()
+}
+
+// blocks runs the transformer layers over the hidden states x, in place.
+func (m *Model) blocks(l *accel.Launcher, x, rows accel.Tensor, b *engine.Batch) {
+	c := m.cfg
+	T := x.Rows
+	d, kvd, hd := c.Dim, c.KVDim(), c.HeadSize()
 	sh := accel.AttentionShape{Heads: c.Heads, KVHeads: c.KVHeads, HeadSize: hd, PageSize: b.KV.PageSize}
-	x := l.Alloc(accel.F32, T, d)
 	xb := l.Alloc(accel.F32, T, d)
 	xb2 := l.Alloc(accel.F32, T, d)
 	q := l.Alloc(accel.F32, T, d)
@@ -215,7 +328,6 @@ func (m *Model) Forward(l *accel.Launcher, b *engine.Batch) (map[string]accel.Te
 	v := l.Alloc(accel.F32, T, kvd)
 	hb := l.Alloc(accel.F32, T, c.Hidden)
 	hb2 := l.Alloc(accel.F32, T, c.Hidden)
-	l.Embed(x, m.emb, toks)
 	for i, ly := range m.layers {
 		l.RMSNorm(xb, x, ly.rmsAtt, eps)
 		l.MatMul(q, xb, ly.wq)
@@ -234,21 +346,6 @@ func (m *Model) Forward(l *accel.Launcher, b *engine.Batch) (map[string]accel.Te
 		l.Add(x, x, xb)
 	}
 	l.Free(xb, xb2, q, k, v, hb, hb2)
-	l.RMSNorm(x, x, m.final, eps)
-	lx := l.Alloc(accel.F32, R, d)
-	l.GatherRows(lx, x, last)
-	logits := l.Alloc(accel.F32, R, c.Vocab)
-	l.MatMul(logits, lx, m.cls)
-	next := l.Alloc(accel.I32, 1, R)
-	l.Sample(next, logits, b.Sample)
-	l.Free(x, lx)
-	out := map[string]accel.Tensor{"next": next}
-	if m.opts.Logits {
-		out["logits"] = logits
-	} else {
-		l.Free(logits)
-	}
-	return out, l.Err()
 }
 
 // BF16Bytes rounds float32s to bfloat16 (to nearest, ties to even) and

@@ -1,0 +1,148 @@
+package engine
+
+import (
+	"fmt"
+	"sync"
+
+	"github.com/reprise-ml/reprise/accel"
+	"github.com/reprise-ml/reprise/graph"
+)
+
+// regionRun is one region of the model: its declaration, the step runner
+// over the resources it reads, its node, and its graph runner (nil until
+// graphs start, or with graphs off).
+type regionRun struct {
+	reg    Region
+	sr     *StepRunner
+	node   *regionNode
+	runner *graph.Runner
+}
+
+// regionNode is a region's side of its graph runner: the region's step is
+// planned by the resources the region reads, into the lease's slot buffers.
+type regionNode struct {
+	e  *Engine
+	rr *regionRun
+
+	mu       sync.Mutex
+	prepared map[graph.SlotKey]*Step
+}
+
+func (n *regionNode) DoubleBuffer() bool {
+	// Only a resource that forces it: the region's plan runs in step with
+	// its replay, never ahead of it.
+	for _, r := range n.rr.sr.Resources() {
+		if r.ForcesDoubleBuffer() {
+			return true
+		}
+	}
+	return false
+}
+
+func (n *regionNode) Blocked(*graph.Config) []string { return n.rr.sr.Blocked() }
+
+func (n *regionNode) BuildGraphBuffers(specs []graph.SlotSpec) error {
+	return n.rr.sr.BuildGraphBuffers(specs)
+}
+
+// IngestPadding opens padding rows in every resource of the engine (the
+// padding handles of a region are its own).
+func (n *regionNode) IngestPadding(ids []int64) error { return n.e.node.IngestPadding(ids) }
+
+func (n *regionNode) ResetPadding(ids []int64, free bool) error { return n.e.sr.Reset(ids, free) }
+
+func (n *regionNode) Prepare(s accel.Stream, lease *graph.Lease, rows []graph.Row) (graph.Inputs, error) {
+	step := NewStep(lease.Bucket.Walk, lease.Bucket.Key, rows, 0, lease)
+	if err := n.rr.sr.Admit(step); err != nil {
+		return nil, fmt.Errorf("%w: %w", graph.ErrNotAdmitted, err)
+	}
+	if err := n.rr.sr.Plan(s, n.e.stager, step); err != nil {
+		n.rr.sr.Abort(step)
+		return nil, err
+	}
+	n.mu.Lock()
+	n.prepared[lease.SlotKey("")] = step
+	n.mu.Unlock()
+	return n.rr.reg.Inputs(step), nil
+}
+
+func (n *regionNode) Forward(l *accel.Launcher, lease *graph.Lease, in map[string]accel.Tensor) (map[string]accel.Tensor, error) {
+	n.mu.Lock()
+	step := n.prepared[lease.SlotKey("")]
+	n.mu.Unlock()
+	if step == nil {
+		return nil, fmt.Errorf("engine: region %s on %v, never prepared", n.rr.reg.Label, lease.Bucket)
+	}
+	rm := n.e.model.(RegionModel)
+	return rm.RegionForward(l, n.rr.reg.Label, n.e.batch(step, in))
+}
+
+// batch assembles a step's batch, with its regions run by the region
+// runners when the step is eager (a region inside a captured whole step runs
+// inline: it is part of that graph).
+func (e *Engine) batch(step *Step, in map[string]accel.Tensor) *Batch {
+	b := batchFor(step, in)
+	if step.Lease == nil {
+		b.region = e.regionFor(step, b)
+	} else {
+		b.region = e.inlineRegion(b)
+	}
+	return b
+}
+
+// inlineRegion runs a region as part of the forward around it.
+func (e *Engine) inlineRegion(outer *Batch) func(*accel.Launcher, string, map[string]accel.Tensor) (*RegionResult, error) {
+	return func(l *accel.Launcher, label string, in map[string]accel.Tensor) (*RegionResult, error) {
+		rm, ok := e.model.(RegionModel)
+		if !ok {
+			return nil, fmt.Errorf("engine: the model runs region %q but declares none", label)
+		}
+		b := *outer
+		b.In = in
+		outs, err := rm.RegionForward(l, label, &b)
+		if err != nil {
+			return nil, err
+		}
+		return &RegionResult{Out: outs, owned: mapTensors(outs)}, nil
+	}
+}
+
+// regionFor returns the function a step's Batch runs regions with: a replay
+// on the region's runner when a shape fits, the model's region eagerly
+// otherwise. The outer step was admitted and planned already; the region
+// plans its resources again, from the same admission, into the lease's slot
+// buffers, for the real rows only.
+func (e *Engine) regionFor(step *Step, outer *Batch) func(*accel.Launcher, string, map[string]accel.Tensor) (*RegionResult, error) {
+	return func(l *accel.Launcher, label string, in map[string]accel.Tensor) (*RegionResult, error) {
+		rr := e.regions[label]
+		if rr == nil {
+			return nil, fmt.Errorf("engine: the model runs region %q it did not declare", label)
+		}
+		var lease *graph.Lease
+		if rr.runner != nil && !e.forceEager {
+			lease = rr.runner.LeaseSlot(rr.reg.Config.Walk, step.Real, step.Tokens, step.Key, -1)
+			if lease == nil && e.bg != nil {
+				e.bg.want(rr.runner, rr.reg.Config.Walk, step.Real, step.Tokens)
+				rr.runner.NoteEager(rr.reg.Config.Walk, "bucket not captured yet")
+			} else if lease == nil {
+				rr.runner.NoteEager(rr.reg.Config.Walk, "no shape fits")
+			}
+		}
+		if lease == nil {
+			return e.inlineRegion(outer)(l, label, in)
+		}
+		rs := &Step{Walk: lease.Bucket.Walk, Key: step.Key, Rows: step.Rows[:step.Real], Real: step.Real, Lease: lease,
+			Tokens: lease.Bucket.Tokens, Plans: map[string]any{}, State: step.State}
+		out, err := rr.runner.RunRegion(lease, in, step.Tokens, func(s accel.Stream) error {
+			return rr.sr.Plan(s, e.stager, rs)
+		})
+		if err != nil {
+			return nil, err
+		}
+		res := &RegionResult{Out: map[string]accel.Tensor{}}
+		for _, name := range out.Names() {
+			res.Out[name], _ = out.View(name)
+		}
+		return res, nil
+	}
+}
