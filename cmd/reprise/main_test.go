@@ -1,0 +1,104 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"strings"
+	"testing"
+)
+
+func runCLI(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code := run(context.Background(), args, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+func TestUsage(t *testing.T) {
+	if code, out, _ := runCLI(t, "help"); code != 0 || !strings.Contains(out, "generate") {
+		t.Fatalf("help: %d %q", code, out)
+	}
+	if code, _, errs := runCLI(t, "frobnicate"); code != 2 || !strings.Contains(errs, "unknown command") {
+		t.Fatalf("unknown command: %d %q", code, errs)
+	}
+	if code, _, errs := runCLI(t, "generate", "--steps", "-4"); code != 2 || !strings.Contains(errs, "--steps") {
+		t.Fatalf("bad flag value: %d %q", code, errs)
+	}
+	if code, _, errs := runCLI(t, "generate", "--weights", "f16"); code != 2 || !strings.Contains(errs, "--weights") {
+		t.Fatalf("bad weights: %d %q", code, errs)
+	}
+	if code, _, errs := runCLI(t, "generate", "--device", "nosuch"); code != 1 || !strings.Contains(errs, "unknown backend") {
+		t.Fatalf("unknown device: %d %q", code, errs)
+	}
+	if code, _, errs := runCLI(t, "generate", "--model", "/nonexistent.bin", "--tokenizer", "/nonexistent.tok"); code != 1 || !strings.Contains(errs, "nonexistent") {
+		t.Fatalf("missing model file: %d %q", code, errs)
+	}
+}
+
+func TestDevices(t *testing.T) {
+	code, out, _ := runCLI(t, "devices", "--json")
+	if code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	var reports []deviceReport
+	if err := json.Unmarshal([]byte(out), &reports); err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, r := range reports {
+		if r.Backend == "cpu" && r.Available && len(r.Capability) == 1 && r.Capability[0].GraphCapture {
+			found = true
+		}
+	}
+	if !found {
+		t.Fatalf("no usable cpu device in %s", out)
+	}
+}
+
+func TestGenerateMatchesReference(t *testing.T) {
+	want, err := os.ReadFile("../../model/stories260k/testdata/The_little_dog.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("REPRISE_PLAN_CACHE", "off")
+	for _, g := range []string{"on", "off"} {
+		code, out, errs := runCLI(t, "generate", "--prompt", "The little dog", "--graphs", g, "--device-memory", "512MiB")
+		if code != 0 {
+			t.Fatalf("exit %d: %s", code, errs)
+		}
+		if out != string(want) {
+			t.Fatalf("graphs %s:\ngot  %q\nwant %q", g, out, want)
+		}
+	}
+}
+
+func TestPlanJSON(t *testing.T) {
+	code, out, errs := runCLI(t, "plan", "--json", "--plan-cache", "off", "--capture", "--device-memory", "512MiB")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	var p planOutput
+	if err := json.Unmarshal([]byte(out), &p); err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Buckets) == 0 || p.Floor <= 0 || p.Predicted <= 0 || p.ActualPool != p.PredictedPool {
+		t.Fatalf("plan %+v", p)
+	}
+}
+
+func TestBenchJSON(t *testing.T) {
+	code, out, errs := runCLI(t, "bench", "--json", "--batch-sizes", "1,2", "--steps", "3", "--warmup", "1",
+		"--prefill-lengths", "16", "--prefill-runs", "1", "--device-memory", "512MiB")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	var r BenchReport
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Rows) != 2 || r.Rows[0].ReplayStep <= 0 || r.Rows[1].EagerStep <= 0 || len(r.Prefill) != 1 || r.Prefill[0].Piecewise <= 0 {
+		t.Fatalf("bench %s", out)
+	}
+}
