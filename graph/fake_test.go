@@ -9,7 +9,6 @@ import (
 	"testing"
 
 	"github.com/reprise-ml/reprise/accel"
-	"github.com/reprise-ml/reprise/accel/acceltest"
 	_ "github.com/reprise-ml/reprise/accel/cpu"
 )
 
@@ -46,14 +45,39 @@ type fakeNode struct {
 const fakeSlots = 16384
 
 func newFakeNode(t testing.TB, double bool) *fakeNode {
-	e := acceltest.Open(t, "cpu", accel.Options{MemoryLimit: 256 << 20})
+	dev, err := accel.Open("cpu", 0, accel.Options{MemoryLimit: 256 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := dev.NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		s.Close()
+		dev.Close()
+	})
 	r := rand.New(rand.NewPCG(1, 1))
-	n := &fakeNode{t: t, dev: e.Dev, s: e.S, d: 16, v: 32, double: double,
+	n := &fakeNode{t: t, dev: dev, s: s, d: 16, v: 32, double: double,
 		reqs: map[int64][]int32{}, padding: map[int64]bool{}, plan: map[SlotKey]accel.Tensor{},
 		fail: map[SlotSpec]string{}, failWarm: map[SlotSpec]bool{}, warmups: map[specKey]int{}}
-	n.emb = e.F32(acceltest.Rand(r, n.v*n.d, 1), n.v, n.d)
-	n.w = e.F32(acceltest.Rand(r, n.d*n.d, 0.3), n.d, n.d)
-	n.cache = e.Zeros(accel.F32, fakeSlots, n.d)
+	upload := func(v []float32, rows, cols int) accel.Tensor {
+		x, err := accel.UploadF32(s, v, rows, cols)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return x
+	}
+	randn := func(k int, sd float64) []float32 {
+		v := make([]float32, k)
+		for i := range v {
+			v[i] = float32(r.NormFloat64() * sd)
+		}
+		return v
+	}
+	n.emb = upload(randn(n.v*n.d, 1), n.v, n.d)
+	n.w = upload(randn(n.d*n.d, 0.3), n.d, n.d)
+	n.cache = upload(make([]float32, fakeSlots*n.d), fakeSlots, n.d)
 	for i := int32(fakeSlots - 1); i >= 1; i-- {
 		n.free = append(n.free, i)
 	}

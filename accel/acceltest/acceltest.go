@@ -1,6 +1,8 @@
 // Package acceltest is the conformance suite every accel backend passes: kernels
 // against float64 references, capture and replay against eager, recovery from
-// failed captures, out of memory, events across streams and in-place update.
+// failed captures, out of memory, events across streams, in-place update,
+// staging, and the embedded model's greedy reference output, eager and
+// replayed.
 // Each backend's tests call Run with its registry name; a backend that is not
 // present here skips, saying why.
 //
@@ -30,6 +32,7 @@ func Run(t *testing.T, backend string) {
 	t.Run("InPlaceUpdate", func(t *testing.T) { testUpdate(t, backend) })
 	t.Run("OutOfMemory", func(t *testing.T) { testOOM(t, backend) })
 	t.Run("Staging", func(t *testing.T) { testStaging(t, backend) })
+	t.Run("ModelReference", func(t *testing.T) { testModel(t, backend) })
 }
 
 // Env is an open device with a stream, closed when the test ends.

@@ -1,0 +1,69 @@
+package acceltest
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"runtime"
+	"testing"
+
+	"github.com/reprise-ml/reprise/accel"
+	"github.com/reprise-ml/reprise/engine"
+	"github.com/reprise-ml/reprise/model/llama"
+)
+
+// testModel is the model half of the suite: stories260K's greedy output on
+// the backend, eager and replayed, equals the llama2.c reference program's
+// (model/stories260k/testdata), token for token.
+func testModel(t *testing.T, backend string) {
+	_, here, _, _ := runtime.Caller(0)
+	want, err := os.ReadFile(filepath.Join(filepath.Dir(here), "..", "..", "model", "stories260k", "testdata", "Once_upon_a_time.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := Open(t, backend, accel.Options{MemoryLimit: 1 << 30})
+	for _, graphs := range []bool{false, true} {
+		if graphs && !e.Dev.Capability().GraphCapture {
+			continue
+		}
+		if got := generate(t, e.Dev, graphs, "Once upon a time", 256); got != string(want) {
+			t.Errorf("graphs=%v:\ngot  %q\nwant %q", graphs, got, want)
+		}
+	}
+}
+
+func generate(t *testing.T, dev accel.Device, graphs bool, prompt string, steps int) string {
+	t.Helper()
+	m, tok, err := llama.Open(dev, llama.Source{}, llama.Options{PrefillBatchSizes: []int{1}, PrefillLengths: []int{16}, DecodeBatchSizes: []int{1, 2}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	e, err := engine.New(dev, m, engine.Options{Graphs: graphs, MaxBatch: 2, PlanCache: "off"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	if err := e.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ids := tok.Encode(prompt, true, false)
+	p := make([]int32, len(ids))
+	for i, x := range ids {
+		p[i] = int32(x)
+	}
+	gen, _, err := e.Generate(context.Background(), engine.Request{Prompt: p, MaxTokens: steps - len(ids) + 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []byte
+	for i := 1; i < len(ids); i++ {
+		out = append(out, tok.SafePiece(ids[i-1], ids[i])...)
+	}
+	prev := ids[len(ids)-1]
+	for _, g := range gen {
+		out = append(out, tok.SafePiece(prev, int(g))...)
+		prev = int(g)
+	}
+	return string(out) + "\n"
+}
