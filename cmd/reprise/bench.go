@@ -81,7 +81,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	df.register(fs, true)
 	sizes := intList{1, 2, 4, 8, 16, 32, 64}
 	fs.Var(&sizes, "batch-sizes", "decode batch sizes to time, comma-separated")
-	prefill := intList{16, 32, 64, 128, 256, 512}
+	prefill := optionalList{16, 32, 64, 128, 256, 512}
 	fs.Var(&prefill, "prefill-lengths", "prompt lengths to time prefill at, eager and piecewise, comma-separated (\"0\" skips prefill)")
 	prefillRuns := fs.Int("prefill-runs", 5, "prefill steps timed per length and mode")
 	steps := fs.Int("steps", 64, "decode steps timed per batch size and mode (fewer if --max-time runs out)")

@@ -126,3 +126,16 @@ func (l *intList) Set(v string) error {
 	}
 	return nil
 }
+
+// optionalList is an intList that "0" (or "none") empties.
+type optionalList []int
+
+func (l *optionalList) String() string { return (*intList)(l).String() }
+
+func (l *optionalList) Set(v string) error {
+	if v == "0" || v == "none" || v == "" {
+		*l = nil
+		return nil
+	}
+	return (*intList)(l).Set(v)
+}
