@@ -105,40 +105,21 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		defer pprof.StopCPUProfile()
 	}
 	df.model.Seed = *seed
-	dev, err := df.open()
-	if err != nil {
-		return err
-	}
-	defer dev.Close()
-	mo, err := df.modelOptions()
-	if err != nil {
-		return err
-	}
-	mo.DecodeBatchSizes = sizes
-	mo.PrefillBatchSizes = []int{1}
-	mo.PrefillLengths = nil
-	for _, n := range prefill {
-		if n > 1 {
-			mo.PrefillLengths = append(mo.PrefillLengths, n)
-		}
-	}
-	if len(mo.PrefillLengths) == 0 {
+	maxBS := slices.Max(sizes)
+	s, err := df.openSession(stderr, func(mo *llama.Options) {
+		mo.DecodeBatchSizes, mo.PrefillBatchSizes = sizes, []int{1}
 		mo.PrefillLengths = []int{}
-	}
-	m, _, err := llama.Open(dev, df.model, mo)
+		for _, n := range prefill {
+			if n > 1 {
+				mo.PrefillLengths = append(mo.PrefillLengths, n)
+			}
+		}
+	}, engine.Options{Graphs: true, MaxBatch: maxBS})
 	if err != nil {
 		return err
 	}
-	defer m.Close()
-	maxBS := 0
-	for _, s := range sizes {
-		maxBS = max(maxBS, s)
-	}
-	e, err := engine.New(dev, m, engine.Options{Graphs: true, MaxBatch: maxBS, Logger: df.log(stderr), MemoryFraction: df.fraction})
-	if err != nil {
-		return err
-	}
-	defer e.Close()
+	defer s.Close()
+	e, m, dev := s.eng, s.model, s.dev
 	t0 := time.Now()
 	if err := e.Start(ctx); err != nil {
 		return err
@@ -171,7 +152,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 	}
 	seqLen := m.Config().SeqLen
-	for _, n := range mo.PrefillLengths {
+	for _, n := range prefill {
 		if n > seqLen {
 			continue
 		}

@@ -11,7 +11,9 @@ import (
 
 	"github.com/reprise-ml/reprise/accel"
 	"github.com/reprise-ml/reprise/accel/cpu"
+	"github.com/reprise-ml/reprise/engine"
 	"github.com/reprise-ml/reprise/model/llama"
+	"github.com/reprise-ml/reprise/model/llama2c"
 )
 
 // deviceFlags are the flags every command that runs a model shares.
@@ -69,6 +71,52 @@ func (d *deviceFlags) modelOptions() (llama.Options, error) {
 		return llama.Options{Weights: accel.BF16}, nil
 	}
 	return llama.Options{}, fmt.Errorf("%w: --weights %q: want f32 or bf16", errUsage, d.weights)
+}
+
+// session is a device, a model on it, and an engine over them.
+type session struct {
+	dev   accel.Device
+	model *llama.Model
+	tok   *llama2c.Tokenizer
+	eng   *engine.Engine
+}
+
+// openSession opens the flags' device and model (tweak adjusts the model's
+// options) and an engine over them (its Logger and MemoryFraction come from
+// the flags). Close releases all three.
+func (d *deviceFlags) openSession(stderr io.Writer, tweak func(*llama.Options), eo engine.Options) (*session, error) {
+	mo, err := d.modelOptions()
+	if err != nil {
+		return nil, err
+	}
+	if tweak != nil {
+		tweak(&mo)
+	}
+	dev, err := d.open()
+	if err != nil {
+		return nil, err
+	}
+	s := &session{dev: dev}
+	if s.model, s.tok, err = llama.Open(dev, d.model, mo); err != nil {
+		s.Close()
+		return nil, err
+	}
+	eo.Logger, eo.MemoryFraction = d.log(stderr), d.fraction
+	if s.eng, err = engine.New(dev, s.model, eo); err != nil {
+		s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *session) Close() {
+	if s.eng != nil {
+		s.eng.Close()
+	}
+	if s.model != nil {
+		s.model.Close()
+	}
+	s.dev.Close()
 }
 
 // log is the command's logger: warnings only, unless -v or REPRISE_LOG.

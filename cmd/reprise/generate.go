@@ -32,32 +32,18 @@ func runGenerate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if *temp < 0 || *topP <= 0 || *topP > 1 || *topK < 0 || *steps < 0 {
 		return fmt.Errorf("%w: --temperature >= 0, 0 < --top-p <= 1, --top-k >= 0, --steps >= 0", errUsage)
 	}
-	dev, err := df.open()
-	if err != nil {
-		return err
-	}
-	defer dev.Close()
-	mo, err := df.modelOptions()
-	if err != nil {
-		return err
-	}
 	// A prefill of one prompt: capture only what generate uses.
-	mo.PrefillBatchSizes = []int{1}
-	mo.DecodeBatchSizes = []int{1}
-	m, tok, err := llama.Open(dev, df.model, mo)
+	s, err := df.openSession(stderr, func(mo *llama.Options) {
+		mo.PrefillBatchSizes, mo.DecodeBatchSizes = []int{1}, []int{1}
+	}, engine.Options{Graphs: bool(graphs), MaxBatch: 1})
 	if err != nil {
 		return err
 	}
-	defer m.Close()
-	maxSeq := m.Config().SeqLen
-	if *steps == 0 || *steps > maxSeq {
+	defer s.Close()
+	e, tok := s.eng, s.tok
+	if maxSeq := s.model.Config().SeqLen; *steps == 0 || *steps > maxSeq {
 		*steps = maxSeq
 	}
-	e, err := engine.New(dev, m, engine.Options{Graphs: bool(graphs), MaxBatch: 1, Logger: df.log(stderr), MemoryFraction: df.fraction})
-	if err != nil {
-		return err
-	}
-	defer e.Close()
 	if err := e.Start(ctx); err != nil {
 		return err
 	}

@@ -9,7 +9,6 @@ import (
 
 	"github.com/reprise-ml/reprise/engine"
 	"github.com/reprise-ml/reprise/graph"
-	"github.com/reprise-ml/reprise/model/llama"
 )
 
 func init() {
@@ -58,25 +57,12 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	df.model.Seed = *seed
-	dev, err := df.open()
+	s, err := df.openSession(stderr, nil, engine.Options{Graphs: true, PlanCache: *cache})
 	if err != nil {
 		return err
 	}
-	defer dev.Close()
-	mo, err := df.modelOptions()
-	if err != nil {
-		return err
-	}
-	m, _, err := llama.Open(dev, df.model, mo)
-	if err != nil {
-		return err
-	}
-	defer m.Close()
-	e, err := engine.New(dev, m, engine.Options{Graphs: true, Logger: df.log(stderr), MemoryFraction: df.fraction, PlanCache: *cache})
-	if err != nil {
-		return err
-	}
-	defer e.Close()
+	defer s.Close()
+	e, m, dev := s.eng, s.model, s.dev
 	var rep *engine.PlanReport
 	if *capture {
 		if err := e.Start(ctx); err != nil {
