@@ -24,7 +24,12 @@ type background struct {
 	total   int
 	done    int
 	started time.Time
+	spent   time.Duration // in background units so far
 }
+
+// bgShare is the share of the loop's time background capture may take while
+// requests are being served; when the engine is idle it takes all of it.
+const bgShare = 0.2
 
 // bgItem is a bucket of one runner.
 type bgItem struct {
@@ -61,12 +66,26 @@ func (bg *background) want(r *graph.Runner, walk string, bs, tokens int) {
 }
 
 // backgroundStep does one unit of background capture, reporting whether
-// there was any to do.
+// there was any to do. While requests are served, it runs only while
+// background work has taken less than bgShare of the time since it began, so
+// that serving keeps most of the loop (a unit is a warm-up, a plan or one
+// bucket's capture, up to a few forwards).
 func (e *Engine) backgroundStep(ctx context.Context) bool {
 	bg := e.bg
 	if bg == nil {
 		return false
 	}
+	busy := len(e.running) > 0 || len(e.waiting) > 0
+	if busy && bg.spent > time.Duration(bgShare*float64(time.Since(bg.started))) {
+		return false
+	}
+	t0 := time.Now()
+	defer func() { bg.spent += time.Since(t0) }()
+	return e.backgroundUnit(ctx)
+}
+
+func (e *Engine) backgroundUnit(ctx context.Context) bool {
+	bg := e.bg
 	// A capture uses the forward's stream and buffers: no pre-plan may be in
 	// flight.
 	e.discardPrePlan()

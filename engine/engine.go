@@ -399,6 +399,23 @@ func (e *Engine) regionLabels() []string {
 	return ls
 }
 
+// Runners are the engine's graph runners by pool name: "graphs" for the
+// whole-step captures, and one per region (by its label). Empty with graphs
+// off.
+func (e *Engine) Runners() map[string]*graph.Runner {
+	out := map[string]*graph.Runner{}
+	for _, p := range e.pools() {
+		if p.runner != nil {
+			out[p.name] = p.runner
+		}
+	}
+	return out
+}
+
+// LiveBuckets counts the buckets every runner has live (captured and
+// registered).
+func (e *Engine) LiveBuckets() int { return e.liveBuckets() }
+
 // liveBuckets counts the buckets every runner registered.
 func (e *Engine) liveBuckets() int {
 	n := 0

@@ -1,0 +1,98 @@
+// Package serve is reprise's OpenAI-compatible HTTP API over an engine:
+// the engine batches requests continuously (they join and leave the running
+// batch at every step) and this package turns HTTP requests into engine
+// requests and their tokens back into OpenAI responses.
+//
+// # Endpoints
+//
+//   - POST /v1/completions: prompt is a string or an array of one string.
+//   - POST /v1/chat/completions: messages (roles system, developer, user,
+//     assistant; content a string or an array of text parts).
+//   - GET /v1/models and GET /v1/models/{model}: the one model served.
+//   - GET /health: 200 {"status": "ok", ...} while serving, 503
+//     {"status": "draining"} after Drain.
+//   - GET /metrics: Prometheus text format (requests by endpoint and status,
+//     finish reasons, prompt and generated tokens, queue depth, running
+//     requests, KV pages used and free, step latency histograms by walk and
+//     mode, time to first token, and per graph bucket replays, real and
+//     padding rows, and eager fallbacks by walk and reason).
+//
+// Both generation endpoints answer whole or, with "stream": true, as
+// server-sent events in OpenAI's format: each chunk is "data: {json}\n\n"
+// and the stream ends with "data: [DONE]\n\n". Non-streaming answers carry
+// usage (prompt_tokens, completion_tokens, total_tokens); streams carry it
+// in a last chunk (with empty choices) when stream_options.include_usage is
+// true.
+//
+// # Parameters
+//
+// model (optional; another name than the served one is a 404), prompt or
+// messages, max_tokens (chat also max_completion_tokens; a completion that
+// does not say gets 16 as with OpenAI, a chat every position the prompt
+// leaves), temperature (0 to 2, default 1 as with OpenAI; 0 is greedy),
+// top_p (greater than 0, at most 1), top_k (an extension: keep the k most
+// likely tokens, 0 is off), seed (the same seed, parameters and prompt give
+// the same text, alone or batched, eager or replayed; without one the
+// server draws a random seed), stop (a string or up to 4: sequences matched
+// on the decoded text; the match is not returned, finish_reason is "stop",
+// and the request is cancelled so its KV pages free at once), stream,
+// stream_options, and n, best_of (only 1). Parameters that would change
+// results in a way the server does not implement are refused with 400:
+// logprobs (true, or any value for completions), top_logprobs other than 0,
+// presence_penalty and frequency_penalty other than 0, logit_bias not
+// empty, echo, suffix, tools, functions, tool_choice other than "none" or
+// "auto", response_format other than {"type": "text"}, audio, prediction,
+// modalities other than ["text"], reasoning_effort, verbosity,
+// web_search_options, and any parameter the server does not know.
+// Parameters that do not change results are accepted and ignored: user,
+// metadata, store, service_tier, prompt_cache_key, prompt_cache_retention,
+// safety_identifier, parallel_tool_calls. A JSON null is the same as
+// leaving a parameter out.
+//
+// # Chat template
+//
+// The default model, stories260K, is a story generator with no chat format.
+// The template only joins the messages' contents, in the order given,
+// separated by "\n", and encodes the result with BOS like a completion
+// prompt: a chat request continues the story its messages tell.
+//
+// # Text
+//
+// A response's text is what the llama2.c reference program prints for the
+// generated tokens: the concatenation of Tokenizer.SafePiece(prev, token)
+// with prev the previous token (the prompt's last for the first). Greedy
+// output (temperature 0) therefore equals `reprise generate` for the same
+// prompt and length. finish_reason is "stop" (the model's stop token or a
+// stop sequence) or "length" (max_tokens reached).
+//
+// # Errors
+//
+// Errors have OpenAI's body, {"error": {"message", "type", "param",
+// "code"}}, with a message that says what is wrong and param naming the
+// parameter at fault (null when none): 400 for malformed or refused input,
+// 401 for a missing or wrong API key (Options.APIKey; /health and /metrics
+// stay open), 404 for an unknown path or model, 405 for a wrong method, 413
+// for a body over Options.MaxBodyBytes, 429 with Retry-After when the
+// engine's queue is full (engine.ErrQueueFull), 503 while shutting down.
+//
+// # Invariants
+//
+//   - Nothing reaches the engine unchecked: a request is parsed, checked
+//     against the server's limits (prompt tokens, max_tokens cap, the
+//     model's positions) and passed through engine.Validate before Submit.
+//   - Every request ends with exactly one final event: a response or an
+//     error body; for a stream, either one chunk with finish_reason (then
+//     the usage chunk if asked) or one error event, followed by
+//     "data: [DONE]".
+//   - A client that disconnects cancels its request at once: the request's
+//     context is the engine request's context, and the engine frees its KV
+//     pages before its next step.
+//   - A stream never takes text back: text that could be the start of a
+//     stop sequence is held until it is known not to be, so the chunks of a
+//     stream join to the text of the same request answered whole.
+//
+// The caller owns the http.Server and the engine: for a graceful shutdown
+// call Drain, then http.Server.Shutdown with a deadline (in-flight
+// requests finish), then http.Server.Close if the deadline passed (which
+// cancels what is left), then engine.Close.
+package serve

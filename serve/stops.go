@@ -1,0 +1,95 @@
+package serve
+
+import (
+	"bytes"
+	"strings"
+)
+
+// stopper assembles a request's text piece by piece and finds its stop
+// sequences. Text that could still turn out to be the start of a stop
+// sequence is held back, so what has been released never has to be taken
+// back: a stream sends exactly the text a non-streaming answer returns.
+type stopper struct {
+	stops  []string
+	maxLen int
+	text   []byte
+	sent   int  // text[:sent] has been released
+	cut    int  // where the text ends once a stop matched
+	done   bool // a stop sequence matched
+}
+
+func newStopper(stops []string) *stopper {
+	s := &stopper{stops: stops}
+	for _, x := range stops {
+		s.maxLen = max(s.maxLen, len(x))
+	}
+	return s
+}
+
+// add appends a piece and returns the text now safe to release, and whether
+// a stop sequence matched (the text then ends just before it).
+func (s *stopper) add(piece []byte) (string, bool) {
+	if s.done {
+		return "", true
+	}
+	s.text = append(s.text, piece...)
+	if len(s.stops) == 0 {
+		out := string(s.text[s.sent:])
+		s.sent = len(s.text)
+		return out, false
+	}
+	// Everything before sent is known to start no stop sequence, so the
+	// earliest match is at or after it.
+	rest := s.text[s.sent:]
+	at := -1
+	for _, x := range s.stops {
+		if i := bytes.Index(rest, []byte(x)); i >= 0 && (at < 0 || i < at) {
+			at = i
+		}
+	}
+	if at >= 0 {
+		out := string(rest[:at])
+		s.cut = s.sent + at
+		s.sent = s.cut
+		s.done = true
+		return out, true
+	}
+	hold := 0
+	for k := min(s.maxLen-1, len(rest)); k > 0; k-- {
+		suffix := string(rest[len(rest)-k:])
+		if s.isPrefix(suffix) {
+			hold = k
+			break
+		}
+	}
+	out := string(rest[:len(rest)-hold])
+	s.sent += len(out)
+	return out, false
+}
+
+func (s *stopper) isPrefix(t string) bool {
+	for _, x := range s.stops {
+		if strings.HasPrefix(x, t) {
+			return true
+		}
+	}
+	return false
+}
+
+// flush releases what was held back: the generation ended without a match.
+func (s *stopper) flush() string {
+	if s.done {
+		return ""
+	}
+	out := string(s.text[s.sent:])
+	s.sent = len(s.text)
+	return out
+}
+
+// result is the whole text, cut before a matched stop sequence.
+func (s *stopper) result() string {
+	if s.done {
+		return string(s.text[:s.cut])
+	}
+	return string(s.text)
+}
