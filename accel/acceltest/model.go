@@ -2,31 +2,28 @@ package acceltest
 
 import (
 	"context"
-	"os"
-	"path/filepath"
-	"runtime"
 	"testing"
 
 	"github.com/reprise-ml/reprise/accel"
 	"github.com/reprise-ml/reprise/engine"
 	"github.com/reprise-ml/reprise/model/llama"
+	"github.com/reprise-ml/reprise/model/stories260k"
 )
 
 // testModel is the model half of the suite: stories260K's greedy output on
 // the backend, eager and replayed, equals the llama2.c reference program's
 // (model/stories260k/testdata), token for token.
 func testModel(t *testing.T, backend string) {
-	_, here, _, _ := runtime.Caller(0)
-	want, err := os.ReadFile(filepath.Join(filepath.Dir(here), "..", "..", "model", "stories260k", "testdata", "Once_upon_a_time.txt"))
-	if err != nil {
-		t.Fatal(err)
+	want, ok := stories260k.Reference("Once upon a time")
+	if !ok {
+		t.Fatal("no reference output")
 	}
 	e := Open(t, backend, accel.Options{MemoryLimit: 1 << 30})
 	for _, graphs := range []bool{false, true} {
 		if graphs && !e.Dev.Capability().GraphCapture {
 			continue
 		}
-		if got := generate(t, e.Dev, graphs, "Once upon a time", 256); got != string(want) {
+		if got := generate(t, e.Dev, graphs, "Once upon a time", stories260k.ReferenceSteps); got != want {
 			t.Errorf("graphs=%v:\ngot  %q\nwant %q", graphs, got, want)
 		}
 	}

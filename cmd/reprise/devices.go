@@ -8,6 +8,7 @@ import (
 
 	"github.com/reprise-ml/reprise/accel"
 	_ "github.com/reprise-ml/reprise/accel/cpu"
+	_ "github.com/reprise-ml/reprise/accel/cuda"
 	_ "github.com/reprise-ml/reprise/accel/opencl"
 )
 
