@@ -153,14 +153,16 @@ type Engine struct {
 	host   accel.HostBuffer // where sampled tokens are read back
 	stops  map[int32]bool
 
-	mu      sync.Mutex
-	queue   []*request // submitted, not yet seen by the loop
-	nextID  int64
-	closed  bool
-	wakeCh  chan struct{}
-	tasks   chan func()
-	done    chan struct{}
-	started bool
+	mu     sync.Mutex
+	queue  []*request // submitted, not yet seen by the loop
+	nextID int64
+	closed bool // no more submissions (Close, or the loop ended)
+	// released: Close has run
+	released bool
+	wakeCh   chan struct{}
+	tasks    chan func()
+	done     chan struct{}
+	started  bool
 
 	// owned by the loop
 	waiting []*request
@@ -445,11 +447,11 @@ func (e *Engine) reportCapture() {
 // Close stops the loop, fails what is left, and releases the engine.
 func (e *Engine) Close() {
 	e.mu.Lock()
-	if e.closed {
+	if e.released {
 		e.mu.Unlock()
 		return
 	}
-	e.closed = true
+	e.closed, e.released = true, true
 	started := e.started
 	e.mu.Unlock()
 	e.wake()
@@ -467,7 +469,10 @@ func (e *Engine) Close() {
 		e.stream.Close()
 	}
 	e.stager.Close()
+	_ = e.dev.FreeHost(e.host)
 	e.kv.Close(e.dev)
+	e.pos.Close()
+	e.samp.Close()
 }
 
 func (e *Engine) wake() {

@@ -485,3 +485,39 @@ func TestPiecewisePrefillLogits(t *testing.T) {
 		t.Fatalf("region buckets planned: %v", d.Plan.Buckets["blocks"])
 	}
 }
+
+// An engine whose context ended refuses new requests and still releases
+// everything on Close.
+func TestContextEndThenClose(t *testing.T) {
+	dev := openCPU(t)
+	m, tok, err := llama.Open(dev, llama.Source{}, testModel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	before := dev.Allocator().Stats().Allocated
+	e, err := engine.New(dev, m, engine.Options{Graphs: true, PlanCache: "off"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	if err := e.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		_, err := e.Submit(context.Background(), engine.Request{Prompt: tokens(tok, "Hi"), MaxTokens: 2})
+		if errors.Is(err, engine.ErrClosed) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("submit after the context ended: %v", err)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	e.Close()
+	if after := dev.Allocator().Stats().Allocated; after != before {
+		t.Fatalf("Close left %d bytes allocated", after-before)
+	}
+}

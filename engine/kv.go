@@ -90,12 +90,13 @@ func NewKVCache(dev accel.Device, cfg KVConfig) (*KVCache, error) {
 	return c, nil
 }
 
-// Close frees the cache.
+// Close frees the cache and its per-slot plan buffers.
 func (c *KVCache) Close(dev accel.Device) {
 	for _, t := range append(c.K, c.V...) {
 		_ = dev.Free(t.Buf)
 	}
 	c.K, c.V = nil, nil
+	c.slots.free()
 }
 
 // Config is the cache's shape.

@@ -139,6 +139,9 @@ func (p *Positions) Committed(id int64) int {
 	return 0
 }
 
+// Close frees the per-slot plan buffers.
+func (p *Positions) Close() { p.slots.free() }
+
 func (p *Positions) SupportsPrePlan() bool    { return true }
 func (p *Positions) ForcesDoubleBuffer() bool { return true }
 func (p *Positions) CanCapture() bool         { return true }

@@ -137,6 +137,9 @@ func (s *Sampler) Commit(step *Step) error {
 	return nil
 }
 
+// Close frees the per-slot plan buffers.
+func (s *Sampler) Close() { s.slots.free() }
+
 func (s *Sampler) SupportsPrePlan() bool    { return true }
 func (s *Sampler) ForcesDoubleBuffer() bool { return true }
 func (s *Sampler) CanCapture() bool         { return true }

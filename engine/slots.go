@@ -75,3 +75,13 @@ func (st *slotTensors) get(label string, s accel.Stream, step *Step, shapes []sh
 func stage(s accel.Stream, sg *accel.Stager, t accel.Tensor, data []byte) error {
 	return sg.Stage(s, t.Buf.Slice(0, t.Bytes()), data)
 }
+
+// free releases every per-slot buffer.
+func (st *slotTensors) free() {
+	for k, ts := range st.bufs {
+		for _, t := range ts {
+			_ = st.dev.Free(t.Buf)
+		}
+		delete(st.bufs, k)
+	}
+}
