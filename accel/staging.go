@@ -18,10 +18,8 @@ type Stager struct {
 	mu   sync.Mutex
 	ring []stageSlot
 	next int
-	// Waits counts uploads that had to wait for a buffer still in flight.
+	// waits counts uploads that had to wait for a buffer still in flight.
 	waits int64
-	// Grows counts buffers reallocated because an upload outgrew them.
-	grows int64
 }
 
 type stageSlot struct {
@@ -76,7 +74,6 @@ func (st *Stager) Stage(s Stream, dst Buffer, data []byte) error {
 			return err
 		}
 		sl.host = h
-		st.grows++
 	}
 	h := sl.host.Slice(0, int64(len(data)))
 	copy(h.Bytes(), data)

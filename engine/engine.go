@@ -124,8 +124,6 @@ type request struct {
 	cancelled atomic.Bool
 	wake      func()
 	ingested  bool
-	submitted time.Time
-	firstTok  time.Time
 }
 
 func (r *request) cancel() {
@@ -529,7 +527,7 @@ func (e *Engine) Submit(ctx context.Context, req Request) (*Handle, error) {
 		return nil, ErrQueueFull
 	}
 	r := &request{id: e.nextID, req: req, out: make(chan Output, req.MaxTokens+1),
-		maxLen: len(req.Prompt) + req.MaxTokens - 1, wake: e.wake, submitted: time.Now()}
+		maxLen: len(req.Prompt) + req.MaxTokens - 1, wake: e.wake}
 	e.nextID++
 	e.queue = append(e.queue, r)
 	e.stats.waiting.Add(1)
@@ -665,8 +663,6 @@ func (e *Engine) prefill(batch []*request) {
 		e.log.Info("first token after start", "seconds", now.Sub(e.startAt).Seconds())
 	}
 	for i, r := range batch {
-		r.firstTok = now
-		e.stats.observeTTFT(now.Sub(r.submitted))
 		if e.emit(r, next[i]) {
 			e.running = append(e.running, r)
 		}

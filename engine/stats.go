@@ -24,7 +24,6 @@ type Stats struct {
 
 	mu    sync.Mutex
 	steps map[stepKey]*StepStats
-	ttft  []time.Duration // recent times to first token
 }
 
 type stepKey struct {
@@ -68,28 +67,18 @@ func (s *Stats) observeStep(walk string, replay bool, rows int, d time.Duration)
 	st.Buckets[i]++
 }
 
-func (s *Stats) observeTTFT(d time.Duration) {
-	s.mu.Lock()
-	s.ttft = append(s.ttft, d)
-	if len(s.ttft) > 4096 {
-		s.ttft = s.ttft[len(s.ttft)-2048:]
-	}
-	s.mu.Unlock()
-}
-
 // Snapshot is a copy of the engine's counters.
 type Snapshot struct {
-	Waiting      int64           `json:"waiting"`
-	Running      int64           `json:"running"`
-	Tokens       int64           `json:"tokens"`
-	Finished     int64           `json:"finished"`
-	PrePlans     int64           `json:"pre_plans"`
-	PrePlanHits  int64           `json:"pre_plan_hits"`
-	PrePlanStale int64           `json:"pre_plan_stale"`
-	KVPagesUsed  int             `json:"kv_pages_used"`
-	KVPagesFree  int             `json:"kv_pages_free"`
-	Steps        []StepStats     `json:"steps"`
-	TTFT         []time.Duration `json:"-"`
+	Waiting      int64       `json:"waiting"`
+	Running      int64       `json:"running"`
+	Tokens       int64       `json:"tokens"`
+	Finished     int64       `json:"finished"`
+	PrePlans     int64       `json:"pre_plans"`
+	PrePlanHits  int64       `json:"pre_plan_hits"`
+	PrePlanStale int64       `json:"pre_plan_stale"`
+	KVPagesUsed  int         `json:"kv_pages_used"`
+	KVPagesFree  int         `json:"kv_pages_free"`
+	Steps        []StepStats `json:"steps"`
 	// FirstTokenAfterStart is the time from Start to the first token any
 	// request received (0: none yet).
 	FirstTokenAfterStart time.Duration `json:"first_token_after_start_ns"`
@@ -108,7 +97,6 @@ func (e *Engine) Stats() Snapshot {
 		c.Buckets = append([]int64(nil), st.Buckets...)
 		snap.Steps = append(snap.Steps, c)
 	}
-	snap.TTFT = append([]time.Duration(nil), s.ttft...)
 	s.mu.Unlock()
 	sort.Slice(snap.Steps, func(i, j int) bool {
 		if snap.Steps[i].Walk != snap.Steps[j].Walk {

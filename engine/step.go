@@ -44,7 +44,7 @@ func (e *Engine) runStep(walk string, rows []graph.Row, next []*request) ([]int3
 				e.bg.want(e.runner, walk, n, tokens)
 				e.runner.NoteEager(walk, "bucket not captured yet")
 			} else if lease == nil && e.runner.CapturesWalk(walk) {
-				e.runner.NoteEager(walk, e.fallbackReason(walk, n, tokens))
+				e.runner.NoteEager(walk, e.fallbackReason(walk, n))
 			}
 		}
 		padded := rows
@@ -116,14 +116,12 @@ func (e *Engine) runStep(walk string, rows []graph.Row, next []*request) ([]int3
 	return toks, nil
 }
 
-func (e *Engine) fallbackReason(walk string, bs, tokens int) string {
-	if m := e.runner.MaxBatchSizeFor(walk); m > 0 && bs > m {
+// fallbackReason says why no captured bucket fits a step.
+func (e *Engine) fallbackReason(walk string, bs int) string {
+	if e.runner.SelectBucket(walk, bs, 0, "") == nil {
 		return "batch larger than any capture"
 	}
-	if e.runner.SelectBatchedBucket(walk, bs, "") == nil && e.runner.SelectBucket(walk, 1, 1, "") != nil && tokens > 0 {
-		return "no bucket fits the batch"
-	}
-	return "no bucket fits the tokens"
+	return "more tokens than any capture of the batch"
 }
 
 // eagerForward uploads the step's inputs and enqueues the model's forward.
