@@ -106,6 +106,17 @@ type Device interface {
 	Close() error
 }
 
+// WeightPacker is implemented by a device that keeps weight matrices in a
+// layout of its own for its kernels (the CPU device packs them into panels
+// for its vector kernels). PackWeights makes that copy now, so its memory is
+// charged before anyone sizes a cache from MemInfo; a device without room
+// may decline (the kernels then read the row-major bytes, with the same
+// results). Weights must not be written after they are packed except
+// through the device, which drops stale copies.
+type WeightPacker interface {
+	PackWeights(weights ...Tensor) error
+}
+
 // Allocator exposes the caching allocator's accounting.
 type Allocator interface {
 	// Stats is a consistent snapshot of the allocator.

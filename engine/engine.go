@@ -603,6 +603,7 @@ func (e *Engine) loop(ctx context.Context) {
 			e.decode()
 			progressed = true
 		}
+		e.publish()
 		if !progressed {
 			// Requests wait for pages nobody is using: nothing can free
 			// them, so the head of the queue can never run.

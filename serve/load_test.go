@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -138,79 +139,88 @@ func waitIdle(t testing.TB, v *env) {
 }
 
 // A client that disconnects mid-stream (or gives up on a whole answer)
-// cancels its request: its KV pages free long before it would have ended.
+// cancels its request: the engine drops it before its next step and its KV
+// pages free. Generation is fast enough that a request may end on its own
+// before the cancel arrives; such an attempt proves nothing and is made
+// again, so the test does not depend on the device's speed.
 func TestDisconnectFreesPages(t *testing.T) {
 	v := sharedEnv(t)
-	// Greedy "Once upon a time" runs some 200 tokens before the model stops.
 	const body = `{"prompt":"Once upon a time","max_tokens":400,"temperature":0%s}`
-	const cancelled = `reprise_requests_finished_total{endpoint="/v1/completions",reason="cancelled"}`
-	cancelledBefore := metricValue(t, v.ts.URL, cancelled)
+	const cancelledKey = `reprise_requests_finished_total{endpoint="/v1/completions",reason="cancelled"}`
 	for _, stream := range []bool{true, false} {
-		waitIdle(t, v)
-		before := v.e.Stats()
-		cctx, cancel := context.WithCancel(context.Background())
-		extra := ""
-		if stream {
-			extra = `,"stream":true`
-		}
-		req, _ := http.NewRequestWithContext(cctx, "POST", v.ts.URL+"/v1/completions", strings.NewReader(fmt.Sprintf(body, extra)))
-		req.Header.Set("Content-Type", "application/json")
-		var resp *http.Response
-		done := make(chan error, 1)
-		go func() {
-			var err error
-			resp, err = http.DefaultClient.Do(req)
-			if err == nil && stream {
-				// Read up to the first chunk with text.
-				r := bufio.NewReader(resp.Body)
-				for {
-					line, rerr := r.ReadString('\n')
-					if rerr != nil {
-						err = rerr
-						break
+		cancelled := false
+		for attempt := 0; attempt < 20 && !cancelled; attempt++ {
+			waitIdle(t, v)
+			counted := metricValue(t, v.ts.URL, cancelledKey)
+			before := v.e.Stats()
+			cctx, cancel := context.WithCancel(context.Background())
+			extra := ""
+			if stream {
+				extra = `,"stream":true`
+			}
+			req, _ := http.NewRequestWithContext(cctx, "POST", v.ts.URL+"/v1/completions", strings.NewReader(fmt.Sprintf(body, extra)))
+			req.Header.Set("Content-Type", "application/json")
+			done := make(chan error, 1)
+			first := make(chan struct{})
+			go func() {
+				resp, err := http.DefaultClient.Do(req)
+				if err == nil && stream {
+					// Read up to the first chunk with text, then leave.
+					r := bufio.NewReader(resp.Body)
+					for {
+						line, rerr := r.ReadString('\n')
+						if rerr != nil {
+							err = rerr
+							break
+						}
+						if strings.HasPrefix(line, "data: {") && !strings.Contains(line, `"text":""`) {
+							break
+						}
 					}
-					if strings.HasPrefix(line, "data: {") && !strings.Contains(line, `"text":""`) {
-						break
-					}
+					close(first)
+					<-cctx.Done()
+					resp.Body.Close()
+				} else if err == nil {
+					resp.Body.Close()
+				}
+				done <- err
+			}()
+			if stream {
+				<-first
+			} else {
+				// Wait until the request holds pages, then give up.
+				for st := v.e.Stats(); st.KVPagesUsed == 0 && st.Finished == before.Finished; st = v.e.Stats() {
+					runtime.Gosched()
 				}
 			}
-			done <- err
-		}()
-		if stream {
-			if err := <-done; err != nil {
-				t.Fatal(err)
-			}
-		}
-		// The request runs and holds pages (the engine publishes its
-		// counters between steps).
-		deadline := time.Now().Add(5 * time.Second)
-		for st := v.e.Stats(); st.KVPagesUsed == 0 || st.Running != 1; st = v.e.Stats() {
-			if time.Now().After(deadline) {
-				t.Fatalf("stream %v: the request is not running: running %d, KV pages used %d", stream, st.Running, st.KVPagesUsed)
-			}
-			time.Sleep(time.Millisecond)
-		}
-		cancel()
-		if !stream {
+			cancel()
 			<-done
-		} else {
-			resp.Body.Close()
+			// The engine publishes its counters between steps: wait for the
+			// request to have ended, then for the pages to show free.
+			deadline := time.Now().Add(5 * time.Second)
+			for v.e.Stats().Finished == before.Finished {
+				if time.Now().After(deadline) {
+					t.Fatalf("stream %v: the request never ended", stream)
+				}
+				time.Sleep(time.Millisecond)
+			}
+			waitIdle(t, v)
+			after := v.e.Stats()
+			if after.Finished-before.Finished != 1 {
+				t.Fatalf("stream %v: %d requests finished", stream, after.Finished-before.Finished)
+			}
+			// Once the handler has returned, the server counts a cancel.
+			deadline = time.Now().Add(2 * time.Second)
+			for metricValue(t, v.ts.URL, cancelledKey) == counted && time.Now().Before(deadline) {
+				time.Sleep(2 * time.Millisecond)
+			}
+			cancelled = metricValue(t, v.ts.URL, cancelledKey) == counted+1
+			if cancelled && after.KVPagesUsed != 0 {
+				t.Fatalf("stream %v: %d KV pages still used after the cancel", stream, after.KVPagesUsed)
+			}
 		}
-		waitIdle(t, v)
-		after := v.e.Stats()
-		if got := after.Tokens - before.Tokens; got >= 150 {
-			t.Errorf("stream %v: the engine generated %d tokens after the client left", stream, got)
+		if !cancelled {
+			t.Fatalf("stream %v: in 20 attempts the request always ended before the client left", stream)
 		}
-		if after.Finished-before.Finished != 1 {
-			t.Errorf("stream %v: %d requests finished", stream, after.Finished-before.Finished)
-		}
-	}
-	// The server counted both as cancelled (once their handlers returned).
-	deadline := time.Now().Add(5 * time.Second)
-	for metricValue(t, v.ts.URL, cancelled) != cancelledBefore+2 {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s is %v, want %v", cancelled, metricValue(t, v.ts.URL, cancelled), cancelledBefore+2)
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }

@@ -39,7 +39,7 @@ func (b backend) Devices() ([]accel.DeviceInfo, error) {
 
 func info(ord int) accel.DeviceInfo {
 	return accel.DeviceInfo{Backend: "cpu", Ordinal: ord, Name: cpuName(), Vendor: runtime.GOARCH,
-		Detail: fmt.Sprintf("pure Go, %s/%s, %d threads", runtime.GOOS, runtime.GOARCH, runtime.GOMAXPROCS(0))}
+		Detail: fmt.Sprintf("pure Go, %s kernels, %s/%s, %d threads", KernelSet(), runtime.GOOS, runtime.GOARCH, runtime.GOMAXPROCS(0))}
 }
 
 func (backend) Open(ordinal int, opts accel.Options) (accel.Device, error) {
@@ -57,6 +57,7 @@ type Device struct {
 	alloc    *alloc.Caching
 	work     *workers
 	threads  int
+	packs    packTable
 
 	mu      sync.Mutex
 	streams map[*stream]struct{}
@@ -95,7 +96,8 @@ func Open(opts accel.Options) (*Device, error) {
 	}
 	d := &Device{info: info(0), capacity: capacity, threads: threads, streams: map[*stream]struct{}{}}
 	d.alloc = alloc.New(source{d})
-	d.work = newWorkers(threads)
+	d.packs.init(d)
+	d.work = newWorkers(d, threads)
 	return d, nil
 }
 
@@ -216,6 +218,7 @@ func (s source) AllocSegment(n int64) (accel.Memory, error) {
 }
 
 func (s source) FreeSegment(m accel.Memory) {
+	s.d.packs.dropMem(m.(*mem))
 	s.d.uncharge(m.Size())
 	m.(*mem).b = nil
 }
@@ -230,8 +233,14 @@ func (d *Device) Alloc(n int64) (accel.Buffer, error) {
 	return d.alloc.Alloc(0, n)
 }
 
-// Free returns a buffer from Alloc.
-func (d *Device) Free(b accel.Buffer) error { return d.alloc.Free(b) }
+// Free returns a buffer from Alloc, and drops the packed copy of any weights
+// it held (their memory goes back to the arena at once).
+func (d *Device) Free(b accel.Buffer) error {
+	if m, off := memOf(b); m != nil && ownBuffer(b) {
+		d.packs.dropRange(m, off, b.Len())
+	}
+	return d.alloc.Free(b)
+}
 
 // AllocHost allocates host memory; on the CPU device all memory is "pinned".
 func (d *Device) AllocHost(n int64) (accel.HostBuffer, error) {
@@ -289,6 +298,7 @@ func (d *Device) Close() error {
 		s.Close()
 	}
 	d.work.close()
+	d.packs.dropAll()
 	return nil
 }
 
@@ -301,4 +311,7 @@ func (d *Device) check() error {
 	return nil
 }
 
-var _ accel.Device = (*Device)(nil)
+var (
+	_ accel.Device       = (*Device)(nil)
+	_ accel.WeightPacker = (*Device)(nil)
+)

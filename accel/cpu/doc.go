@@ -4,22 +4,50 @@
 // Its "device memory" is an arena with a capacity (REPRISE_CPU_MEMORY or
 // Options.MemoryLimit; by default a quarter of the machine's RAM), so capture
 // planning and out-of-memory are real and exact: segments of the caching
-// allocator and the memory of instantiated graphs are charged against it.
+// allocator, the memory of instantiated graphs and the packed copies of
+// weight matrices (below) are charged against it.
 //
 // Each stream runs its work on its own goroutine, so a launch returns before
-// the work runs and host planning overlaps device work, as on a GPU. Kernels
-// split large work across a pool of persistent worker goroutines
-// (REPRISE_CPU_THREADS, default GOMAXPROCS).
+// the work runs and host planning overlaps device work, as on a GPU.
 //
-// Capture records calls instead of running them; an instantiated graph is the
-// list of recorded calls with their operands resolved to memory once, and a
-// replay runs them in order on the stream's goroutine.
+// # Kernels
+//
+// Built with GOEXPERIMENT=simd on amd64 and run on a CPU with AVX-512, the
+// heavy kernels (matmul, the exponentials of SiLU and softmax, attention's
+// scores and weighted sums, RMSNorm's scaling) run on simd/archsimd vector
+// code (simd_amd64.go, and simd_gen_amd64.go from gen_simd.go); every other
+// build runs the plain-Go kernels (REPRISE_CPU_SIMD=0 forces them). Both give
+// the same bits (simd.go says how, and how the two hazards of archsimd code
+// are kept out; hazard_test.go checks the code's structure).
+//
+// A MatMul reads its weights in a packed layout: panels of 16 output rows,
+// transposed, so one vector load holds the 16 outputs' weights for one input
+// and each lane of the kernel is one output's sequential sum, exactly the
+// reference's (bf16: pairs of inputs interleaved, widened by one shift or one
+// and). The packed copy is made at a matrix's first MatMul or by
+// PackWeights, cached per (segment, offset, shape, dtype), charged to the
+// arena, and dropped before any write to its bytes lands (pack.go).
+//
+// # Threads
+//
+// A pool of persistent worker goroutines (REPRISE_CPU_THREADS, default
+// GOMAXPROCS, counting the stream's own goroutine) spins after each job,
+// then yields, then parks (workers.go). Eager launches fork and join per
+// kernel above a size. An instantiated graph instead gets a static schedule
+// (schedule.go): each kernel's work split into whole heads, panels of hidden
+// units, or rows, the same pieces for every kernel of a worker's chain, and
+// barriers only where one worker needs another's output, with no allocation
+// and no channel hand-off during a replay.
 //
 // Invariants:
-//   - Kernels are deterministic: each output element is computed by one worker
-//     in a fixed order, so the same inputs give the same bits whatever the
-//     batch size, the padding, the number of threads, or eager against replay.
+//   - Kernels are deterministic: each output element is computed by one
+//     piece of code in a fixed order, so the same inputs give the same bits
+//     whatever the batch size, the padding, the number of threads, the
+//     kernel set (vector or plain Go), or eager against replay.
 //   - Kernels reproduce the arithmetic of the llama2.c reference
-//     implementation in float32 (sequential dot products, no fused
-//     multiply-add), so greedy generation matches it byte for byte.
+//     implementation in float32 (sequential dot products, products rounded
+//     before they are added, no fused multiply-add, transcendental
+//     functions in float64 rounded once), so greedy generation matches it
+//     byte for byte. bf16 weights are exact with respect to their rounded
+//     values.
 package cpu

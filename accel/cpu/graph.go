@@ -25,19 +25,24 @@ func (n *node) resolve() task {
 	case taskKernel:
 		return task{kind: taskKernel, call: resolveCall(&n.call)}
 	case taskCopy:
+		dm, doff := memOf(n.dst)
 		if !n.hsrc.IsNil() {
-			return task{kind: taskCopy, dst: bytesOf(n.dst), src: n.hsrc.Bytes()}
+			return task{kind: taskCopy, dst: bytesOf(n.dst), src: n.hsrc.Bytes(), dm: dm, doff: doff}
 		}
-		return task{kind: taskCopy, dst: bytesOf(n.dst), src: bytesOf(n.src)}
+		return task{kind: taskCopy, dst: bytesOf(n.dst), src: bytesOf(n.src), dm: dm, doff: doff}
 	case taskReplay:
 		return task{kind: taskReplay, exec: n.child.cur.Load()}
 	}
 	panic("cpu: unknown node kind")
 }
 
-// nodes is an executable's resolved operations, replaced whole by Update so a
-// replay already enqueued keeps the arguments it was launched with.
-type nodes struct{ n []task }
+// nodes is an executable's resolved operations and their static schedule
+// (schedule.go), replaced whole by Update so a replay already enqueued keeps
+// the arguments it was launched with.
+type nodes struct {
+	n     []task
+	sched *schedule
+}
 
 type graph struct {
 	d     *Device
@@ -61,15 +66,16 @@ func (g *graph) Instantiate() (accel.Exec, error) {
 		return nil, fmt.Errorf("cpu: instantiate a %d-node graph: %w", len(g.nodes), err)
 	}
 	e := &exec{d: g.d, bytes: bytes, sig: signature(g.nodes)}
-	e.cur.Store(resolveAll(g.nodes))
+	e.cur.Store(resolveAll(g.d, g.nodes))
 	return e, nil
 }
 
-func resolveAll(ns []node) *nodes {
+func resolveAll(d *Device, ns []node) *nodes {
 	r := &nodes{n: make([]task, len(ns))}
 	for i := range ns {
 		r.n[i] = ns[i].resolve()
 	}
+	r.sched = buildSchedule(d, r.n)
 	return r
 }
 
@@ -96,7 +102,16 @@ type exec struct {
 	dead  atomic.Bool
 }
 
-func (e *exec) Nodes() int    { return len(e.sig) }
+func (e *exec) Nodes() int { return len(e.sig) }
+
+// Schedule describes the executable's static schedule (zero Workers: it
+// replays node by node, as with one thread).
+func (e *exec) Schedule() ScheduleStats {
+	if s := e.cur.Load().sched; s != nil {
+		return s.stats
+	}
+	return ScheduleStats{Workers: 1, Nodes: len(e.sig)}
+}
 func (e *exec) Memory() int64 { return e.bytes }
 
 func (e *exec) Launch(s accel.Stream) error {
@@ -128,7 +143,7 @@ func (e *exec) Update(g accel.Graph) error {
 			return fmt.Errorf("cpu: update: node %d is %v, executable's is %v: %w", i, ns[i].op, e.sig[i].op, accel.ErrTopologyChanged)
 		}
 	}
-	e.cur.Store(resolveAll(gg.nodes))
+	e.cur.Store(resolveAll(e.d, gg.nodes))
 	return nil
 }
 

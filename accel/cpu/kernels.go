@@ -3,7 +3,7 @@ package cpu
 import (
 	"math"
 	"slices"
-	"sync"
+	"unsafe"
 
 	"github.com/reprise-ml/reprise/accel"
 )
@@ -14,6 +14,10 @@ type rcall struct {
 	o  [accel.MaxOperands]operand
 	i  [4]int
 	f  [2]float32
+	// pk caches the packed copy of a MatMul's weights (*packEntry), checked
+	// for liveness at each use; accessed atomically because replays of one
+	// executable may run on two streams.
+	pk unsafe.Pointer
 }
 
 func resolveCall(c *accel.Call) rcall {
@@ -31,63 +35,88 @@ func resolveCall(c *accel.Call) rcall {
 
 // kernel is one Op on the CPU: units splits its work into independent pieces
 // (each writing its own outputs, in its own fixed order) and an estimate of
-// each piece's cost in multiply-adds; run does pieces [lo, hi).
+// each piece's cost in multiply-adds; run does pieces [lo, hi) with a
+// worker's scratch; foot describes the memory pieces [lo, hi) read and write
+// (conservatively), for the static schedules of replays.
 type kernel struct {
 	units func(c *rcall) (n, cost int)
-	run   func(c *rcall, lo, hi int)
+	run   func(c *rcall, lo, hi int, k *kctx)
+	foot  func(c *rcall, lo, hi int, f *footprint)
 }
 
 var kernels [accel.NumOps]kernel
 
+// opWrites lists the operands each op writes.
+var opWrites [accel.NumOps][]int
+
 func init() {
-	kernels[accel.OpFill] = kernel{unitsRows(1), runFill}
-	kernels[accel.OpEmbed] = kernel{unitsRows(1), runEmbed}
-	kernels[accel.OpRMSNorm] = kernel{unitsRows(2), runRMSNorm}
-	kernels[accel.OpMatMul] = kernel{unitsMatMul, runMatMul}
-	kernels[accel.OpRoPE] = kernel{unitsRoPE, runRoPE}
-	kernels[accel.OpKVWrite] = kernel{unitsKV, runKVWrite}
-	kernels[accel.OpAttention] = kernel{unitsAttention, runAttention}
-	kernels[accel.OpSiLUMul] = kernel{unitsFlat(8), runSiLUMul}
-	kernels[accel.OpAdd] = kernel{unitsFlat(1), runAdd}
-	kernels[accel.OpGatherRows] = kernel{unitsRows(1), runGatherRows}
-	kernels[accel.OpArgmax] = kernel{unitsInRows(1), runArgmax}
-	kernels[accel.OpSample] = kernel{unitsInRows(16), runSample}
+	kernels[accel.OpFill] = kernel{unitsRows(1), runFill, footFill}
+	kernels[accel.OpEmbed] = kernel{unitsRows(1), runEmbed, footEmbed}
+	kernels[accel.OpRMSNorm] = kernel{unitsRows(2), runRMSNorm, footRMSNorm}
+	kernels[accel.OpMatMul] = kernel{unitsMatMul, runMatMul, footMatMul}
+	kernels[accel.OpRoPE] = kernel{unitsRoPE, runRoPE, footRoPE}
+	kernels[accel.OpKVWrite] = kernel{unitsKV, runKVWrite, footKV}
+	kernels[accel.OpAttention] = kernel{unitsAttention, runAttention, footAttention}
+	kernels[accel.OpSiLUMul] = kernel{unitsElem(8), runSiLUMul, footElem}
+	kernels[accel.OpAdd] = kernel{unitsElem(1), runAdd, footElem}
+	kernels[accel.OpGatherRows] = kernel{unitsRows(1), runGatherRows, footGather}
+	kernels[accel.OpArgmax] = kernel{unitsInRows(1), runArgmax, footArgmax}
+	kernels[accel.OpSample] = kernel{unitsInRows(16), runSample, footSample}
+	for op := accel.Op(1); int(op) < accel.NumOps; op++ {
+		c := accel.Call{Op: op}
+		opWrites[op] = c.Writes()
+	}
 }
 
-// splitMin is the work (in multiply-adds) below which a kernel runs on one
-// thread: splitting costs a few microseconds of hand-off.
+// kctx is what a kernel piece runs with: the device and the scratch of the
+// goroutine running it (each pool worker and each stream has its own, so
+// kernels never allocate in steady state).
+type kctx struct {
+	d     *Device
+	att   []float32 // attention scores
+	offs  []int     // attention: each position's row offset in the cache
+	qb    []float32 // attention: the query broadcast for the vector kernel
+	rowv  []float32 // attention: each row's sum
+	rows4 [4][]float32
+	sums4 [4]float32
+	smp   sampleScratch
+	rope  []float32 // RoPE frequencies, cos and sin
+	tail  [3 * panelWidth]float32
+}
+
+// splitMin is the work (in multiply-adds) below which an eager kernel runs on
+// one thread: splitting costs a few microseconds of hand-off.
 const splitMin = 1 << 15
 
-// exec runs one resolved call, splitting it across the workers when it is
-// large enough.
-func (d *Device) exec(c *rcall) {
-	k := &kernels[c.op]
-	n, cost := k.units(c)
+// noteWrites tells the packed-weight cache that c is about to write its
+// outputs.
+func (d *Device) noteWrites(c *rcall) {
+	for _, i := range opWrites[c.op] {
+		o := &c.o[i]
+		if o.m != nil && o.m.packs.Load() != nil {
+			d.packs.written(o.m, o.off, int64(len(o.b)))
+		}
+	}
+}
+
+// exec runs one resolved call eagerly, splitting it across the workers when
+// it is large enough (fork/join per kernel).
+func (d *Device) exec(c *rcall, k *kctx) {
+	kn := &kernels[c.op]
+	n, cost := kn.units(c)
 	if n <= 0 {
 		return
 	}
+	d.noteWrites(c)
 	if d.threads <= 1 || n == 1 || n*cost < splitMin {
-		k.run(c, 0, n)
+		kn.run(c, 0, n, k)
 		return
 	}
 	chunks := min(n, d.threads*4)
-	d.work.run(chunks, func(ch int) {
-		k.run(c, n*ch/chunks, n*(ch+1)/chunks)
-	})
-}
-
-// runNode executes one node of a replay.
-func (d *Device) runNode(t *task) {
-	switch t.kind {
-	case taskKernel:
-		d.exec(&t.call)
-	case taskCopy:
-		copy(t.dst, t.src)
-	case taskReplay:
-		for i := range t.exec.n {
-			d.runNode(&t.exec.n[i])
-		}
+	if c.op == accel.OpMatMul && matRowSplit(c) {
+		chunks = min(n, d.threads) // each chunk reads every weight
 	}
+	d.work.run(c, kn.run, n, chunks, k)
 }
 
 // units over the rows of operand 0, each costing perElem × its columns.
@@ -102,21 +131,96 @@ func unitsInRows(perElem int) func(c *rcall) (int, int) {
 
 const flatChunk = 4096
 
-// units over flat chunks of operand 0's elements.
-func unitsFlat(perElem int) func(c *rcall) (int, int) {
+// rowSplitMin is the number of tokens from which kernels split their work by
+// token (rows) rather than across outputs: with many rows every worker's
+// share of a matmul is compute-bound, a worker then reads every weight (from
+// cache, or twice from memory, which costs less than the compute), and a
+// whole layer's kernels up to the attention keep their data with the worker
+// that made it, without barriers and without two workers writing the two
+// halves of one row (false sharing of the cache line in the middle). Below
+// it, a step is bound by reading the weights, which are split instead.
+const rowSplitMin = 16
+
+func rowSplit(T int) bool { return T >= rowSplitMin }
+
+// span walks the (token, head range) pairs units [lo, hi) cover, units being
+// (token, head) pairs of T tokens and H heads: token-major (u = t*H + h)
+// when tm, else head-major (u = h*T + t).
+type span struct {
+	lo, hi, T, H int
+	tm           bool
+	t            int
+}
+
+func (s *span) next() (t, h0, h1 int, ok bool) {
+	for ; s.t < s.T; s.t++ {
+		t = s.t
+		if s.tm {
+			h0, h1 = max(s.lo-t*s.H, 0), min(s.hi-t*s.H, s.H)
+		} else {
+			h0, h1 = headRange(s.lo, s.hi, t, s.T)
+		}
+		if h0 < h1 {
+			s.t++
+			return t, h0, h1, true
+		}
+		if s.tm && t*s.H >= s.hi {
+			break
+		}
+	}
+	return 0, 0, 0, false
+}
+
+// elemShape is how an elementwise call splits: when its operands share one
+// shape, by bands of 16 columns over every row (few rows: they line up with
+// the matmul panels that produce and consume them) or by rows (many rows,
+// as the matmuls then split); otherwise by flat chunks.
+func elemShape(c *rcall) (bands, rows bool) {
+	a := c.o[0]
+	for _, o := range c.o[1:3] {
+		if o.rows != a.rows || o.cols != a.cols {
+			return false, false
+		}
+	}
+	if rowSplit(a.rows) {
+		return false, true
+	}
+	return true, false
+}
+
+func elemBands(c *rcall) bool { b, _ := elemShape(c); return b }
+
+func unitsElem(perElem int) func(c *rcall) (int, int) {
 	return func(c *rcall) (int, int) {
-		n := c.o[0].rows * c.o[0].cols
+		a := c.o[0]
+		bands, rows := elemShape(c)
+		switch {
+		case bands:
+			return (a.cols + panelWidth - 1) / panelWidth, panelWidth * a.rows * perElem
+		case rows:
+			return a.rows, a.cols * perElem
+		}
+		n := a.rows * a.cols
 		return (n + flatChunk - 1) / flatChunk, flatChunk * perElem
 	}
 }
 
-func flatRange(c *rcall, lo, hi int) (int, int) {
-	n := c.o[0].rows * c.o[0].cols
-	return lo * flatChunk, min(hi*flatChunk, n)
+// elemSpans describes the elements pieces [lo, hi) cover: n runs, run r
+// being elements [r*stride+i0, r*stride+i1).
+func elemSpans(c *rcall, lo, hi int) (n, stride, i0, i1 int) {
+	a := c.o[0]
+	bands, rows := elemShape(c)
+	switch {
+	case bands:
+		return a.rows, a.cols, lo * panelWidth, min(hi*panelWidth, a.cols)
+	case rows:
+		return 1, 0, lo * a.cols, hi * a.cols
+	}
+	return 1, 0, lo * flatChunk, min(hi*flatChunk, a.rows*a.cols)
 }
 
 //go:norace
-func runFill(c *rcall, lo, hi int) {
+func runFill(c *rcall, lo, hi int, _ *kctx) {
 	cols := c.o[0].cols
 	if c.o[0].dt == accel.I32 {
 		v := int32(c.i[0])
@@ -137,14 +241,14 @@ func runFill(c *rcall, lo, hi int) {
 func bf16(u uint16) float32 { return math.Float32frombits(uint32(u) << 16) }
 
 //go:norace
-func runEmbed(c *rcall, lo, hi int) {
+func runEmbed(c *rcall, lo, hi int, _ *kctx) {
 	out, ids := c.o[0].f32(), c.o[2].i32()
 	d, vocab := c.o[0].cols, c.o[1].rows
 	for t := lo; t < hi; t++ {
 		dst := out[t*d : (t+1)*d]
 		id := int(ids[t])
 		if id < 0 || id >= vocab {
-			clear(dst)
+			clearF32(dst)
 			continue
 		}
 		if c.o[1].dt == accel.BF16 {
@@ -154,7 +258,35 @@ func runEmbed(c *rcall, lo, hi int) {
 			}
 			continue
 		}
-		copy(dst, c.o[1].f32()[id*d:(id+1)*d])
+		copyF32(dst, c.o[1].f32()[id*d:(id+1)*d])
+	}
+}
+
+// copyF32 and clearF32 are copy and clear in plain loops: the schedule may
+// run a small kernel on every worker at once (each writing the same bits),
+// and the race detector, which does not look inside //go:norace kernels,
+// still sees the copy and clear builtins.
+//
+//go:norace
+func copyF32(dst, src []float32) {
+	src = src[:len(dst)]
+	for i := range dst {
+		dst[i] = src[i]
+	}
+}
+
+//go:norace
+func clearF32(dst []float32) {
+	for i := range dst {
+		dst[i] = 0
+	}
+}
+
+//go:norace
+func copyBytes(dst, src []byte) {
+	src = src[:len(dst)]
+	for i := range dst {
+		dst[i] = src[i]
 	}
 }
 
@@ -164,48 +296,134 @@ func sqrt32(x float32) float32 { return float32(math.Sqrt(float64(x))) }
 // exp32 is expf: the float64 exponential rounded once to float32.
 func exp32(x float32) float32 { return float32(math.Exp(float64(x))) }
 
+// runRMSNorm: the sum of squares is one sequential float32 chain per row (the
+// reference's order); four rows are summed side by side to hide the add
+// latency. The scaling out[j] = w[j] * (s * x[j]) is independent per element
+// and runs on the vector kernel where there is one.
+//
 //go:norace
-func runRMSNorm(c *rcall, lo, hi int) {
+func runRMSNorm(c *rcall, lo, hi int, _ *kctx) {
 	out, x, w := c.o[0].f32(), c.o[1].f32(), c.o[2].f32()
 	d := c.o[1].cols
 	eps := c.f[0]
-	for t := lo; t < hi; t++ {
-		xr, or := x[t*d:(t+1)*d], out[t*d:(t+1)*d]
+	w = w[:d]
+	t := lo
+	for ; t+4 <= hi; t += 4 {
+		s0, s1, s2, s3 := sumSquares4(x[t*d:(t+4)*d], d)
+		rmsScale(out[t*d:(t+1)*d], x[t*d:(t+1)*d], w, rmsInv(s0, d, eps))
+		rmsScale(out[(t+1)*d:(t+2)*d], x[(t+1)*d:(t+2)*d], w, rmsInv(s1, d, eps))
+		rmsScale(out[(t+2)*d:(t+3)*d], x[(t+2)*d:(t+3)*d], w, rmsInv(s2, d, eps))
+		rmsScale(out[(t+3)*d:(t+4)*d], x[(t+3)*d:(t+4)*d], w, rmsInv(s3, d, eps))
+	}
+	for ; t < hi; t++ {
+		xr := x[t*d : (t+1)*d]
 		var ss float32
 		for _, v := range xr {
 			ss += float32(v * v)
 		}
-		ss /= float32(d)
-		ss += eps
-		ss = 1 / sqrt32(ss)
-		for j := range or {
-			or[j] = w[j] * float32(ss*xr[j])
-		}
+		rmsScale(out[t*d:(t+1)*d], xr, w, rmsInv(ss, d, eps))
+	}
+}
+
+func rmsInv(ss float32, d int, eps float32) float32 {
+	ss /= float32(d)
+	ss += eps
+	return 1 / sqrt32(ss)
+}
+
+// sumSquares4 is four rows' sequential sums of squares.
+//
+//go:norace
+func sumSquares4(x []float32, d int) (s0, s1, s2, s3 float32) {
+	x0, x1, x2, x3 := x[:d], x[d:2*d], x[2*d:3*d], x[3*d:4*d]
+	for i, v := range x0 {
+		s0 += float32(v * v)
+		a := x1[i]
+		s1 += float32(a * a)
+		b := x2[i]
+		s2 += float32(b * b)
+		e := x3[i]
+		s3 += float32(e * e)
+	}
+	return
+}
+
+// rmsScale sets out[j] = w[j] * (s * x[j]); out may be x.
+func rmsScale(out, x, w []float32, s float32) {
+	if vk := simdOps(); vk != nil && len(x) >= 16 {
+		vk.scale(out, x, w, s)
+		return
+	}
+	rmsScaleGo(out, x, w, s)
+}
+
+//go:norace
+func rmsScaleGo(out, x, w []float32, s float32) {
+	out = out[:len(x)]
+	w = w[:len(x)]
+	for j, v := range x {
+		out[j] = w[j] * float32(s*v)
 	}
 }
 
 // matBlock is the number of output columns one unit of a matmul computes, for
-// every row of x: the block of W stays in cache while the rows stream past.
-const matBlock = 16
+// every row of x: one packed panel.
+const matBlock = panelWidth
 
+// MatMul units are output panels of 16 for every row, or (many rows, and
+// weights small enough that every worker reading all of them costs nothing:
+// they stay in its cache) rows of every output.
 func unitsMatMul(c *rcall) (int, int) {
-	o := c.o[0].cols
-	return (o + matBlock - 1) / matBlock, matBlock * c.o[1].cols * c.o[1].rows
+	o, T := c.o[0].cols, c.o[1].rows
+	if matRowSplit(c) {
+		return T, o * c.o[1].cols
+	}
+	return (o + matBlock - 1) / matBlock, matBlock * c.o[1].cols * T
 }
 
-// runMatMul computes y = x·Wᵀ. Each output is a sequential float32 sum over the
-// input dimension, exactly as the reference does, whatever the batch. A
-// single running sum is bound by the latency of its adds, so four outputs are
-// summed side by side: four independent chains, each in the reference order.
+// matRowSplitMax is the most weight bytes a MatMul splits by rows.
+const matRowSplitMax = 256 << 10
+
+func matRowSplit(c *rcall) bool { return rowSplit(c.o[1].rows) && len(c.o[2].b) <= matRowSplitMax }
+
+// matUnits is the panels and rows units [lo, hi) of a MatMul cover.
+func matUnits(c *rcall, lo, hi int) (p0, p1, t0, t1 int) {
+	o, T := c.o[0].cols, c.o[1].rows
+	if matRowSplit(c) {
+		return 0, (o + matBlock - 1) / matBlock, lo, hi
+	}
+	return lo, hi, 0, T
+}
+
+// runMatMul computes y = x·Wᵀ for output panels [lo, hi). Each output is a
+// sequential float32 sum over the input dimension, exactly as the reference
+// does, whatever the batch: on the packed vector kernels (one lane per
+// output) where W has a packed copy, else on the row-major scalar kernels.
 //
 //go:norace
-func runMatMul(c *rcall, lo, hi int) {
+func runMatMul(c *rcall, lo, hi int, k *kctx) {
+	p0, p1, t0, t1 := matUnits(c, lo, hi)
+	if k != nil && k.d != nil {
+		if p := k.d.packFor(c); p != nil {
+			runMatMulPacked(c, p, p0, p1, t0, t1, k)
+			return
+		}
+	}
+	runMatMulRows(c, p0, p1, t0, t1)
+}
+
+// runMatMulRows is the scalar kernel over row-major W, for output panels
+// [lo, hi) of rows [t0, t1): four outputs summed side by side, four
+// independent chains each in the reference order.
+//
+//go:norace
+func runMatMulRows(c *rcall, lo, hi, t0, t1 int) {
 	y, x := c.o[0].f32(), c.o[1].f32()
-	rows, in, out := c.o[1].rows, c.o[1].cols, c.o[0].cols
+	in, out := c.o[1].cols, c.o[0].cols
 	o0, o1 := lo*matBlock, min(hi*matBlock, out)
 	if c.o[2].dt == accel.BF16 {
 		w := c.o[2].u16()
-		for t := 0; t < rows; t++ {
+		for t := t0; t < t1; t++ {
 			xr := x[t*in : (t+1)*in]
 			yr := y[t*out : (t+1)*out]
 			o := o0
@@ -224,7 +442,7 @@ func runMatMul(c *rcall, lo, hi int) {
 		return
 	}
 	w := c.o[2].f32()
-	for t := 0; t < rows; t++ {
+	for t := t0; t < t1; t++ {
 		xr := x[t*in : (t+1)*in]
 		yr := y[t*out : (t+1)*out]
 		o := o0
@@ -271,74 +489,162 @@ func dot4BF16(x []float32, w []uint16) (s0, s1, s2, s3 float32) {
 	return
 }
 
-func unitsRoPE(c *rcall) (int, int) { return c.o[0].rows, (c.o[0].cols + c.o[1].cols) * 8 }
+// ropeHeads is a RoPE call's head layout: nq query heads, nk key heads of hd,
+// and the query head whose unit also rotates key head g (g*group), so that a
+// worker owning whole query heads owns their key heads too.
+func ropeHeads(c *rcall) (hd, nq, nk, group int) {
+	hd = c.i[0]
+	nq, nk = c.o[0].cols/hd, c.o[1].cols/hd
+	group = 1
+	if nk > 0 && nq >= nk && nq%nk == 0 {
+		group = nq / nk
+	}
+	return
+}
+
+// RoPE units are (query head, token) pairs, each with the key head that
+// query head owns: head-major (unit u is head u/T of token u%T) so that they
+// split into whole heads the way the q and k projections' panels do, or
+// token-major (u = t*heads + h) when those split by rows.
+func unitsRoPE(c *rcall) (int, int) {
+	hd, _, _, _ := ropeHeads(c)
+	return ropeUnitHeads(c) * c.o[0].rows, hd * 8
+}
+
+func ropeUnitHeads(c *rcall) int {
+	_, nq, nk, group := ropeHeads(c)
+	if group == 1 {
+		return max(nq, nk)
+	}
+	return nq
+}
+
+// headRange is the heads h with unit h*T+t in [lo, hi).
+func headRange(lo, hi, t, T int) (int, int) {
+	h0 := (lo - t + T - 1) / T
+	if lo-t <= 0 {
+		h0 = 0
+	}
+	h1 := (hi - 1 - t) / T
+	if hi-1-t < 0 {
+		return 0, 0
+	}
+	return h0, h1 + 1
+}
 
 // runRoPE rotates the pairs of every head, q and k alike, by the angle of the
-// token's position, in float32 the way the reference does.
+// token's position, in float32 the way the reference does. The angles of a
+// token are computed once per piece and shared by its heads.
 //
 //go:norace
-func runRoPE(c *rcall, lo, hi int) {
-	q, k, pos := c.o[0].f32(), c.o[1].f32(), c.o[2].i32()
-	hd, theta := c.i[0], c.f[0]
+func runRoPE(c *rcall, lo, hi int, k *kctx) {
+	q, kk, pos := c.o[0].f32(), c.o[1].f32(), c.o[2].i32()
+	hd, nq, nk, group := ropeHeads(c)
+	theta := c.f[0]
+	T := c.o[0].rows
 	qc, kc := c.o[0].cols, c.o[1].cols
-	var freqBuf [256]float32
-	freq := freqBuf[:0]
-	if hd/2 > len(freqBuf) {
-		freq = make([]float32, 0, hd/2)
+	pairs := hd / 2
+	var buf []float32
+	if k != nil {
+		if cap(k.rope) < 3*pairs {
+			k.rope = make([]float32, 3*pairs)
+		}
+		buf = k.rope[:3*pairs]
+	} else {
+		buf = make([]float32, 3*pairs)
 	}
-	for i := 0; i < hd; i += 2 {
-		freq = append(freq, accel.RoPEFreq(i, hd, theta))
+	freq, fcr, fci := buf[:pairs], buf[pairs:2*pairs], buf[2*pairs:]
+	for i := 0; i < pairs; i++ {
+		freq[i] = accel.RoPEFreq(2*i, hd, theta)
 	}
-	for t := lo; t < hi; t++ {
+	sp := span{lo: lo, hi: hi, T: T, H: ropeUnitHeads(c), tm: rowSplit(T)}
+	for {
+		t, h0, h1, ok := sp.next()
+		if !ok {
+			break
+		}
 		p := float32(pos[t])
-		for i := 0; i < hd; i += 2 {
-			val := p * freq[i/2]
-			fcr := float32(math.Cos(float64(val)))
-			fci := float32(math.Sin(float64(val)))
-			rotate(q[t*qc:(t+1)*qc], i, hd, fcr, fci)
-			rotate(k[t*kc:(t+1)*kc], i, hd, fcr, fci)
+		for i := 0; i < pairs; i++ {
+			val := p * freq[i]
+			fcr[i] = float32(math.Cos(float64(val)))
+			fci[i] = float32(math.Sin(float64(val)))
+		}
+		qr, kr := q[t*qc:(t+1)*qc], kk[t*kc:(t+1)*kc]
+		for h := h0; h < h1; h++ {
+			if h < nq {
+				rotateHead(qr[h*hd:(h+1)*hd], fcr, fci)
+			}
+			if h%group == 0 && h/group < nk {
+				g := h / group
+				rotateHead(kr[g*hd:(g+1)*hd], fcr, fci)
+			}
 		}
 	}
 }
 
 //go:norace
-func rotate(v []float32, i, hd int, fcr, fci float32) {
-	for h := 0; h+hd <= len(v); h += hd {
-		v0, v1 := v[h+i], v[h+i+1]
-		v[h+i] = float32(v0*fcr) - float32(v1*fci)
-		v[h+i+1] = float32(v0*fci) + float32(v1*fcr)
+func rotateHead(v, fcr, fci []float32) {
+	for i := range fcr {
+		v0, v1 := v[2*i], v[2*i+1]
+		cr, ci := fcr[i], fci[i]
+		v[2*i] = float32(v0*cr) - float32(v1*ci)
+		v[2*i+1] = float32(v0*ci) + float32(v1*cr)
 	}
 }
 
-func unitsKV(c *rcall) (int, int) { return c.o[2].rows, c.o[2].cols * 2 }
+// KVWrite units are bands of 16 columns of one token: band-major (unit u
+// is band u/T of token u%T), so that they split by KV heads, or token-major
+// when the projections split by rows.
+func kvBands(c *rcall) int {
+	return (max(c.o[0].cols, c.o[1].cols) + panelWidth - 1) / panelWidth
+}
+
+func unitsKV(c *rcall) (int, int) { return kvBands(c) * c.o[2].rows, 2 * panelWidth }
 
 //go:norace
-func runKVWrite(c *rcall, lo, hi int) {
+func runKVWrite(c *rcall, lo, hi int, _ *kctx) {
 	kc, vc, k, v, slots := c.o[0].f32(), c.o[1].f32(), c.o[2].f32(), c.o[3].f32(), c.o[4].i32()
 	kd, vd, nslots := c.o[0].cols, c.o[1].cols, c.o[0].rows
-	for t := lo; t < hi; t++ {
+	T, nb := c.o[2].rows, kvBands(c)
+	tm := rowSplit(T)
+	for u := lo; u < hi; u++ {
+		b, t := u/T, u%T
+		if tm {
+			t, b = u/nb, u%nb
+		}
 		s := int(slots[t])
 		if s < 0 || s >= nslots {
 			continue
 		}
-		copy(kc[s*kd:(s+1)*kd], k[t*kd:(t+1)*kd])
-		copy(vc[s*vd:(s+1)*vd], v[t*vd:(t+1)*vd])
+		c0 := b * panelWidth
+		if c0 < kd {
+			c1 := min(c0+panelWidth, kd)
+			copyF32(kc[s*kd+c0:s*kd+c1], k[t*kd+c0:t*kd+c1])
+		}
+		if c0 < vd {
+			c1 := min(c0+panelWidth, vd)
+			copyF32(vc[s*vd+c0:s*vd+c1], v[t*vd+c0:t*vd+c1])
+		}
 	}
 }
 
+// Attention units are (head, token) pairs, head-major: unit u is head u/T of
+// token u%T.
 func unitsAttention(c *rcall) (int, int) {
-	// One unit per (token, head); the cost guess assumes a few hundred
-	// positions of context.
+	// The cost guess assumes a few hundred positions of context.
 	return c.o[1].rows * c.i[0], c.i[2] * 256
 }
 
-var scorePool = sync.Pool{New: func() any { s := make([]float32, 0, 1024); return &s }}
-
-// runAttention: units are (token, head) pairs. The scores, the softmax and the
-// weighted sum follow the reference's float32 order exactly.
+// runAttention: the scores, the softmax and the weighted sum follow the
+// reference's float32 order exactly: each score is a sequential dot product
+// over the head (the vector kernel runs eight positions' chains side by
+// side), the softmax sums in position order, and each output element sums
+// its weighted values in position order (vectorised across the head's
+// elements, which are independent chains). A token's cache rows are looked
+// up once for all the heads of the piece.
 //
 //go:norace
-func runAttention(c *rcall, lo, hi int) {
+func runAttention(c *rcall, lo, hi int, k *kctx) {
 	out, q, kc, vc := c.o[0].f32(), c.o[1].f32(), c.o[2].f32(), c.o[3].f32()
 	rows, pos, pages := c.o[4].i32(), c.o[5].i32(), c.o[6].i32()
 	nh, nkv, hd, page := c.i[0], c.i[1], c.i[2], c.i[3]
@@ -347,13 +653,19 @@ func runAttention(c *rcall, lo, hi int) {
 	npages := nslots / page
 	kvd := nkv * hd
 	group := nh / nkv
+	T := c.o[1].rows
 	scale := sqrt32(float32(hd))
-	sp := scorePool.Get().(*[]float32)
-	defer scorePool.Put(sp)
-	for u := lo; u < hi; u++ {
-		t, h := u/nh, u%nh
-		dst := out[t*nh*hd+h*hd : t*nh*hd+(h+1)*hd]
-		clear(dst)
+	vk := simdOps()
+	if k == nil {
+		k = &kctx{}
+	}
+	for t := 0; t < T; t++ {
+		h0, h1 := headRange(lo, hi, t, T)
+		if h0 >= h1 {
+			continue
+		}
+		orow := out[t*nh*hd : (t+1)*nh*hd]
+		clearF32(orow[h0*hd : h1*hd])
 		r, n := int(rows[t]), int(pos[t])+1
 		if r < 0 || r >= nrows || n <= 0 || n > ppr*page {
 			continue
@@ -369,34 +681,152 @@ func runAttention(c *rcall, lo, hi int) {
 		if !ok {
 			continue
 		}
-		if cap(*sp) < n {
-			*sp = make([]float32, 0, n)
+		nhp := h1 - h0
+		if cap(k.att) < nhp*n || cap(k.offs) < n {
+			k.att = make([]float32, 0, max(nhp*n, 1024))
+			k.offs = make([]int, 0, max(n, 1024))
 		}
-		att := (*sp)[:n]
-		qh := q[t*nh*hd+h*hd : t*nh*hd+(h+1)*hd]
-		koff := (h / group) * hd
-		for p := 0; p < n; p++ {
-			slot := int(pt[p/page])*page + p%page
-			kv := kc[slot*kvd+koff : slot*kvd+koff+hd]
-			var s float32
-			for i, a := range qh {
-				s += float32(a * kv[i])
-			}
-			att[p] = s / scale
+		S, offs := k.att[:nhp*n], k.offs[:n]
+		hi := 0 // the largest offset, for the vector kernels' one bounds check
+		for p := range offs {
+			offs[p] = (int(pt[p/page])*page + p%page) * kvd
+			hi = max(hi, offs[p])
 		}
-		softmax32(att)
-		for p := 0; p < n; p++ {
-			slot := int(pt[p/page])*page + p%page
-			vv := vc[slot*kvd+koff : slot*kvd+koff+hd]
-			a := att[p]
-			for i := range dst {
-				dst[i] += float32(a * vv[i])
-			}
+		for h := h0; h < h1; h++ {
+			koff := (h / group) * hd
+			scoresHead(S[(h-h0)*n:(h-h0+1)*n], q[t*nh*hd+h*hd:t*nh*hd+(h+1)*hd], kc[koff:], offs, hi, scale, vk, k)
+		}
+		softmaxRows(S, nhp, n, vk, k)
+		for h := h0; h < h1; h++ {
+			koff := (h / group) * hd
+			avHead(orow[h*hd:(h+1)*hd], vc[koff:], offs, hi, S[(h-h0)*n:(h-h0+1)*n], vk)
 		}
 	}
 }
 
-// softmax32 is the reference's float32 softmax, in place.
+// scoresHead sets att[p] = (q · k_p) / scale for one head: offs are the
+// positions' rows in kc (already offset to the head's KV head), maxOff the
+// largest.
+//
+//go:norace
+func scoresHead(att, qh, kc []float32, offs []int, maxOff int, scale float32, vk *vecOps, k *kctx) {
+	hd, n := len(qh), len(offs)
+	p := 0
+	if vk != nil && hd%8 == 0 && n >= 8 {
+		if cap(k.qb) < 8*hd {
+			k.qb = make([]float32, 8*hd)
+		}
+		qb := k.qb[:8*hd]
+		for i, a := range qh {
+			b := qb[8*i : 8*i+8]
+			for j := range b {
+				b[j] = a
+			}
+		}
+		vk.scores(att, kc, offs, maxOff, qb, hd, scale)
+		p = n &^ 7
+	}
+	for ; p+4 <= n; p += 4 {
+		s0, s1, s2, s3 := dot4Rows(qh, kc[offs[p]:offs[p]+hd], kc[offs[p+1]:offs[p+1]+hd],
+			kc[offs[p+2]:offs[p+2]+hd], kc[offs[p+3]:offs[p+3]+hd])
+		att[p], att[p+1], att[p+2], att[p+3] = s0/scale, s1/scale, s2/scale, s3/scale
+	}
+	for ; p < n; p++ {
+		kv := kc[offs[p] : offs[p]+hd]
+		var s float32
+		for i, a := range qh {
+			s += float32(a * kv[i])
+		}
+		att[p] = s / scale
+	}
+}
+
+// avHead adds att[p] * v_p to dst for every position p in order.
+//
+//go:norace
+func avHead(dst, vc []float32, offs []int, maxOff int, att []float32, vk *vecOps) {
+	hd := len(dst)
+	if vk != nil && hd%8 == 0 {
+		vk.av(dst, vc, offs, maxOff, att)
+		return
+	}
+	for p := range offs {
+		vv := vc[offs[p] : offs[p]+hd]
+		vv = vv[:len(dst)]
+		a := att[p]
+		for i := range dst {
+			dst[i] += float32(a * vv[i])
+		}
+	}
+}
+
+// softmaxRows is softmax32 of each of rows rows of n in S, with the same
+// bits: on the vector kernels, the maximum of a row (order-free without
+// NaNs), its exponentials, the sums of four rows at once (one row per lane,
+// each in element order) and the divisions.
+//
+//go:norace
+func softmaxRows(S []float32, rows, n int, vk *vecOps, k *kctx) {
+	if vk == nil || n < 8 {
+		for r := 0; r < rows; r++ {
+			softmax32(S[r*n : (r+1)*n])
+		}
+		return
+	}
+	if cap(k.rowv) < 2*rows {
+		k.rowv = make([]float32, 2*rows)
+	}
+	sums := k.rowv[rows : 2*rows]
+	for r := 0; r < rows; r++ {
+		row := S[r*n : (r+1)*n]
+		m, ok := vk.max(row)
+		if !ok {
+			m = row[0]
+			for _, v := range row[1:] {
+				if v > m {
+					m = v
+				}
+			}
+		}
+		vk.expShift(row, m)
+	}
+	r := 0
+	for ; r+4 <= rows; r += 4 {
+		// k's arrays: arguments of a call through a function value escape.
+		rs, s4 := &k.rows4, &k.sums4
+		*rs = [4][]float32{S[r*n : (r+1)*n], S[(r+1)*n : (r+2)*n], S[(r+2)*n : (r+3)*n], S[(r+3)*n : (r+4)*n]}
+		vk.rowSums4(rs, n, s4)
+		sums[r], sums[r+1], sums[r+2], sums[r+3] = s4[0], s4[1], s4[2], s4[3]
+	}
+	for ; r < rows; r++ {
+		var s float32
+		for _, e := range S[r*n : (r+1)*n] {
+			s += e
+		}
+		sums[r] = s
+	}
+	for r := 0; r < rows; r++ {
+		vk.div(S[r*n:(r+1)*n], sums[r])
+	}
+}
+
+// dot4Rows is four sequential dot products of q with four rows.
+//
+//go:norace
+func dot4Rows(q, k0, k1, k2, k3 []float32) (s0, s1, s2, s3 float32) {
+	k0, k1, k2, k3 = k0[:len(q)], k1[:len(q)], k2[:len(q)], k3[:len(q)]
+	for i, a := range q {
+		s0 += float32(a * k0[i])
+		s1 += float32(a * k1[i])
+		s2 += float32(a * k2[i])
+		s3 += float32(a * k3[i])
+	}
+	return
+}
+
+// softmax32 is the reference's float32 softmax, in place: the maximum, the
+// exponentials (on the vector kernel where there is one: the same bits), the
+// sequential sum in position order, and the divisions.
 //
 //go:norace
 func softmax32(x []float32) {
@@ -405,6 +835,15 @@ func softmax32(x []float32) {
 		if v > m {
 			m = v
 		}
+	}
+	if vk := simdOps(); vk != nil && len(x) >= 8 {
+		vk.expShift(x, m)
+		var sum float32
+		for _, e := range x {
+			sum += e
+		}
+		vk.div(x, sum)
+		return
 	}
 	var sum float32
 	for i, v := range x {
@@ -418,10 +857,24 @@ func softmax32(x []float32) {
 }
 
 //go:norace
-func runSiLUMul(c *rcall, lo, hi int) {
+func runSiLUMul(c *rcall, lo, hi int, _ *kctx) {
 	out, a, b := c.o[0].f32(), c.o[1].f32(), c.o[2].f32()
-	i0, i1 := flatRange(c, lo, hi)
-	for i := i0; i < i1; i++ {
+	vk := simdOps()
+	n, stride, i0, i1 := elemSpans(c, lo, hi)
+	for r := 0; r < n; r++ {
+		j0, j1 := r*stride+i0, r*stride+i1
+		if vk != nil {
+			vk.silu(out[j0:j1], a[j0:j1], b[j0:j1])
+		} else {
+			siluMulGo(out[j0:j1], a[j0:j1], b[j0:j1])
+		}
+	}
+}
+
+//go:norace
+func siluMulGo(out, a, b []float32) {
+	a, b = a[:len(out)], b[:len(out)]
+	for i := range out {
 		v := a[i]
 		v = v * (1 / (1 + exp32(-v)))
 		out[i] = v * b[i]
@@ -429,26 +882,35 @@ func runSiLUMul(c *rcall, lo, hi int) {
 }
 
 //go:norace
-func runAdd(c *rcall, lo, hi int) {
+func runAdd(c *rcall, lo, hi int, _ *kctx) {
 	out, a, b := c.o[0].f32(), c.o[1].f32(), c.o[2].f32()
-	i0, i1 := flatRange(c, lo, hi)
-	for i := i0; i < i1; i++ {
-		out[i] = a[i] + b[i]
+	n, stride, i0, i1 := elemSpans(c, lo, hi)
+	for r := 0; r < n; r++ {
+		j0, j1 := r*stride+i0, r*stride+i1
+		addF32(out[j0:j1], a[j0:j1], b[j0:j1])
 	}
 }
 
 //go:norace
-func runGatherRows(c *rcall, lo, hi int) {
+func addF32(o, x, y []float32) {
+	x, y = x[:len(o)], y[:len(o)]
+	for i := range o {
+		o[i] = x[i] + y[i]
+	}
+}
+
+//go:norace
+func runGatherRows(c *rcall, lo, hi int, _ *kctx) {
 	out, x, idx := c.o[0].f32(), c.o[1].f32(), c.o[2].i32()
 	d, n := c.o[0].cols, c.o[1].rows
 	for r := lo; r < hi; r++ {
 		dst := out[r*d : (r+1)*d]
 		i := int(idx[r])
 		if i < 0 || i >= n {
-			clear(dst)
+			clearF32(dst)
 			continue
 		}
-		copy(dst, x[i*d:(i+1)*d])
+		copyF32(dst, x[i*d:(i+1)*d])
 	}
 }
 
@@ -464,7 +926,7 @@ func argmax(row []float32) int {
 }
 
 //go:norace
-func runArgmax(c *rcall, lo, hi int) {
+func runArgmax(c *rcall, lo, hi int, _ *kctx) {
 	out, x := c.o[0].i32(), c.o[1].f32()
 	v := c.o[1].cols
 	for r := lo; r < hi; r++ {
@@ -477,19 +939,19 @@ type sampleScratch struct {
 	idx []int32
 }
 
-var samplePool = sync.Pool{New: func() any { return &sampleScratch{} }}
-
 // runSample: per row, temperature-scaled softmax in float32, then top-k and
 // top-p over the candidates sorted by probability (ties by index), then one
 // draw from SampleUniform(seed, offset) against the cumulative distribution.
 //
 //go:norace
-func runSample(c *rcall, lo, hi int) {
+func runSample(c *rcall, lo, hi int, k *kctx) {
 	out, logits := c.o[0].i32(), c.o[1].f32()
 	temp, topk, topp, seed, off := c.o[2].f32(), c.o[3].i32(), c.o[4].f32(), c.o[5].i32(), c.o[6].i32()
 	v := c.o[1].cols
-	sc := samplePool.Get().(*sampleScratch)
-	defer samplePool.Put(sc)
+	sc := &sampleScratch{}
+	if k != nil {
+		sc = &k.smp
+	}
 	for r := lo; r < hi; r++ {
 		row := logits[r*v : (r+1)*v]
 		t := temp[r]

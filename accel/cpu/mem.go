@@ -1,6 +1,7 @@
 package cpu
 
 import (
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/reprise-ml/reprise/accel"
@@ -8,7 +9,13 @@ import (
 
 // mem is one segment of the arena. Go never moves heap memory, so the bytes
 // stay at one address for the segment's life, as device memory does.
-type mem struct{ b []byte }
+type mem struct {
+	b []byte
+	// packs lists the packed weight copies made from this segment's bytes
+	// (see pack.go); nil when there are none, so that a write to a segment
+	// without any costs one atomic load.
+	packs atomic.Pointer[[]*packEntry]
+}
 
 func newMem(n int64) *mem { return &mem{b: make([]byte, n)} }
 
@@ -33,15 +40,30 @@ func ownBuffer(b accel.Buffer) bool {
 	return ok
 }
 
-// operand is a tensor resolved to memory.
+// operand is a tensor resolved to memory: its bytes, and the segment and
+// offset they live at (for the packed-weight cache).
 type operand struct {
 	b          []byte
 	rows, cols int
 	dt         accel.DType
+	m          *mem
+	off        int64
 }
 
 func resolve(t accel.Tensor) operand {
-	return operand{b: bytesOf(t.Buf)[:t.Bytes():t.Bytes()], rows: t.Rows, cols: t.Cols, dt: t.DType}
+	o := operand{b: bytesOf(t.Buf)[:t.Bytes():t.Bytes()], rows: t.Rows, cols: t.Cols, dt: t.DType}
+	if !t.Buf.IsNil() {
+		o.m, o.off = t.Buf.Memory().(*mem), t.Buf.Offset()
+	}
+	return o
+}
+
+// memOf is the segment and offset of a device buffer (nil for an empty one).
+func memOf(b accel.Buffer) (*mem, int64) {
+	if b.IsNil() || b.Len() == 0 {
+		return nil, 0
+	}
+	return b.Memory().(*mem), b.Offset()
 }
 
 func (o operand) f32() []float32 {

@@ -25,6 +25,8 @@ type task struct {
 	call rcall
 	dst  []byte // taskCopy
 	src  []byte
+	dm   *mem // segment of dst when it is device memory (taskCopy)
+	doff int64
 	ev   *stream // taskWait: wait until ev's done count reaches seq
 	seq  uint64
 	exec *nodes // taskReplay
@@ -48,6 +50,8 @@ type stream struct {
 
 	asyncErr atomic.Pointer[error]
 
+	k *kctx // the stream goroutine's kernel scratch
+
 	// capture state; touched only by the host goroutine that owns the stream
 	cap *captureState
 }
@@ -65,7 +69,7 @@ func (d *Device) NewStream() (accel.Stream, error) {
 	}
 	d.mu.Lock()
 	d.nextID++
-	s := &stream{d: d, id: d.nextID, stopped: make(chan struct{})}
+	s := &stream{d: d, id: d.nextID, stopped: make(chan struct{}), k: &kctx{d: d}}
 	d.streams[s] = struct{}{}
 	d.mu.Unlock()
 	s.more = sync.NewCond(&s.mu)
@@ -120,15 +124,14 @@ func (s *stream) run(t *task) {
 	}()
 	switch t.kind {
 	case taskKernel:
-		s.d.exec(&t.call)
+		s.d.exec(&t.call, s.k)
 	case taskCopy:
+		s.d.packs.written(t.dm, t.doff, int64(len(t.dst)))
 		copy(t.dst, t.src)
 	case taskWait:
 		t.ev.waitDone(t.seq)
 	case taskReplay:
-		for i := range t.exec.n {
-			s.d.runNode(&t.exec.n[i])
-		}
+		s.d.replay(t.exec, s.k)
 	}
 }
 
@@ -199,7 +202,8 @@ func (s *stream) Copy(dst, src accel.Buffer) error {
 		s.cap.nodes = append(s.cap.nodes, node{kind: taskCopy, dst: dst, src: src})
 		return nil
 	}
-	return s.enqueue(task{kind: taskCopy, dst: bytesOf(dst), src: bytesOf(src)})
+	dm, doff := memOf(dst)
+	return s.enqueue(task{kind: taskCopy, dst: bytesOf(dst), src: bytesOf(src), dm: dm, doff: doff})
 }
 
 func (s *stream) CopyHtoD(dst accel.Buffer, src accel.HostBuffer) error {
@@ -210,7 +214,8 @@ func (s *stream) CopyHtoD(dst accel.Buffer, src accel.HostBuffer) error {
 		s.cap.nodes = append(s.cap.nodes, node{kind: taskCopy, dst: dst, hsrc: src})
 		return nil
 	}
-	return s.enqueue(task{kind: taskCopy, dst: bytesOf(dst), src: src.Bytes()})
+	dm, doff := memOf(dst)
+	return s.enqueue(task{kind: taskCopy, dst: bytesOf(dst), src: src.Bytes(), dm: dm, doff: doff})
 }
 
 func (s *stream) CopyDtoH(dst accel.HostBuffer, src accel.Buffer) error {

@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"runtime"
 	"runtime/pprof"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -90,6 +92,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	asJSON := fs.Bool("json", false, "print the report as JSON (fields in docs/BENCH.md)")
 	seed := fs.Uint64("seed", 1, "seed of a synthetic model's weights")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the timed steps to `file` (go tool pprof)")
+	plot := fs.String("plot", "", "draw the decode step time against batch size, eager and replayed, into an SVG `file`")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -171,6 +174,11 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			rep.Roofline = &BenchRoof{WeightBytesPerS: bw, Fraction: bw / rep.MemoryBandwidth}
 		}
 	}
+	if *plot != "" {
+		if err := os.WriteFile(*plot, benchPlot(rep), 0o644); err != nil {
+			return err
+		}
+	}
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
@@ -178,6 +186,146 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	printBench(stdout, rep)
 	return nil
+}
+
+// benchPlot draws the decode rows as an SVG: median step time (log scale)
+// against batch size (log scale), eager and replayed, each point labelled
+// with its time, and the replayed tokens/s of the largest batch.
+func benchPlot(r BenchReport) []byte {
+	const (
+		w, h                  = 820, 460
+		left, right, top, bot = 90, 200, 56, 64
+	)
+	pw, ph := float64(w-left-right), float64(h-top-bot)
+	var ts []float64
+	for _, row := range r.Rows {
+		for _, v := range []int64{row.EagerStep, row.ReplayStep} {
+			if v > 0 {
+				ts = append(ts, float64(v))
+			}
+		}
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="12">`+"\n", w, h, w, h)
+	fmt.Fprintf(&b, `<rect width="%d" height="%d" fill="white"/>`+"\n", w, h)
+	fmt.Fprintf(&b, `<text x="%d" y="22" font-size="15" font-weight="bold">%s</text>`+"\n", left, svgEscape(fmt.Sprintf(
+		"reprise bench: %s, %s weights", r.Model, r.Weights)))
+	fmt.Fprintf(&b, `<text x="%d" y="40" fill="#555">%s</text>`+"\n", left, svgEscape(fmt.Sprintf(
+		"decode step time (median) against batch size, on %s", r.Device)))
+	if len(r.Rows) == 0 || len(ts) == 0 {
+		b.WriteString("</svg>\n")
+		return []byte(b.String())
+	}
+	minBS, maxBS := float64(r.Rows[0].BatchSize), float64(r.Rows[0].BatchSize)
+	for _, row := range r.Rows {
+		minBS, maxBS = math.Min(minBS, float64(row.BatchSize)), math.Max(maxBS, float64(row.BatchSize))
+	}
+	if maxBS == minBS {
+		minBS, maxBS = minBS/2, maxBS*2
+	}
+	// y: from the 1-2-5 tick below the fastest step to the one above the
+	// slowest, ticks at 1, 2 and 5 of each decade.
+	lo, hi := tick125(slices.Min(ts), false), tick125(slices.Max(ts), true)
+	if hi <= lo {
+		hi = lo * 10
+	}
+	x := func(bs float64) float64 {
+		return float64(left) + pw*(math.Log2(bs)-math.Log2(minBS))/(math.Log2(maxBS)-math.Log2(minBS))
+	}
+	y := func(ns float64) float64 {
+		return float64(top) + ph*(1-(math.Log10(ns)-math.Log10(lo))/(math.Log10(hi)-math.Log10(lo)))
+	}
+	// grid and axes
+	for d := math.Pow(10, math.Floor(math.Log10(lo))); d <= hi*1.001; d *= 10 {
+		for _, m := range []float64{1, 2, 5} {
+			v := d * m
+			if v < lo*0.999 || v > hi*1.001 {
+				continue
+			}
+			yy := y(v)
+			stroke := "#eee"
+			if m == 1 {
+				stroke = "#ccc"
+			}
+			fmt.Fprintf(&b, `<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="%s"/>`+"\n", left, yy, w-right, yy, stroke)
+			fmt.Fprintf(&b, `<text x="%d" y="%.1f" text-anchor="end" fill="#333">%s</text>`+"\n", left-6, yy+4,
+				svgEscape(time.Duration(v).String()))
+		}
+	}
+	for _, row := range r.Rows {
+		xx := x(float64(row.BatchSize))
+		fmt.Fprintf(&b, `<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="#eee"/>`+"\n", xx, top, xx, h-bot)
+		fmt.Fprintf(&b, `<text x="%.1f" y="%d" text-anchor="middle" fill="#333">%d</text>`+"\n", xx, h-bot+18, row.BatchSize)
+	}
+	fmt.Fprintf(&b, `<rect x="%d" y="%d" width="%.0f" height="%.0f" fill="none" stroke="#333"/>`+"\n", left, top, pw, ph)
+	fmt.Fprintf(&b, `<text x="%.1f" y="%d" text-anchor="middle">batch size (rows per decode step)</text>`+"\n", float64(left)+pw/2, h-bot+40)
+	fmt.Fprintf(&b, `<text x="18" y="%.1f" text-anchor="middle" transform="rotate(-90 18 %.1f)">step time</text>`+"\n",
+		float64(top)+ph/2, float64(top)+ph/2)
+	series := []struct {
+		name, color string
+		get         func(BenchRow) int64
+	}{
+		{"eager", "#d62728", func(r BenchRow) int64 { return r.EagerStep }},
+		{"replayed", "#1f77b4", func(r BenchRow) int64 { return r.ReplayStep }},
+	}
+	for i, s := range series {
+		var pts []string
+		for _, row := range r.Rows {
+			if v := s.get(row); v > 0 {
+				pts = append(pts, fmt.Sprintf("%.1f,%.1f", x(float64(row.BatchSize)), y(float64(v))))
+			}
+		}
+		if len(pts) == 0 {
+			continue
+		}
+		fmt.Fprintf(&b, `<polyline fill="none" stroke="%s" stroke-width="2" points="%s"/>`+"\n", s.color, strings.Join(pts, " "))
+		for _, row := range r.Rows {
+			if v := s.get(row); v > 0 {
+				xx, yy := x(float64(row.BatchSize)), y(float64(v))
+				fmt.Fprintf(&b, `<circle cx="%.1f" cy="%.1f" r="3.5" fill="%s"><title>%s, batch %d: %s</title></circle>`+"\n",
+					xx, yy, s.color, s.name, row.BatchSize, svgEscape(time.Duration(v).String()))
+			}
+		}
+		ly := top + 16 + 22*i
+		fmt.Fprintf(&b, `<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="%s" stroke-width="2"/>`+"\n", w-right+14, ly, w-right+40, ly, s.color)
+		fmt.Fprintf(&b, `<text x="%d" y="%d">%s</text>`+"\n", w-right+46, ly+4, s.name)
+	}
+	// the eager/replayed ratio and replayed tokens/s of the largest batch
+	ly := top + 16 + 22*len(series) + 10
+	for _, row := range r.Rows {
+		if row.ReplayStep > 0 {
+			fmt.Fprintf(&b, `<text x="%d" y="%d" fill="#555" font-size="11">bs %d: %.2fx, %.0f tok/s</text>`+"\n",
+				w-right+14, ly, row.BatchSize, row.Ratio, row.ReplayTokens)
+			ly += 15
+		}
+	}
+	b.WriteString("</svg>\n")
+	return []byte(b.String())
+}
+
+// tick125 is the largest 1, 2 or 5 times a power of ten at most v (up: the
+// smallest at least v).
+func tick125(v float64, up bool) float64 {
+	d := math.Pow(10, math.Floor(math.Log10(v)))
+	ticks := []float64{d, 2 * d, 5 * d, 10 * d}
+	if up {
+		for _, t := range ticks {
+			if t >= v*0.999 {
+				return t
+			}
+		}
+		return 10 * d
+	}
+	for i := len(ticks) - 1; i >= 0; i-- {
+		if ticks[i] <= v*1.001 {
+			return ticks[i]
+		}
+	}
+	return d
+}
+
+func svgEscape(s string) string {
+	return strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;", `"`, "&quot;").Replace(s)
 }
 
 // benchPrefill times a prefill of one n-token prompt, eager and piecewise:

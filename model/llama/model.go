@@ -152,6 +152,17 @@ func New(dev accel.Device, s accel.Stream, ck *llama2c.Checkpoint, opts Options)
 	} else if m.cls, err = up(ck.Classifier, v, d, wdt); err != nil {
 		return fail(err)
 	}
+	// A device that keeps matrices in its own layout makes that copy now, so
+	// that it is charged before the engine sizes its KV cache from MemInfo.
+	// Declining is not an error: the device then packs at first use or reads
+	// the row-major bytes.
+	if p, ok := dev.(accel.WeightPacker); ok {
+		var ws []accel.Tensor
+		for _, ly := range m.layers {
+			ws = append(ws, ly.wq, ly.wk, ly.wv, ly.wo, ly.w1, ly.w2, ly.w3)
+		}
+		_ = p.PackWeights(append(ws, m.cls)...)
+	}
 	m.configs = m.graphConfigs()
 	return m, nil
 }

@@ -1,0 +1,139 @@
+package cpu
+
+import (
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/reprise-ml/reprise/accel"
+)
+
+// packFor returns the packed copy of a MatMul's weights, making it when the
+// cache's policy allows, or nil (row-major kernels).
+func (d *Device) packFor(c *rcall) *packed {
+	if !packingOn() {
+		return nil
+	}
+	if e := (*packEntry)(atomic.LoadPointer(&c.pk)); e != nil && !e.dead.Load() {
+		return e.p
+	}
+	e := d.packs.lookup(&c.o[2])
+	atomic.StorePointer(&c.pk, unsafe.Pointer(e))
+	if e == nil {
+		return nil
+	}
+	return e.p
+}
+
+// mmBlockR, mmBlockP are the register block of the packed float32 kernels
+// for more than one row of x: mmBlockR rows by mmBlockP panels (see
+// gen_simd.go); bf16's needs registers for the widened halves, and its
+// larger blocks spill. The blocks were chosen by BenchmarkMatMulKernel
+// (2x3: 78-84 GFLOP/s on one core, 3x2: 70-74; bf16 2x2: 68-70, 2x3 and 3x2
+// spill: 40-43).
+var (
+	mmBlockR, mmBlockP         = 2, 3
+	mmBlockRBF16, mmBlockPBF16 = 2, 2
+)
+
+// runMatMulPacked computes output panels [lo, hi) of rows [t0, t1) of
+// y = x·Wᵀ from packed W. The kernels walk a group of panels over every row,
+// so a group's weights are read from memory once and from cache for the
+// other rows.
+//
+//go:norace
+func runMatMulPacked(c *rcall, p *packed, lo, hi, t0, t1 int, k *kctx) {
+	vk := simdOps()
+	if vk == nil {
+		runMatMulPackedGo(c, p, lo, hi, t0, t1)
+		return
+	}
+	ks := &vk.f32
+	R, P := mmBlockR, mmBlockP
+	if p.dt == accel.BF16 {
+		ks = &vk.bf16
+		R, P = mmBlockRBF16, mmBlockPBF16
+	}
+	y, x := c.o[0], c.o[1]
+	in, out := x.cols, y.cols
+	if t1 <= t0 || out == 0 || hi <= lo {
+		return
+	}
+	if in == 0 {
+		for t := t0; t < t1; t++ {
+			clearF32(y.f32()[t*out+lo*panelWidth : t*out+min(hi*panelWidth, out)])
+		}
+		return
+	}
+	ys, xs := uintptr(out)*4, uintptr(in)*4
+	yp, xp := unsafe.Pointer(&y.b[0]), unsafe.Pointer(&x.b[0])
+	full := hi
+	if hi*panelWidth > out {
+		full = hi - 1 // the last panel is partial
+	}
+	if t1-t0 == 1 {
+		R, P = 1, 4
+	}
+	for pn := lo; pn < full; {
+		np := min(P, full-pn)
+		wp := p.panel(pn)
+		for t := t0; t < t1; {
+			nr := min(R, t1-t)
+			ks[nr-1][np-1](unsafe.Add(yp, uintptr(t)*ys+uintptr(pn)*panelWidth*4), ys,
+				unsafe.Add(xp, uintptr(t)*xs), xs, wp, p.ps, in)
+			t += nr
+		}
+		pn += np
+	}
+	if full < hi {
+		wp := p.panel(full)
+		c0 := full * panelWidth
+		yf := y.f32()
+		for t := t0; t < t1; {
+			nr := min(3, t1-t)
+			ks[nr-1][0](unsafe.Pointer(&k.tail[0]), panelWidth*4, unsafe.Add(xp, uintptr(t)*xs), xs, wp, p.ps, in)
+			for r := 0; r < nr; r++ {
+				copyF32(yf[(t+r)*out+c0:(t+r+1)*out], k.tail[r*panelWidth:r*panelWidth+out-c0])
+			}
+			t += nr
+		}
+	}
+}
+
+// runMatMulPackedGo is the plain-Go kernel over packed panels (used where
+// packing is forced without vector kernels, to test the cache): one chain
+// per output, in input order, as every other matmul kernel.
+//
+//go:norace
+func runMatMulPackedGo(c *rcall, p *packed, lo, hi, t0, t1 int) {
+	y, x := c.o[0].f32(), c.o[1].f32()
+	in, out := c.o[1].cols, c.o[0].cols
+	var s [panelWidth]float32
+	for pn := lo; pn < hi; pn++ {
+		o0 := pn * panelWidth
+		n := min(panelWidth, out-o0)
+		for t := t0; t < t1; t++ {
+			xr := x[t*in : (t+1)*in]
+			s = [panelWidth]float32{}
+			if p.dt == accel.BF16 {
+				pairs := (in + 1) / 2
+				w := p.u32()[pn*pairs*panelWidth : (pn+1)*pairs*panelWidth]
+				for i, v := range xr {
+					row := w[(i/2)*panelWidth : (i/2+1)*panelWidth]
+					sh := 16 * uint(1-i&1)
+					for j := range s {
+						s[j] += float32(v * bf16(uint16((row[j]<<sh)>>16)))
+					}
+				}
+			} else {
+				w := p.f32()[pn*in*panelWidth : (pn+1)*in*panelWidth]
+				for i, v := range xr {
+					row := w[i*panelWidth : (i+1)*panelWidth]
+					for j := range s {
+						s[j] += float32(v * row[j])
+					}
+				}
+			}
+			copyF32(y[t*out+o0:t*out+o0+n], s[:n])
+		}
+	}
+}

@@ -1,0 +1,218 @@
+package cpu
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/reprise-ml/reprise/accel"
+	"github.com/reprise-ml/reprise/accel/acceltest"
+)
+
+// kernelMode is one way the device can compute: vector kernels on or off,
+// packed weights forced onto the plain-Go panel kernel, a thread count.
+type kernelMode struct {
+	name    string
+	vec     bool // the archsimd kernels (only where built)
+	packGo  bool // pack without vector kernels (plain-Go panel kernel)
+	threads int
+}
+
+func modes() []kernelMode {
+	var ms []kernelMode
+	for _, th := range []int{1, 2, 3} {
+		ms = append(ms, kernelMode{fmt.Sprintf("go/t%d", th), false, false, th})
+		ms = append(ms, kernelMode{fmt.Sprintf("gopacked/t%d", th), false, true, th})
+		if SIMDBuilt() {
+			ms = append(ms, kernelMode{fmt.Sprintf("simd/t%d", th), true, false, th})
+		}
+	}
+	return ms
+}
+
+// withMode sets the package's kernel selection for the rest of the test.
+func withMode(tb testing.TB, m kernelMode) {
+	old, oldPack := vec.Load(), packGo.Load()
+	tb.Cleanup(func() { vec.Store(old); packGo.Store(oldPack) })
+	if m.vec {
+		vec.Store(vecBuilt)
+	} else {
+		vec.Store(nil)
+	}
+	packGo.Store(m.packGo)
+}
+
+func bitsEqual(a, b []float32) (int, bool) {
+	if len(a) != len(b) {
+		return -1, false
+	}
+	for i := range a {
+		if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
+			return i, false
+		}
+	}
+	return 0, true
+}
+
+// TestModesAgree: every kernel set (plain Go, plain Go on packed weights,
+// archsimd), every thread count, eager launches and replays of the captured
+// step (several times: packing happens on the first) give the same logits,
+// bit for bit, for decode and prefill steps, float32 and bf16 weights.
+func TestModesAgree(t *testing.T) {
+	type stepCase struct {
+		name     string
+		sh       modelShape
+		T, R, cx int
+	}
+	cases := []stepCase{{"decode1", shapeStories, 1, 1, 40}, {"decode5", shapeStories, 5, 5, 23},
+		{"decode20", shapeStories, 20, 20, 19}, {"prefill37", shapeStories, 37, 1, 37},
+		{"mixed/decode3", shapeMixed, 3, 3, 30}, {"mixed/decode24", shapeMixed, 24, 24, 17}}
+	for _, wdt := range []accel.DType{accel.F32, accel.BF16} {
+		for _, sc := range cases {
+			t.Run(fmt.Sprintf("%s/%s", wdt, sc.name), func(t *testing.T) {
+				var want []float32
+				for _, m := range modes() {
+					withMode(t, m)
+					e := acceltest.Open(t, "cpu", accel.Options{Threads: m.threads})
+					d := newDecoder(t, e, sc.sh, wdt, sc.T, sc.R, sc.cx)
+					d.eager(t)
+					got := e.ReadF32(d.logits)
+					if want == nil {
+						want = got
+					} else if i, ok := bitsEqual(got, want); !ok {
+						t.Fatalf("%s eager: logit %d = %v, want %v", m.name, i, got[i], want[i])
+					}
+					ex := d.capture(t)
+					for rep := 0; rep < 3; rep++ {
+						e.Zero(d.logits)
+						d.replay(t, ex)
+						got := e.ReadF32(d.logits)
+						if i, ok := bitsEqual(got, want); !ok {
+							t.Fatalf("%s replay %d: logit %d = %v, want %v", m.name, rep, i, got[i], want[i])
+						}
+					}
+					if m.packGo || m.vec {
+						if dev := e.Dev.(*Device); dev.PackedBytes() == 0 {
+							t.Fatalf("%s: no packed weights", m.name)
+						}
+					}
+				}
+			})
+		}
+	}
+}
+
+// TestScheduleBarriers: the stories260K decode step's schedule over two
+// workers needs a few barriers per layer, not one per kernel: with one row,
+// five (the projections, rotations, cache writes and attention of a head
+// stay with one worker; the one-row RMSNorms are replicated); with 64 rows,
+// two (everything but the attention splits by rows).
+func TestScheduleBarriers(t *testing.T) {
+	e := acceltest.Open(t, "cpu", accel.Options{Threads: 2})
+	for _, c := range []struct{ T, perLayer, replicated int }{{1, 5, 2}, {64, 2, 0}} {
+		d := newDecoder(t, e, shapeStories, accel.F32, c.T, c.T, 20)
+		ex := d.capture(t)
+		st := ex.(*exec).Schedule()
+		t.Logf("%d rows: %+v\n%s", c.T, st, ex.(*exec).cur.Load().sched)
+		L := d.sh.layers
+		if st.Workers != 2 || st.Barriers > c.perLayer*L+3 || st.Replicated < c.replicated*L {
+			t.Fatalf("%d rows: schedule %+v: want 2 workers, at most %d barriers, at least %d replicated kernels",
+				c.T, st, c.perLayer*L+3, c.replicated*L)
+		}
+	}
+}
+
+// TestReplayAllocs: a replay allocates nothing, on the host or on the
+// device's goroutines (after the first, which packs the weights).
+func TestReplayAllocs(t *testing.T) {
+	for _, th := range []int{1, 2} {
+		e := acceltest.Open(t, "cpu", accel.Options{Threads: th})
+		for _, T := range []int{1, 20} {
+			d := newDecoder(t, e, shapeStories, accel.F32, T, T, 24)
+			ex := d.capture(t)
+			for i := 0; i < 3; i++ {
+				d.replay(t, ex)
+			}
+			if n := testing.AllocsPerRun(20, func() { d.replay(t, ex) }); n != 0 {
+				t.Errorf("threads %d, %d tokens: %v allocations per replay", th, T, n)
+			}
+		}
+	}
+}
+
+// TestScheduleCopiesAndNested: graphs holding device copies (small and
+// large: replicated and split) and the replay of another executable replay
+// like their eager launches, on one and on two threads.
+func TestScheduleCopiesAndNested(t *testing.T) {
+	for _, th := range []int{1, 2, 3} {
+		e := acceltest.Open(t, "cpu", accel.Options{Threads: th})
+		r := rand.New(rand.NewPCG(9, uint64(th)))
+		const big = copyMin/4 + 100 // floats: a copy split across workers
+		a := e.F32(acceltest.Rand(r, big, 1), 1, big)
+		b := e.Zeros(accel.F32, 1, big)
+		c := e.Zeros(accel.F32, 1, big)
+		s := e.F32(acceltest.Rand(r, 40, 1), 1, 40)
+		s2 := e.Zeros(accel.F32, 1, 40)
+		pool, _ := e.Dev.NewPool()
+		child, err := accel.Capture(e.S, pool, func() error {
+			l := accel.On(e.S)
+			l.Add(c, b, a)
+			l.Copy(s2, s)
+			l.Add(s2, s2, s)
+			return l.Err()
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cex, err := child.Instantiate()
+		if err != nil {
+			t.Fatal(err)
+		}
+		parent, err := accel.Capture(e.S, pool, func() error {
+			l := accel.On(e.S)
+			l.Copy(b, a)
+			l.Add(b, b, a)
+			if err := cex.Launch(e.S); err != nil {
+				return err
+			}
+			l.Add(c, c, b)
+			l.Add(s2, s2, s2)
+			return l.Err()
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pex, err := parent.Instantiate()
+		if err != nil {
+			t.Fatal(err)
+		}
+		av, sv := e.ReadF32(a), e.ReadF32(s)
+		for rep := 0; rep < 3; rep++ {
+			e.Zero(b)
+			e.Zero(c)
+			e.Zero(s2)
+			if err := pex.Launch(e.S); err != nil {
+				t.Fatal(err)
+			}
+			gb, gc, gs := e.ReadF32(b), e.ReadF32(c), e.ReadF32(s2)
+			for i, x := range av {
+				wb := x + x
+				wc := (wb + x) + wb
+				if gb[i] != wb || gc[i] != wc {
+					t.Fatalf("threads %d: b[%d] = %v, c[%d] = %v; want %v, %v", th, i, gb[i], i, gc[i], wb, wc)
+				}
+			}
+			for i, x := range sv {
+				if w := (x + x) + (x + x); gs[i] != w {
+					t.Fatalf("threads %d: s2[%d] = %v, want %v", th, i, gs[i], w)
+				}
+			}
+		}
+		pex.Destroy()
+		parent.Destroy()
+		cex.Destroy()
+		child.Destroy()
+		pool.Release()
+	}
+}

@@ -1,0 +1,6 @@
+//go:build !(goexperiment.simd && amd64)
+
+package cpu
+
+// This build has no vector kernels (it needs GOEXPERIMENT=simd on amd64).
+var vecBuilt *vecOps

@@ -1,0 +1,107 @@
+package cpu
+
+import (
+	"os"
+	"sync/atomic"
+	"unsafe"
+)
+
+// Vector kernels.
+//
+// Built with GOEXPERIMENT=simd on amd64, the device has kernels on the
+// simd/archsimd package (simd_amd64.go, simd_mm_amd64.go), used when the CPU
+// has AVX-512 (F, CD, BW, DQ, VL); every other build and machine runs the
+// plain-Go kernels. Both give the same bits: the vector kernels keep the
+// reference's order of every float32 operation and vectorise only across
+// independent chains (outputs of a matmul, elements of an axpy or of an
+// elementwise op), and never fuse a multiply with an add. Exponentials are
+// computed in float64 vectors to within 2^-46 and rounded once to float32;
+// a lane whose value lies too close to a float32 rounding boundary to be
+// sure of the same rounding as float32(math.Exp(x)), or whose argument is out
+// of the normal range, is recomputed by the scalar function.
+//
+// Two hazards make such kernels 13-500x slower, and are kept out:
+//   - Go inserts no VZEROUPPER and its scalar float code uses the SSE
+//     encoding: every vector kernel is its own //go:noinline function that
+//     calls archsimd.ClearAVXUpperBits before it returns, holds no scalar
+//     float code (scalars enter only as broadcasts), and its callers hold no
+//     vector values. hazard_test.go checks this structure on the source.
+//   - Asynchronous preemption saves and restores vector registers without
+//     clearing them, which with GOAMD64=v3 made scalar code after a vector
+//     kernel 500x slower: the vector kernels stay off in GOAMD64=v3 (and
+//     higher) builds (goamd64v3).
+//
+// REPRISE_CPU_SIMD=0 turns the vector kernels off at run time (the plain-Go
+// kernels then run in the same binary, with the same results).
+
+// EnvSIMD turns the vector kernels off when set to 0.
+const EnvSIMD = "REPRISE_CPU_SIMD"
+
+// mmKernel is a packed-panel matmul block: R rows of x (stride xs bytes)
+// times P panels of W (stride ps bytes) over in inputs, into R rows of y
+// (stride ys bytes), 16*P outputs per row.
+type mmKernel func(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+
+// vecOps are the vector kernels of a build.
+type vecOps struct {
+	name      string
+	f32, bf16 [3][4]mmKernel // [R-1][P-1]
+	// scale sets out[j] = w[j] * (s * x[j]).
+	scale func(out, x, w []float32, s float32)
+	// expShift sets x[i] = exp32(x[i] - m).
+	expShift func(x []float32, m float32)
+	// div sets x[i] /= s.
+	div func(x []float32, s float32)
+	// silu sets out[i] = silu(a[i]) * b[i].
+	silu func(out, a, b []float32)
+	// scores sets att[p] = (q · k_p) / scale for the positions of whole
+	// groups of eight (len(att) &^ 7), k_p = kc[offs[p]:][:hd], from q
+	// broadcast (qb[8*i+j] = q[i]); hd a multiple of 8; maxOff is the
+	// largest of offs.
+	scores func(att, kc []float32, offs []int, maxOff int, qb []float32, hd int, scale float32)
+	// av adds att[p] * vc[offs[p]:][:len(dst)] to dst for every p in order
+	// (len(dst) a multiple of 8; maxOff the largest of offs).
+	av func(dst, vc []float32, offs []int, maxOff int, att []float32)
+	// sum adds x up in no particular order (bandwidth probe only).
+	sum func(x []float32) float32
+	// max is the maximum of x, false where x is empty or holds a NaN.
+	max func(x []float32) (float32, bool)
+	// rowSums4 sets sums[i] to the sum of rows[i][:n] in element order.
+	rowSums4 func(rows *[4][]float32, n int, sums *[4]float32)
+}
+
+// vecBuilt (simd_amd64.go, nosimd.go) is this build's vector kernels
+// where the CPU runs them, else nil.
+
+var (
+	// vec is the set in use (nil: plain Go).
+	vec atomic.Pointer[vecOps]
+	// packGo packs weights even without vector kernels and runs the
+	// plain-Go panel kernel on them (tests).
+	packGo atomic.Bool
+)
+
+func init() {
+	if vecBuilt != nil && !goamd64v3 && os.Getenv(EnvSIMD) != "0" {
+		vec.Store(vecBuilt)
+	}
+}
+
+// simdOps is the vector kernel set in use, nil for plain Go.
+func simdOps() *vecOps { return vec.Load() }
+
+// packingOn reports whether MatMul weights get packed copies.
+func packingOn() bool { return vec.Load() != nil || packGo.Load() }
+
+// KernelSet names the kernels the device runs: "avx512" (archsimd) or "go".
+func KernelSet() string {
+	if v := vec.Load(); v != nil {
+		return v.name
+	}
+	return "go"
+}
+
+// SIMDBuilt reports whether this build has vector kernels that this CPU can
+// run (GOEXPERIMENT=simd, amd64, AVX-512, not GOAMD64=v3), whether or not
+// they are turned off.
+func SIMDBuilt() bool { return vecBuilt != nil && !goamd64v3 }

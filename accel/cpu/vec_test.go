@@ -1,0 +1,249 @@
+package cpu
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"runtime"
+	"sync"
+	"testing"
+
+	"github.com/reprise-ml/reprise/accel"
+)
+
+// The vector kernels against the scalar ones, on the same inputs in one
+// binary: the same bits, always. These run where the build has the archsimd
+// kernels and the CPU runs them (GOEXPERIMENT=simd on an AVX-512 machine);
+// elsewhere they skip, and TestModesAgree still checks the plain-Go kernels
+// on packed weights against the row-major ones.
+
+func needVec(t *testing.T) *vecOps {
+	t.Helper()
+	if vecBuilt == nil || goamd64v3 {
+		t.Skip("no archsimd kernels in this build or on this CPU (GOEXPERIMENT=simd, amd64, AVX-512)")
+	}
+	return vecBuilt
+}
+
+// expInputs are float32s to test exponentials on: every range the kernels
+// treat differently, the boundaries, special values and random bits.
+func expInputs(r *rand.Rand) []float32 {
+	var v []float32
+	for _, x := range []float64{0, -1, 1, -87, -87.000001, -86.99999, 88, 88.0001, 87.9999, -88, -89, -103, -104,
+		-150, 89, 100, 1e-30, -1e-30, 1e-45, -1e-45, 0.5, -0.5, math.Ln2, -math.Ln2, 0.34657, -0.34657} {
+		v = append(v, float32(x), math.Nextafter32(float32(x), 1000), math.Nextafter32(float32(x), -1000))
+	}
+	v = append(v, float32(math.Inf(1)), float32(math.Inf(-1)), float32(math.NaN()), float32(math.Copysign(0, -1)))
+	for i := 0; i < 200000; i++ {
+		switch i % 4 {
+		case 0:
+			v = append(v, float32(r.NormFloat64()*4))
+		case 1:
+			v = append(v, float32(r.Float64()*200-110))
+		case 2:
+			v = append(v, math.Float32frombits(r.Uint32()))
+		default:
+			v = append(v, -float32(r.ExpFloat64()*10))
+		}
+	}
+	return v
+}
+
+func sameBits32(a, b float32) bool {
+	return math.Float32bits(a) == math.Float32bits(b) || (a != a && b != b)
+}
+
+func TestVecExp(t *testing.T) {
+	vk := needVec(t)
+	r := rand.New(rand.NewPCG(3, 4))
+	in := expInputs(r)
+	for _, m := range []float32{0, 1.5, -3, 20} {
+		for _, n := range []int{1, 7, 8, 15, 16, 17, 64, 513, len(in)} {
+			x := append([]float32(nil), in[:n]...)
+			vk.expShift(x, m)
+			for i, v := range in[:n] {
+				if want := exp32(v - m); !sameBits32(x[i], want) {
+					t.Fatalf("exp(%v - %v) = %v (%08x), want %v (%08x)", v, m, x[i], math.Float32bits(x[i]), want, math.Float32bits(want))
+				}
+			}
+		}
+	}
+}
+
+func TestVecSiLU(t *testing.T) {
+	vk := needVec(t)
+	r := rand.New(rand.NewPCG(5, 6))
+	a := expInputs(r)
+	b := make([]float32, len(a))
+	for i := range b {
+		b[i] = float32(r.NormFloat64())
+	}
+	for _, n := range []int{1, 5, 16, 31, 100, len(a)} {
+		want := make([]float32, n)
+		siluMulGo(want, a[:n], b[:n])
+		got := make([]float32, n)
+		vk.silu(got, a[:n], b[:n])
+		// in place, over a and over b
+		ga := append([]float32(nil), a[:n]...)
+		vk.silu(ga, ga, b[:n])
+		gb := append([]float32(nil), b[:n]...)
+		vk.silu(gb, a[:n], gb)
+		for i := range want {
+			for _, g := range [][]float32{got, ga, gb} {
+				if !sameBits32(g[i], want[i]) {
+					t.Fatalf("n=%d silu(%v)*%v = %v, want %v", n, a[i], b[i], g[i], want[i])
+				}
+			}
+		}
+	}
+}
+
+// TestVecExpExhaustive checks every float32 (REPRISE_EXHAUSTIVE=1; about a
+// minute on two cores).
+func TestVecExpExhaustive(t *testing.T) {
+	vk := needVec(t)
+	if os.Getenv("REPRISE_EXHAUSTIVE") != "1" {
+		t.Skip("set REPRISE_EXHAUSTIVE=1 to check all 2^32 inputs")
+	}
+	const chunk = 1 << 16
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var bad []uint32
+	workers := runtime.GOMAXPROCS(0)
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			x := make([]float32, chunk)
+			for base := uint64(w) * chunk; base < 1<<32; base += uint64(workers) * chunk {
+				for i := range x {
+					x[i] = math.Float32frombits(uint32(base) + uint32(i))
+				}
+				vk.expShift(x, 0)
+				for i := range x {
+					u := uint32(base) + uint32(i)
+					if !sameBits32(x[i], exp32(math.Float32frombits(u))) {
+						mu.Lock()
+						bad = append(bad, u)
+						mu.Unlock()
+					}
+				}
+			}
+		}(w)
+	}
+	wg.Wait()
+	if len(bad) > 0 {
+		t.Fatalf("%d inputs differ, first %08x", len(bad), bad[0])
+	}
+}
+
+// specialF32 mixes normals with zeros of both signs, subnormals and large
+// values.
+func specialF32(r *rand.Rand, n int, sd float64) []float32 {
+	v := make([]float32, n)
+	for i := range v {
+		switch r.IntN(16) {
+		case 0:
+			v[i] = float32(math.Copysign(0, -1))
+		case 1:
+			v[i] = 0
+		case 2:
+			v[i] = math.Float32frombits(r.Uint32() & 0x807fffff) // subnormal
+		case 3:
+			v[i] = float32(r.NormFloat64() * 1e30)
+		default:
+			v[i] = float32(r.NormFloat64() * sd)
+		}
+	}
+	return v
+}
+
+// TestVecMatMul: the packed vector kernels against the row-major scalar
+// kernel and the plain-Go panel kernel, over shapes that exercise every
+// register block, the partial last panel and odd input counts.
+func TestVecMatMul(t *testing.T) {
+	needVec(t)
+	r := rand.New(rand.NewPCG(7, 8))
+	for _, dt := range []accel.DType{accel.F32, accel.BF16} {
+		for _, T := range []int{1, 2, 3, 4, 5, 7, 64} {
+			for _, out := range []int{1, 15, 16, 17, 48, 64, 100} {
+				for _, in := range []int{1, 2, 3, 7, 64, 65} {
+					name := fmt.Sprintf("%s/T%d/out%d/in%d", dt, T, out, in)
+					c := matCall(r, dt, T, out, in)
+					want := runRef(c, func(c *rcall, lo, hi int) { p0, p1, t0, t1 := matUnits(c, lo, hi); runMatMulRows(c, p0, p1, t0, t1) })
+					p := packWeights(c.o[2])
+					k := &kctx{}
+					withVec := func(on bool, fn func()) {
+						old := vec.Load()
+						defer vec.Store(old)
+						if on {
+							vec.Store(vecBuilt)
+						} else {
+							vec.Store(nil)
+						}
+						fn()
+					}
+					var gotVec, gotGo []float32
+					withVec(true, func() {
+						gotVec = runRef(c, func(c *rcall, lo, hi int) {
+							p0, p1, t0, t1 := matUnits(c, lo, hi)
+							runMatMulPacked(c, p, p0, p1, t0, t1, k)
+						})
+					})
+					withVec(false, func() {
+						gotGo = runRef(c, func(c *rcall, lo, hi int) {
+							p0, p1, t0, t1 := matUnits(c, lo, hi)
+							runMatMulPackedGo(c, p, p0, p1, t0, t1)
+						})
+					})
+					for i := range want {
+						if !sameBits32(gotVec[i], want[i]) || !sameBits32(gotGo[i], want[i]) {
+							t.Fatalf("%s: y[%d] vector %v, panel Go %v, row-major %v", name, i, gotVec[i], gotGo[i], want[i])
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+// matCall is a MatMul call on host memory.
+func matCall(r *rand.Rand, dt accel.DType, T, out, in int) *rcall {
+	x := specialF32(r, T*in, 1)
+	w := specialF32(r, out*in, 0.3)
+	c := &rcall{op: accel.OpMatMul}
+	c.o[0] = operand{b: make([]byte, 4*T*out), rows: T, cols: out, dt: accel.F32}
+	c.o[1] = operand{b: accel.F32Bytes(x), rows: T, cols: in, dt: accel.F32}
+	if dt == accel.BF16 {
+		c.o[2] = operand{b: bf16Bytes(w), rows: out, cols: in, dt: accel.BF16}
+	} else {
+		c.o[2] = operand{b: accel.F32Bytes(w), rows: out, cols: in, dt: accel.F32}
+	}
+	return c
+}
+
+// runRef runs a matmul kernel over all its units, in two pieces, and
+// returns y.
+func runRef(c *rcall, run func(c *rcall, lo, hi int)) []float32 {
+	y := c.o[0].f32()
+	for i := range y {
+		y[i] = float32(math.NaN())
+	}
+	n, _ := unitsMatMul(c)
+	run(c, 0, n/2)
+	run(c, n/2, n)
+	return append([]float32(nil), y...)
+}
+
+// TestKernelSet: the vector kernels run exactly where they are built and the
+// CPU has AVX-512, and never in a GOAMD64=v3 (or higher) build.
+func TestKernelSet(t *testing.T) {
+	t.Logf("kernel set %q (vector kernels built for this CPU: %v, GOAMD64>=v3: %v)", KernelSet(), SIMDBuilt(), goamd64v3)
+	if goamd64v3 && (SIMDBuilt() || KernelSet() != "go") {
+		t.Fatal("vector kernels on in a GOAMD64=v3 build")
+	}
+	if os.Getenv(EnvSIMD) == "0" && KernelSet() != "go" {
+		t.Fatalf("%s=0 but the kernel set is %q", EnvSIMD, KernelSet())
+	}
+}
