@@ -28,3 +28,42 @@ func Capture(s Stream, pool Pool, fn func() error) (g Graph, err error) {
 	}
 	return s.EndCapture()
 }
+
+// NodeSig is what Exec.Update requires unchanged in each recorded node: its
+// kind, in the backend's own numbering (kernel, copy, an executable launched
+// during capture), and a kernel's Op.
+type NodeSig struct {
+	Kind uint8
+	Op   Op
+}
+
+func (s NodeSig) String() string {
+	if s.Op == 0 {
+		return fmt.Sprintf("kind %d", s.Kind)
+	}
+	return fmt.Sprintf("kind %d (%v)", s.Kind, s.Op)
+}
+
+// Topology is the signature of each of nodes, sig giving one node's.
+func Topology[N any](nodes []N, sig func(*N) NodeSig) []NodeSig {
+	s := make([]NodeSig, len(nodes))
+	for i := range nodes {
+		s[i] = sig(&nodes[i])
+	}
+	return s
+}
+
+// CheckTopology returns nil when a graph's topology (got) equals an
+// executable's (have), and otherwise an error wrapping ErrTopologyChanged that
+// says where they part: Exec.Update checks it before changing anything.
+func CheckTopology(got, have []NodeSig) error {
+	if len(got) != len(have) {
+		return fmt.Errorf("%d nodes, executable has %d: %w", len(got), len(have), ErrTopologyChanged)
+	}
+	for i := range got {
+		if got[i] != have[i] {
+			return fmt.Errorf("node %d is %v, executable's is %v: %w", i, got[i], have[i], ErrTopologyChanged)
+		}
+	}
+	return nil
+}

@@ -105,9 +105,10 @@ func (o Op) String() string {
 // NumOps is one more than the largest Op, for backends' dispatch tables.
 const NumOps = int(numOps)
 
-// Validate checks a call's operands against its Op: dtypes, shapes, and that
-// no output overlaps an input it must not. Backends call it before launching
-// or recording; an invalid call is an error wrapping ErrInvalidArgument.
+// Validate checks a call's operands against its Op: dtypes, shapes, that
+// every operand starts on an element boundary, and that no output overlaps an
+// input it must not. Backends call it before launching or recording; an
+// invalid call is an error wrapping ErrInvalidArgument.
 func (c *Call) Validate() error {
 	if c.Op == 0 || c.Op >= numOps {
 		return fmt.Errorf("accel: unknown op %d: %w", c.Op, ErrInvalidArgument)
@@ -121,6 +122,10 @@ func (c *Call) Validate() error {
 		if t.Rows < 0 || t.Cols < 0 || t.Bytes() > t.Buf.Len() {
 			return fmt.Errorf("accel: %s: operand %d %v does not fit its %d-byte buffer: %w",
 				sp.name, i, t, t.Buf.Len(), ErrInvalidArgument)
+		}
+		if sz := t.DType.Size(); sz > 1 && t.Buf.Offset()%sz != 0 {
+			return fmt.Errorf("accel: %s: operand %d starts at byte %d of its allocation, not on a %d-byte element boundary: %w",
+				sp.name, i, t.Buf.Offset(), sz, ErrInvalidArgument)
 		}
 	}
 	if err := sp.check(c); err != nil {

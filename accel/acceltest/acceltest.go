@@ -1,13 +1,19 @@
 // Package acceltest is the conformance suite every accel backend passes: kernels
-// against float64 references, capture and replay against eager, recovery from
-// failed captures, out of memory, events across streams, in-place update,
+// against float64 references, capture and replay against eager (a chain, and
+// a whole decoder step), recovery from failed captures, out of memory, events
+// across streams, in-place update, nested and multi-stream replay, captured
+// uploads, bf16 weights, refused operands, agreement with the CPU device,
 // staging, and the embedded model's greedy reference output, eager and
 // replayed.
 // Each backend's tests call Run with its registry name; a backend that is not
 // present here skips, saying why.
 //
-// Where a device's Capability says it is Deterministic, replays must equal
-// eager bit for bit; elsewhere within float tolerance.
+// Where a device's Capability says it is Deterministic, results must equal
+// their reference bit for bit; elsewhere within float tolerance. A replay
+// equals eager execution bit for bit on every device.
+//
+// The suite compares devices with the CPU device, which it opens by name: a
+// backend's test binary registers it by blank-importing accel/cpu.
 package acceltest
 
 import (
@@ -20,11 +26,30 @@ import (
 	"github.com/reprise-ml/reprise/accel"
 )
 
-// Run runs the whole suite against the named backend.
-func Run(t *testing.T, backend string) {
+// Expect is what a backend promises beyond the accel interfaces, for Run to
+// check as well. The zero Expect checks nothing more.
+type Expect struct {
+	// ExecBytesPerNode is the device memory an executable holds per node
+	// (Exec.Memory): exactly that where ExactExecBytes, else at least.
+	ExecBytesPerNode int64
+	ExactExecBytes   bool
+}
+
+// Run runs the whole suite against the named backend, with at most one
+// Expect.
+func Run(t *testing.T, backend string, expect ...Expect) {
 	if err := accel.Probe(backend); err != nil {
 		t.Skipf("backend %s not usable here: %v", backend, err)
 	}
+	var x Expect
+	switch len(expect) {
+	case 0:
+	case 1:
+		x = expect[0]
+	default:
+		t.Fatalf("Run takes at most one Expect, got %d", len(expect))
+	}
+	t.Run("Devices", func(t *testing.T) { testDevices(t, backend) })
 	t.Run("Kernels", func(t *testing.T) { testKernels(t, backend) })
 	t.Run("ChainReplayEqualsEager", func(t *testing.T) { testChain(t, backend) })
 	t.Run("FailedCaptureRecovery", func(t *testing.T) { testFailedCapture(t, backend) })
@@ -32,7 +57,38 @@ func Run(t *testing.T, backend string) {
 	t.Run("InPlaceUpdate", func(t *testing.T) { testUpdate(t, backend) })
 	t.Run("OutOfMemory", func(t *testing.T) { testOOM(t, backend) })
 	t.Run("Staging", func(t *testing.T) { testStaging(t, backend) })
+	t.Run("DecoderReplayEqualsEager", func(t *testing.T) { testDecoderReplay(t, backend, x) })
+	t.Run("DecoderUpdate", func(t *testing.T) { testDecoderUpdate(t, backend) })
+	t.Run("NestedAndMultiStream", func(t *testing.T) { testNestedAndMultiStream(t, backend) })
+	t.Run("CapturedUpload", func(t *testing.T) { testCapturedUpload(t, backend) })
+	t.Run("DecoderMatchesCPU", func(t *testing.T) { testDecoderMatchesCPU(t, backend) })
+	t.Run("BF16", func(t *testing.T) { testBF16(t, backend) })
+	t.Run("MisalignedOperand", func(t *testing.T) { testMisalignedOperand(t, backend) })
+	t.Run("ForeignBuffer", func(t *testing.T) { testForeignBuffer(t, backend) })
 	t.Run("ModelReference", func(t *testing.T) { testModel(t, backend) })
+}
+
+// The backend lists its devices by ordinal, each named, and refuses to open
+// one past the last.
+func testDevices(t *testing.T, backend string) {
+	b, err := accel.Lookup(backend)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds, err := b.Devices()
+	if err != nil || len(ds) == 0 {
+		t.Skipf("%s lists no device here: %v", backend, err)
+	}
+	for i, d := range ds {
+		if d.Backend != backend || d.Ordinal != i || d.Name == "" {
+			t.Errorf("device %d: %+v", i, d)
+		}
+		t.Logf("%v: %s", d, d.Detail)
+	}
+	if dev, err := b.Open(len(ds), accel.Options{}); err == nil {
+		dev.Close()
+		t.Errorf("Open(%d) of %d devices succeeded", len(ds), len(ds))
+	}
 }
 
 // Env is an open device with a stream, closed when the test ends.
@@ -155,17 +211,23 @@ func Close(got, want []float32, tol float64) error {
 // and within tol elsewhere.
 func Same(dev accel.Device, got, want []float32, tol float64) error {
 	if dev.Capability().Deterministic {
-		for i := range got {
-			if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
-				return fmt.Errorf("element %d: got %v, want %v bit for bit", i, got[i], want[i])
-			}
-		}
-		if len(got) != len(want) {
-			return fmt.Errorf("length %d, want %d", len(got), len(want))
-		}
-		return nil
+		return SameBits(got, want)
 	}
 	return Close(got, want, tol)
+}
+
+// SameBits reports whether got equals want bit for bit, returning the first
+// mismatch.
+func SameBits(got, want []float32) error {
+	if len(got) != len(want) {
+		return fmt.Errorf("length %d, want %d", len(got), len(want))
+	}
+	for i := range got {
+		if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+			return fmt.Errorf("element %d: got %v, want %v bit for bit", i, got[i], want[i])
+		}
+	}
+	return nil
 }
 
 // chain enqueues a chain of kernels on l: n rounds of matmul, rmsnorm,
@@ -190,10 +252,7 @@ func chain(l *accel.Launcher, x, w, nw, out accel.Tensor, n int) {
 }
 
 func testChain(t *testing.T, backend string) {
-	e := Open(t, backend, accel.Options{})
-	if !e.Dev.Capability().GraphCapture {
-		t.Skip("device cannot capture graphs")
-	}
+	e, pool := openCapture(t, backend)
 	r := rand.New(rand.NewPCG(1, 2))
 	const rows, d, rounds = 4, 32, 25 // 100 kernels and 2 copies
 	x := e.F32(Rand(r, rows*d, 1), rows, d)
@@ -207,25 +266,13 @@ func testChain(t *testing.T, backend string) {
 	}
 	want := e.ReadF32(eagerOut)
 
-	pool, err := e.Dev.NewPool()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Release()
 	out := e.Zeros(accel.F32, rows, d)
-	g, err := accel.Capture(e.S, pool, func() error {
-		l := accel.On(e.S)
-		chain(l, x, w, nw, out, rounds)
-		return l.Err()
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	g := capture(t, e, pool, func(l *accel.Launcher) { chain(l, x, w, nw, out, rounds) })
 	defer g.Destroy()
 	if g.Nodes() != 4*rounds+2 {
 		t.Errorf("graph has %d nodes, want %d", g.Nodes(), 4*rounds+2)
 	}
-	if got := e.ReadF32(out); !allZero(got) {
+	if got := e.ReadF32(out); !AllZero(got) {
 		t.Fatalf("capture ran the work: output %v...", got[:4])
 	}
 	ex, err := g.Instantiate()
@@ -265,7 +312,8 @@ func testChain(t *testing.T, backend string) {
 	}
 }
 
-func allZero(v []float32) bool {
+// AllZero reports whether every element of v is zero.
+func AllZero(v []float32) bool {
 	for _, x := range v {
 		if x != 0 {
 			return false
@@ -275,15 +323,7 @@ func allZero(v []float32) bool {
 }
 
 func testFailedCapture(t *testing.T, backend string) {
-	e := Open(t, backend, accel.Options{})
-	if !e.Dev.Capability().GraphCapture {
-		t.Skip("device cannot capture graphs")
-	}
-	pool, err := e.Dev.NewPool()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Release()
+	e, pool := openCapture(t, backend)
 	x := e.F32([]float32{1, 2, 3, 4}, 1, 4)
 	y := e.Zeros(accel.F32, 1, 4)
 	wrong := e.Zeros(accel.F32, 1, 3)
@@ -436,33 +476,19 @@ func testEvents(t *testing.T, backend string) {
 }
 
 func testUpdate(t *testing.T, backend string) {
-	e := Open(t, backend, accel.Options{})
-	if !e.Dev.Capability().GraphCapture {
-		t.Skip("device cannot capture graphs")
-	}
-	pool, err := e.Dev.NewPool()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Release()
+	e, pool := openCapture(t, backend)
 	x := e.F32([]float32{1, 2, 3, 4}, 1, 4)
 	y := e.Zeros(accel.F32, 1, 4)
-	capture := func(v float32, extra bool) accel.Graph {
-		g, err := accel.Capture(e.S, pool, func() error {
-			l := accel.On(e.S)
+	record := func(v float32, extra bool) accel.Graph {
+		return capture(t, e, pool, func(l *accel.Launcher) {
 			l.FillF32(y, v)
 			l.Add(y, y, x)
 			if extra {
 				l.Add(y, y, x)
 			}
-			return l.Err()
 		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return g
 	}
-	g1 := capture(10, false)
+	g1 := record(10, false)
 	defer g1.Destroy()
 	ex, err := g1.Instantiate()
 	if err != nil {
@@ -475,7 +501,7 @@ func testUpdate(t *testing.T, backend string) {
 	if got := e.ReadF32(y); got[0] != 11 {
 		t.Fatalf("replay: %v", got)
 	}
-	g2 := capture(20, false)
+	g2 := record(20, false)
 	defer g2.Destroy()
 	if err := ex.Update(g2); err != nil {
 		t.Fatalf("update with a changed argument: %v", err)
@@ -486,7 +512,7 @@ func testUpdate(t *testing.T, backend string) {
 	if got := e.ReadF32(y); got[0] != 21 {
 		t.Fatalf("after update the argument did not change: %v", got)
 	}
-	g3 := capture(30, true)
+	g3 := record(30, true)
 	defer g3.Destroy()
 	if err := ex.Update(g3); !errors.Is(err, accel.ErrTopologyChanged) {
 		t.Fatalf("update with a changed topology: %v, want ErrTopologyChanged", err)

@@ -130,13 +130,8 @@ func testKernels(t *testing.T, backend string) {
 
 	t.Run("MatMulBF16", func(t *testing.T) {
 		rows, in, out := 3, 40, 24
-		xv, wv := Rand(r, rows*in, 1), Rand(r, out*in, 0.1)
-		bits := make([]byte, 2*len(wv))
-		for i, v := range wv {
-			u := uint16(math.Float32bits(v) >> 16) // truncate to bf16
-			wv[i] = math.Float32frombits(uint32(u) << 16)
-			bits[2*i], bits[2*i+1] = byte(u), byte(u>>8)
-		}
+		xv := Rand(r, rows*in, 1)
+		bits, wv := BF16Bits(Rand(r, out*in, 0.1))
 		buf, err := e.Dev.Alloc(int64(len(bits)))
 		if err != nil {
 			t.Fatal(err)
@@ -204,7 +199,7 @@ func testKernels(t *testing.T, backend string) {
 		if err := Close(got[:d], tab[9*d:10*d], 0); err != nil {
 			t.Errorf("gather: %v", err)
 		}
-		if !allZero(got[d : 2*d]) {
+		if !AllZero(got[d : 2*d]) {
 			t.Errorf("gather out of range: %v", got[d:2*d])
 		}
 		accel.On(e.S).FillF32(g, 2.5)
@@ -288,7 +283,7 @@ func testKernels(t *testing.T, backend string) {
 		// Out-of-range rows and positions give zeros, not faults.
 		bad := e.Zeros(accel.F32, 2, c.h*c.hd)
 		accel.On(e.S).Attention(bad, q.RowSlice(0, 2), kc, vc, e.I32([]int32{7, 0}, 1, 2), e.I32([]int32{0, 1000}, 1, 2), pages, sh)
-		if got := e.ReadF32(bad); !allZero(got) {
+		if got := e.ReadF32(bad); !AllZero(got) {
 			t.Errorf("out-of-range tokens: %v", got[:4])
 		}
 	})

@@ -1,5 +1,7 @@
 // Package alloc is the caching allocator every backend puts over its device
-// memory, modelled on the one accelerator frameworks use.
+// memory, modelled on the one accelerator frameworks use, and what the
+// backends share around it: a device's memory Budget, DeviceMemory (the
+// memory half of accel.Device) and a stream's Capture state.
 //
 // Device memory is taken in segments: requests of at most 1 MiB share 2 MiB
 // segments, larger ones get a segment of their own rounded up to a multiple of

@@ -4,7 +4,9 @@ import (
 	"testing"
 
 	"github.com/reprise-ml/reprise/accel/acceltest"
-	_ "github.com/reprise-ml/reprise/accel/cpu"
+	"github.com/reprise-ml/reprise/accel/cpu"
 )
 
-func TestConformance(t *testing.T) { acceltest.Run(t, "cpu") }
+func TestConformance(t *testing.T) {
+	acceltest.Run(t, "cpu", acceltest.Expect{ExecBytesPerNode: cpu.ExecBytesPerNode, ExactExecBytes: true})
+}

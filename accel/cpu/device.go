@@ -3,12 +3,13 @@ package cpu
 import (
 	"bufio"
 	"fmt"
+	"maps"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 
 	"github.com/reprise-ml/reprise/accel"
 	"github.com/reprise-ml/reprise/accel/alloc"
@@ -49,15 +50,18 @@ func (backend) Open(ordinal int, opts accel.Options) (accel.Device, error) {
 	return Open(opts)
 }
 
+// deviceMemory is alloc.DeviceMemory under a name that keeps the embedded
+// field unexported.
+type deviceMemory = alloc.DeviceMemory
+
 // Device is the CPU device.
 type Device struct {
-	info     accel.DeviceInfo
-	capacity int64
-	reserved atomic.Int64 // segments + executables
-	alloc    *alloc.Caching
-	work     *workers
-	threads  int
-	packs    packTable
+	*deviceMemory // MemInfo, Allocator, Caching, Alloc, NewPool
+	info          accel.DeviceInfo
+	budget        *alloc.Budget // the arena: segments, executables, packed weights
+	work          *workers
+	threads       int
+	packs         packTable
 
 	mu      sync.Mutex
 	streams map[*stream]struct{}
@@ -79,8 +83,9 @@ func Open(opts accel.Options) (*Device, error) {
 			capacity = DefaultCapacity()
 		}
 	}
-	if capacity < alloc.SegmentSize {
-		return nil, fmt.Errorf("cpu: memory capacity %d is below one %d-byte segment", capacity, alloc.SegmentSize)
+	budget, err := alloc.NewBudget("cpu", capacity)
+	if err != nil {
+		return nil, err
 	}
 	threads := opts.Threads
 	if threads == 0 {
@@ -94,8 +99,8 @@ func Open(opts accel.Options) (*Device, error) {
 			threads = runtime.GOMAXPROCS(0)
 		}
 	}
-	d := &Device{info: info(0), capacity: capacity, threads: threads, streams: map[*stream]struct{}{}}
-	d.alloc = alloc.New(source{d})
+	d := &Device{info: info(0), budget: budget, threads: threads, streams: map[*stream]struct{}{}}
+	d.deviceMemory = alloc.NewDeviceMemory(budget, source{d}, d.check)
 	d.packs.init(d)
 	d.work = newWorkers(d, threads)
 	return d, nil
@@ -175,43 +180,16 @@ func (d *Device) Info() accel.DeviceInfo { return d.info }
 // Capability is fixed for the CPU device.
 func (d *Device) Capability() accel.Capability {
 	return accel.Capability{Available: true, PinnedMemory: true, GraphCapture: true, GraphUpdate: true,
-		MemoryTotal: d.capacity, Deterministic: true, ComputeUnits: d.threads}
+		MemoryTotal: d.budget.Capacity(), Deterministic: true, ComputeUnits: d.threads}
 }
-
-// MemInfo is exact: the capacity less every segment and executable held.
-func (d *Device) MemInfo() accel.MemInfo {
-	return accel.MemInfo{Free: d.capacity - d.reserved.Load(), Total: d.capacity}
-}
-
-// Allocator is the device's caching allocator.
-func (d *Device) Allocator() accel.Allocator { return d.alloc }
-
-// Caching exposes the allocator's full interface (pools, Check) to tests and
-// to the graph runner's planning.
-func (d *Device) Caching() *alloc.Caching { return d.alloc }
 
 // Threads is the number of threads kernels use.
 func (d *Device) Threads() int { return d.threads }
 
-// charge takes n bytes of the arena, or fails with ErrOutOfMemory.
-func (d *Device) charge(n int64) error {
-	for {
-		r := d.reserved.Load()
-		if r+n > d.capacity {
-			return fmt.Errorf("cpu: %d bytes asked, %d of %d free: %w", n, d.capacity-r, d.capacity, accel.ErrOutOfMemory)
-		}
-		if d.reserved.CompareAndSwap(r, r+n) {
-			return nil
-		}
-	}
-}
-
-func (d *Device) uncharge(n int64) { d.reserved.Add(-n) }
-
 type source struct{ d *Device }
 
 func (s source) AllocSegment(n int64) (accel.Memory, error) {
-	if err := s.d.charge(n); err != nil {
+	if err := s.d.budget.Charge(n); err != nil {
 		return nil, err
 	}
 	return newMem(n), nil
@@ -219,19 +197,11 @@ func (s source) AllocSegment(n int64) (accel.Memory, error) {
 
 func (s source) FreeSegment(m accel.Memory) {
 	s.d.packs.dropMem(m.(*mem))
-	s.d.uncharge(m.Size())
+	s.d.budget.Uncharge(m.Size())
 	m.(*mem).b = nil
 }
 
 func (s source) MemInfo() accel.MemInfo { return s.d.MemInfo() }
-
-// Alloc allocates from the default pool, not tied to a stream.
-func (d *Device) Alloc(n int64) (accel.Buffer, error) {
-	if err := d.check(); err != nil {
-		return accel.Buffer{}, err
-	}
-	return d.alloc.Alloc(0, n)
-}
 
 // Free returns a buffer from Alloc, and drops the packed copy of any weights
 // it held (their memory goes back to the arena at once).
@@ -239,7 +209,7 @@ func (d *Device) Free(b accel.Buffer) error {
 	if m, off := memOf(b); m != nil && ownBuffer(b) {
 		d.packs.dropRange(m, off, b.Len())
 	}
-	return d.alloc.Free(b)
+	return d.deviceMemory.Free(b)
 }
 
 // AllocHost allocates host memory; on the CPU device all memory is "pinned".
@@ -253,24 +223,13 @@ func (d *Device) AllocHost(n int64) (accel.HostBuffer, error) {
 // FreeHost releases host memory (the garbage collector does the work).
 func (d *Device) FreeHost(h accel.HostBuffer) error { return nil }
 
-// NewPool makes a graph pool.
-func (d *Device) NewPool() (accel.Pool, error) {
-	if err := d.check(); err != nil {
-		return nil, err
-	}
-	return d.alloc.NewPool(), nil
-}
-
 // NewEvent makes an event.
 func (d *Device) NewEvent() (accel.Event, error) { return &event{}, nil }
 
 // Synchronize waits for every stream.
 func (d *Device) Synchronize() error {
 	d.mu.Lock()
-	ss := make([]*stream, 0, len(d.streams))
-	for s := range d.streams {
-		ss = append(ss, s)
-	}
+	ss := slices.Collect(maps.Keys(d.streams))
 	d.mu.Unlock()
 	var first error
 	for _, s := range ss {
@@ -289,10 +248,7 @@ func (d *Device) Close() error {
 		return nil
 	}
 	d.closed = true
-	ss := make([]*stream, 0, len(d.streams))
-	for s := range d.streams {
-		ss = append(ss, s)
-	}
+	ss := slices.Collect(maps.Keys(d.streams))
 	d.mu.Unlock()
 	for _, s := range ss {
 		s.Close()

@@ -56,16 +56,16 @@ func (g *graph) Nodes() int                { return len(g.nodes) }
 func (g *graph) Memory() accel.GraphMemory { return g.mem }
 
 func (g *graph) Destroy() {
-	g.once.Do(func() { g.d.alloc.GraphDestroyed(g.pool) })
+	g.once.Do(func() { g.d.Caching().GraphDestroyed(g.pool) })
 }
 
 // Instantiate resolves every node once and charges the executable's memory.
 func (g *graph) Instantiate() (accel.Exec, error) {
 	bytes := int64(len(g.nodes)) * ExecBytesPerNode
-	if err := g.d.charge(bytes); err != nil {
+	if err := g.d.budget.Charge(bytes); err != nil {
 		return nil, fmt.Errorf("cpu: instantiate a %d-node graph: %w", len(g.nodes), err)
 	}
-	e := &exec{d: g.d, bytes: bytes, sig: signature(g.nodes)}
+	e := &exec{d: g.d, bytes: bytes, sig: accel.Topology(g.nodes, (*node).sig)}
 	e.cur.Store(resolveAll(g.d, g.nodes))
 	return e, nil
 }
@@ -79,24 +79,13 @@ func resolveAll(d *Device, ns []node) *nodes {
 	return r
 }
 
-// sig is what must not change for an in-place update: each node's kind and op.
-type sig struct {
-	kind taskKind
-	op   accel.Op
-}
-
-func signature(ns []node) []sig {
-	s := make([]sig, len(ns))
-	for i := range ns {
-		s[i] = sig{ns[i].kind, ns[i].call.Op}
-	}
-	return s
-}
+// sig is what must not change for an in-place update: the node's kind and op.
+func (n *node) sig() accel.NodeSig { return accel.NodeSig{Kind: uint8(n.kind), Op: n.call.Op} }
 
 type exec struct {
 	d     *Device
 	cur   atomic.Pointer[nodes]
-	sig   []sig
+	sig   []accel.NodeSig
 	bytes int64
 	once  sync.Once
 	dead  atomic.Bool
@@ -123,7 +112,7 @@ func (e *exec) Launch(s accel.Stream) error {
 		return fmt.Errorf("cpu: launch of a destroyed executable: %w", accel.ErrInvalidArgument)
 	}
 	if st.cap != nil {
-		st.cap.nodes = append(st.cap.nodes, node{kind: taskReplay, child: e})
+		st.cap.Nodes = append(st.cap.Nodes, node{kind: taskReplay, child: e})
 		return nil
 	}
 	return st.enqueue(task{kind: taskReplay, exec: e.cur.Load()})
@@ -134,14 +123,8 @@ func (e *exec) Update(g accel.Graph) error {
 	if !ok || gg.d != e.d {
 		return fmt.Errorf("cpu: update from a graph of another device: %w", accel.ErrInvalidArgument)
 	}
-	ns := signature(gg.nodes)
-	if len(ns) != len(e.sig) {
-		return fmt.Errorf("cpu: update: %d nodes, executable has %d: %w", len(ns), len(e.sig), accel.ErrTopologyChanged)
-	}
-	for i := range ns {
-		if ns[i] != e.sig[i] {
-			return fmt.Errorf("cpu: update: node %d is %v, executable's is %v: %w", i, ns[i].op, e.sig[i].op, accel.ErrTopologyChanged)
-		}
+	if err := accel.CheckTopology(accel.Topology(gg.nodes, (*node).sig), e.sig); err != nil {
+		return fmt.Errorf("cpu: update: %w", err)
 	}
 	e.cur.Store(resolveAll(e.d, gg.nodes))
 	return nil
@@ -150,6 +133,6 @@ func (e *exec) Update(g accel.Graph) error {
 func (e *exec) Destroy() {
 	e.once.Do(func() {
 		e.dead.Store(true)
-		e.d.uncharge(e.bytes)
+		e.d.budget.Uncharge(e.bytes)
 	})
 }

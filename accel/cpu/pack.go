@@ -172,7 +172,7 @@ func (t *packTable) lookup(w *operand) *packEntry {
 
 func (t *packTable) makeLocked(key packKey, w *operand) (*packEntry, error) {
 	size := int64(uintptr((w.rows+panelWidth-1)/panelWidth) * packedPanelBytes(w.dt, w.cols))
-	if err := t.d.charge(size); err != nil {
+	if err := t.d.budget.Charge(size); err != nil {
 		return nil, err
 	}
 	e := &packEntry{key: key, lo: w.off, hi: w.off + int64(len(w.b)), bytes: size}
@@ -193,7 +193,7 @@ func (t *packTable) removeLocked(e *packEntry) {
 	delete(t.byKey, e.key)
 	t.removeFromMem(e)
 	if e.p != nil {
-		t.d.uncharge(e.bytes)
+		t.d.budget.Uncharge(e.bytes)
 		t.bytes.Add(-e.bytes)
 	}
 }

@@ -237,10 +237,10 @@ func TestKernelFaultInSchedule(t *testing.T) {
 func TestConformanceKernelSets(t *testing.T) {
 	t.Run("packed", func(t *testing.T) {
 		withPacking(t)
-		acceltest.Run(t, "cpu")
+		acceltest.Run(t, "cpu", acceltest.Expect{ExecBytesPerNode: ExecBytesPerNode, ExactExecBytes: true})
 	})
 	t.Run("plain", func(t *testing.T) {
 		withMode(t, kernelMode{threads: 2})
-		acceltest.Run(t, "cpu")
+		acceltest.Run(t, "cpu", acceltest.Expect{ExecBytesPerNode: ExecBytesPerNode, ExactExecBytes: true})
 	})
 }

@@ -53,13 +53,7 @@ type stream struct {
 	k *kctx // the stream goroutine's kernel scratch
 
 	// capture state; touched only by the host goroutine that owns the stream
-	cap *captureState
-}
-
-type captureState struct {
-	pool  *alloc.Pool
-	nodes []node
-	err   error
+	cap *alloc.Capture[node]
 }
 
 // NewStream starts a stream goroutine.
@@ -171,11 +165,7 @@ func (s *stream) err() error {
 
 // invalidate fails the running capture.
 func (s *stream) invalidate(what string) error {
-	err := fmt.Errorf("cpu: stream %d: %s while capturing: %w", s.id, what, accel.ErrCaptureInvalidated)
-	if s.cap.err == nil {
-		s.cap.err = err
-	}
-	return err
+	return s.cap.Invalidate(fmt.Errorf("cpu: stream %d: %s while capturing: %w", s.id, what, accel.ErrCaptureInvalidated))
 }
 
 func (s *stream) Launch(c *accel.Call) error {
@@ -188,7 +178,7 @@ func (s *stream) Launch(c *accel.Call) error {
 		}
 	}
 	if s.cap != nil {
-		s.cap.nodes = append(s.cap.nodes, node{kind: taskKernel, call: *c})
+		s.cap.Nodes = append(s.cap.Nodes, node{kind: taskKernel, call: *c})
 		return nil
 	}
 	return s.enqueue(task{kind: taskKernel, call: resolveCall(c)})
@@ -199,7 +189,7 @@ func (s *stream) Copy(dst, src accel.Buffer) error {
 		return fmt.Errorf("cpu: copy %v <- %v: %w", dst, src, accel.ErrInvalidArgument)
 	}
 	if s.cap != nil {
-		s.cap.nodes = append(s.cap.nodes, node{kind: taskCopy, dst: dst, src: src})
+		s.cap.Nodes = append(s.cap.Nodes, node{kind: taskCopy, dst: dst, src: src})
 		return nil
 	}
 	dm, doff := memOf(dst)
@@ -211,7 +201,7 @@ func (s *stream) CopyHtoD(dst accel.Buffer, src accel.HostBuffer) error {
 		return fmt.Errorf("cpu: copy %v <- host(%d bytes): %w", dst, src.Len(), accel.ErrInvalidArgument)
 	}
 	if s.cap != nil {
-		s.cap.nodes = append(s.cap.nodes, node{kind: taskCopy, dst: dst, hsrc: src})
+		s.cap.Nodes = append(s.cap.Nodes, node{kind: taskCopy, dst: dst, hsrc: src})
 		return nil
 	}
 	dm, doff := memOf(dst)
@@ -275,27 +265,24 @@ func (s *stream) drain() error {
 }
 
 func (s *stream) Alloc(n int64) (accel.Buffer, error) {
-	return s.d.alloc.Alloc(s.id, n)
+	return s.d.Caching().Alloc(s.id, n)
 }
 
 // Free returns a block in stream order. The allocator reuses it at once for
 // this stream's later allocations, which run after everything enqueued so far.
 func (s *stream) Free(b accel.Buffer) error {
-	return s.d.alloc.Free(b)
+	return s.d.Caching().Free(b)
 }
 
 func (s *stream) BeginCapture(p accel.Pool) error {
-	pool, ok := p.(*alloc.Pool)
-	if !ok {
-		return fmt.Errorf("cpu: capture: not a CPU device pool: %w", accel.ErrInvalidArgument)
-	}
 	if s.cap != nil {
 		return fmt.Errorf("cpu: stream %d: %w", s.id, accel.ErrAlreadyCapturing)
 	}
-	if err := s.d.alloc.BeginCapture(s.id, pool); err != nil {
-		return err
+	c, err := alloc.StartCapture[node](s.d.Caching(), s.id, p)
+	if err != nil {
+		return fmt.Errorf("cpu: stream %d: %w", s.id, err)
 	}
-	s.cap = &captureState{pool: pool}
+	s.cap = c
 	return nil
 }
 
@@ -304,25 +291,19 @@ func (s *stream) EndCapture() (accel.Graph, error) {
 	if c == nil {
 		return nil, fmt.Errorf("cpu: stream %d: %w", s.id, accel.ErrNotCapturing)
 	}
-	if c.err != nil {
-		s.AbortCapture()
-		return nil, c.err
-	}
 	s.cap = nil
-	res, err := s.d.alloc.EndCapture(s.id)
+	mem, err := c.End()
 	if err != nil {
 		return nil, err
 	}
-	s.d.alloc.GraphCreated(c.pool)
-	return &graph{d: s.d, pool: c.pool, nodes: c.nodes, mem: res.Memory}, nil
+	return &graph{d: s.d, pool: c.Pool, nodes: c.Nodes, mem: mem}, nil
 }
 
 func (s *stream) AbortCapture() {
-	if s.cap == nil {
-		return
+	if c := s.cap; c != nil {
+		s.cap = nil
+		c.Abort()
 	}
-	s.cap = nil
-	s.d.alloc.AbortCapture(s.id)
 }
 
 func (s *stream) Capturing() bool { return s.cap != nil }

@@ -4,7 +4,9 @@ package cuda
 
 import (
 	"fmt"
+	"maps"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -13,12 +15,6 @@ import (
 	"github.com/reprise-ml/reprise/accel"
 	"github.com/reprise-ml/reprise/accel/alloc"
 )
-
-// ExecBytesPerNode is the least device memory an instantiated graph is
-// charged per recorded operation, outside any pool. Instantiate charges the
-// larger of this estimate and the drop in the driver's free memory it
-// measures across cuGraphInstantiateWithFlags.
-const ExecBytesPerNode = 1024
 
 // cublasWorkspaceBytes is the workspace each stream's cuBLAS handle is given
 // (NVIDIA's advice for Hopper), so that cuBLAS never allocates while a
@@ -122,22 +118,25 @@ func (p devProps) info(drv *driver, ord int, extra string) accel.DeviceInfo {
 	return accel.DeviceInfo{Backend: "cuda", Ordinal: ord, Name: p.name, Vendor: "NVIDIA", Detail: d}
 }
 
+// deviceMemory is alloc.DeviceMemory under a name that keeps the embedded
+// field unexported.
+type deviceMemory = alloc.DeviceMemory
+
 // Device is one CUDA device, through its primary context.
 type Device struct {
-	drv      *driver
-	props    devProps
-	ctx      uintptr // the primary context, retained until Close
-	mod      uintptr
-	funcs    [numKernels]uintptr
-	image    kernelImage
-	blas     *cublasLib // nil: MatMul uses k_matmul_* only
-	blasNote string     // why cuBLAS is not used, or which one is
-	info     accel.DeviceInfo
-	capab    accel.Capability
-	capacity int64
-	reserved atomic.Int64 // segments + executables
-	alloc    *alloc.Caching
-	closedA  atomic.Bool
+	*deviceMemory // Allocator, Caching, Alloc, Free, NewPool
+	drv           *driver
+	props         devProps
+	ctx           uintptr // the primary context, retained until Close
+	mod           uintptr
+	funcs         [numKernels]uintptr
+	image         kernelImage
+	blas          *cublasLib // nil: MatMul uses k_matmul_* only
+	blasNote      string     // why cuBLAS is not used, or which one is
+	info          accel.DeviceInfo
+	capab         accel.Capability
+	budget        *alloc.Budget // segments + executables
+	closedA       atomic.Bool
 
 	mu        sync.Mutex
 	streams   map[*stream]struct{}
@@ -178,12 +177,12 @@ func Open(ordinal int, opts accel.Options) (*Device, error) {
 	}
 	d := &Device{drv: drv, props: p, streams: map[*stream]struct{}{}, segs: map[*devMem]struct{}{},
 		hosts: map[*hostMem]struct{}{}, events: map[*eventHandle]struct{}{}, graphs: map[*graph]struct{}{}, execs: map[*exec]struct{}{}}
-	d.capacity = p.total
+	capacity := p.total
 	if opts.MemoryLimit > 0 {
-		d.capacity = opts.MemoryLimit
+		capacity = opts.MemoryLimit
 	}
-	if d.capacity < alloc.SegmentSize {
-		return nil, fmt.Errorf("cuda: memory capacity %d is below one %d-byte segment", d.capacity, alloc.SegmentSize)
+	if d.budget, err = alloc.NewBudget("cuda", capacity); err != nil {
+		return nil, err
 	}
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
@@ -209,7 +208,7 @@ func Open(ordinal int, opts accel.Options) (*Device, error) {
 		PinnedMemory:  true,
 		GraphCapture:  true,
 		GraphUpdate:   true,
-		MemoryTotal:   d.capacity,
+		MemoryTotal:   capacity,
 		Deterministic: false,
 		ComputeUnits:  p.sms,
 	}
@@ -218,7 +217,7 @@ func Open(ordinal int, opts accel.Options) (*Device, error) {
 		kind = "PTX " + d.image.target + " (driver JIT)"
 	}
 	d.info = p.info(drv, ordinal, fmt.Sprintf("kernels: %s by %s", kind, d.image.nvrtc))
-	d.alloc = alloc.New(source{d})
+	d.deviceMemory = alloc.NewDeviceMemory(d.budget, source{d}, d.check)
 	return d, nil
 }
 
@@ -344,14 +343,12 @@ func (d *Device) Capability() accel.Capability { return d.capab }
 // MemInfo is the capacity less every segment and executable held, but never
 // more than the driver's own free memory.
 func (d *Device) MemInfo() accel.MemInfo {
-	free := d.capacity - d.reserved.Load()
-	if real, ok := d.realFree(); ok && real < free {
-		free = real
+	mi := d.budget.MemInfo()
+	if real, ok := d.realFree(); ok && real < mi.Free {
+		mi.Free = real
 	}
-	if free < 0 {
-		free = 0
-	}
-	return accel.MemInfo{Free: free, Total: d.capacity}
+	mi.Free = max(mi.Free, 0)
+	return mi
 }
 
 // realFree is cuMemGetInfo's free memory.
@@ -370,27 +367,6 @@ func (d *Device) realFree() (int64, bool) {
 	return int64(free), true
 }
 
-// Allocator is the device's caching allocator.
-func (d *Device) Allocator() accel.Allocator { return d.alloc }
-
-// Caching exposes the allocator's full interface (pools, Check).
-func (d *Device) Caching() *alloc.Caching { return d.alloc }
-
-// charge takes n bytes of the capacity, or fails with ErrOutOfMemory.
-func (d *Device) charge(n int64) error {
-	for {
-		r := d.reserved.Load()
-		if r+n > d.capacity {
-			return fmt.Errorf("cuda: %d bytes asked, %d of %d free: %w", n, d.capacity-r, d.capacity, accel.ErrOutOfMemory)
-		}
-		if d.reserved.CompareAndSwap(r, r+n) {
-			return nil
-		}
-	}
-}
-
-func (d *Device) uncharge(n int64) { d.reserved.Add(-n) }
-
 func (d *Device) check() error {
 	if d.closedA.Load() {
 		return fmt.Errorf("cuda: device: %w", accel.ErrClosed)
@@ -398,34 +374,12 @@ func (d *Device) check() error {
 	return nil
 }
 
-// Alloc allocates from the default pool, not tied to a stream.
-func (d *Device) Alloc(n int64) (accel.Buffer, error) {
-	if err := d.check(); err != nil {
-		return accel.Buffer{}, err
-	}
-	return d.alloc.Alloc(0, n)
-}
-
-// Free returns a buffer from Alloc.
-func (d *Device) Free(b accel.Buffer) error { return d.alloc.Free(b) }
-
-// NewPool makes a graph pool.
-func (d *Device) NewPool() (accel.Pool, error) {
-	if err := d.check(); err != nil {
-		return nil, err
-	}
-	return d.alloc.NewPool(), nil
-}
-
 // Synchronize waits for every stream that is not capturing (a capturing
 // stream has nothing to run; synchronising the whole context would
 // invalidate its capture).
 func (d *Device) Synchronize() error {
 	d.mu.Lock()
-	ss := make([]*stream, 0, len(d.streams))
-	for s := range d.streams {
-		ss = append(ss, s)
-	}
+	ss := slices.Collect(maps.Keys(d.streams))
 	d.mu.Unlock()
 	var first error
 	for _, s := range ss {
@@ -476,10 +430,7 @@ func (d *Device) Close() error {
 		return nil
 	}
 	d.closed = true
-	ss := make([]*stream, 0, len(d.streams))
-	for s := range d.streams {
-		ss = append(ss, s)
-	}
+	ss := slices.Collect(maps.Keys(d.streams))
 	d.mu.Unlock()
 	var first error
 	for _, s := range ss {
@@ -514,16 +465,16 @@ func (d *Device) Close() error {
 		call32(drv.cuEventDestroy, eh.h)
 	}
 	clear(d.events)
-	segs := append(d.deferred, mapKeys(d.segs)...)
+	segs := append(d.deferred, slices.Collect(maps.Keys(d.segs))...)
 	d.deferred = nil
 	clear(d.segs)
-	hosts := append(d.dhosts, mapKeys(d.hosts)...)
+	hosts := append(d.dhosts, slices.Collect(maps.Keys(d.hosts))...)
 	d.dhosts = nil
 	clear(d.hosts)
 	d.mu.Unlock()
 	for _, m := range segs {
 		call32(drv.cuMemFree, uintptr(m.ptr))
-		d.uncharge(m.size)
+		d.budget.Uncharge(m.size)
 	}
 	for _, h := range hosts {
 		h.b.Store(nil)
@@ -536,14 +487,6 @@ func (d *Device) Close() error {
 	d.leave()
 	call32(drv.cuDevicePrimaryCtxRelease, uintptr(d.props.dev))
 	return first
-}
-
-func mapKeys[K comparable, V any](m map[K]V) []K {
-	out := make([]K, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	return out
 }
 
 // ---------------------------------------------------------------------------

@@ -163,3 +163,10 @@
 // top-p by bisection over the logits' order keys, the draw in index order;
 // temperature <= 0 is the argmax (first maximum).
 package cuda
+
+// ExecBytesPerNode is the least device memory an instantiated graph is
+// charged per recorded operation, outside any pool. Instantiate charges the
+// larger of this estimate and the drop in the driver's free memory it
+// measures across cuGraphInstantiateWithFlags. (It is declared here, without
+// build constraints, so that tests name it on every platform.)
+const ExecBytesPerNode = 1024

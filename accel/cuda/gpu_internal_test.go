@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/reprise-ml/reprise/accel"
+	"github.com/reprise-ml/reprise/accel/acceltest"
 )
 
 // openTest opens device 0 with a stream, skipping where there is no CUDA
@@ -43,30 +44,13 @@ func openTest(t testing.TB) (*Device, *stream) {
 // The CUDA generator draws what accel.SampleUniform draws, bit for bit.
 func TestSampleUniformParity(t *testing.T) {
 	d, s := openTest(t)
-	r := rand.New(rand.NewPCG(5, 6))
 	const n = 4096
-	seeds := make([]int32, 2*n)
-	offs := make([]int32, n)
-	want := make([]uint64, n)
-	for i := 0; i < n; i++ {
-		var seed uint64
-		var off uint32
-		switch {
-		case i < 8:
-			seed = []uint64{0, 1, math.MaxUint64, 1 << 63, 42, 0x9E3779B97F4A7C15, 7, 12345}[i]
-			off = []uint32{0, math.MaxUint32, 1, 0, 7, math.MaxUint32 - 1, 1 << 31, 3}[i]
-		default:
-			seed, off = r.Uint64(), r.Uint32()
-		}
-		seeds[2*i], seeds[2*i+1] = accel.SplitSeed(seed)
-		offs[i] = int32(off)
-		want[i] = seed
-	}
-	st, err := accel.UploadI32(s, seeds, n, 2)
+	cases := acceltest.NewUniformCases(n)
+	st, err := accel.UploadI32(s, cases.Seeds, n, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ot, err := accel.UploadI32(s, offs, 1, n)
+	ot, err := accel.UploadI32(s, cases.Offsets, 1, n)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,17 +80,7 @@ func TestSampleUniformParity(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := accel.BytesI32(b)
-	for i := 0; i < n; i++ {
-		bits53 := uint64(uint32(got[3*i])) | uint64(uint32(got[3*i+1]))<<32
-		u := accel.SampleUniform(want[i], uint32(offs[i]))
-		if g := float64(bits53) / (1 << 53); g != u {
-			t.Fatalf("seed %#x offset %d: CUDA draws %v, accel.SampleUniform %v", want[i], uint32(offs[i]), g, u)
-		}
-		if f := math.Float32frombits(uint32(got[3*i+2])); f != float32(u) {
-			t.Fatalf("seed %#x offset %d: CUDA float draw %v, float32(SampleUniform) %v", want[i], uint32(offs[i]), f, float32(u))
-		}
-	}
+	cases.Check(t, "CUDA", accel.BytesI32(b))
 }
 
 // Capture keeps the goroutine on one OS thread with the context current,

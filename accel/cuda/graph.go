@@ -61,7 +61,7 @@ func (g *graph) Destroy() {
 			call32(d.drv.cuGraphDestroy, h)
 			d.leave()
 		}
-		d.alloc.GraphDestroyed(g.pool)
+		d.Caching().GraphDestroyed(g.pool)
 	})
 }
 
@@ -104,46 +104,22 @@ func (g *graph) Instantiate() (accel.Exec, error) {
 		return nil, fmt.Errorf("cuda: instantiate a %d-node graph: %w", len(g.nodes), err)
 	}
 	bytes := max(int64(len(g.nodes))*ExecBytesPerNode, took)
-	if err := d.charge(bytes); err != nil {
+	if err := d.budget.Charge(bytes); err != nil {
 		d.enter()
 		call32(d.drv.cuGraphExecDestroy, eh)
 		d.leave()
 		return nil, fmt.Errorf("cuda: instantiate a %d-node graph: %w", len(g.nodes), err)
 	}
-	d.alloc.GraphCreated(g.pool)
-	e := &exec{d: d, h: eh, nodes: g.nodes, sig: signature(g.nodes), bytes: bytes, pool: g.pool}
+	d.Caching().GraphCreated(g.pool)
+	e := &exec{d: d, h: eh, nodes: g.nodes, sig: accel.Topology(g.nodes, (*node).sig), bytes: bytes, pool: g.pool}
 	d.mu.Lock()
 	d.execs[e] = struct{}{}
 	d.mu.Unlock()
 	return e, nil
 }
 
-// sig is what must not change for an update: each node's kind and op.
-type sig struct {
-	kind nodeKind
-	op   accel.Op
-}
-
-func signature(ns []node) []sig {
-	s := make([]sig, len(ns))
-	for i := range ns {
-		s[i] = sig{ns[i].kind, ns[i].call.Op}
-	}
-	return s
-}
-
-// topologyDiff says how two signatures differ ("" when equal).
-func topologyDiff(got, have []sig) string {
-	if len(got) != len(have) {
-		return fmt.Sprintf("%d nodes, executable has %d", len(got), len(have))
-	}
-	for i := range got {
-		if got[i] != have[i] {
-			return fmt.Sprintf("node %d is %v/%v, executable's is %v/%v", i, got[i].kind, got[i].op, have[i].kind, have[i].op)
-		}
-	}
-	return ""
-}
+// sig is what must not change for an update: the node's kind and op.
+func (n *node) sig() accel.NodeSig { return accel.NodeSig{Kind: uint8(n.kind), Op: n.call.Op} }
 
 // exec is a CUgraphExec.
 type exec struct {
@@ -151,7 +127,7 @@ type exec struct {
 	mu    sync.RWMutex // Launch reads h and nodes; Update and Destroy replace them
 	h     uintptr      // 0 once destroyed
 	nodes []node
-	sig   []sig
+	sig   []accel.NodeSig
 	bytes int64
 	pool  *alloc.Pool
 }
@@ -173,7 +149,7 @@ func (e *exec) Launch(s accel.Stream) error {
 		return fmt.Errorf("cuda: launch of a destroyed executable: %w", accel.ErrInvalidArgument)
 	}
 	if st.cap != nil {
-		st.cap.nodes = append(st.cap.nodes, node{kind: nodeExec, inner: e.nodes})
+		st.cap.Nodes = append(st.cap.Nodes, node{kind: nodeExec, inner: e.nodes})
 		return st.reissue(e.nodes)
 	}
 	st.mu.Lock()
@@ -245,8 +221,8 @@ func (e *exec) Update(g accel.Graph) error {
 	if !ok || gg.d != e.d {
 		return fmt.Errorf("cuda: update from a graph of another device: %w", accel.ErrInvalidArgument)
 	}
-	if diff := topologyDiff(signature(gg.nodes), e.sig); diff != "" {
-		return fmt.Errorf("cuda: update: %s: %w", diff, accel.ErrTopologyChanged)
+	if err := accel.CheckTopology(accel.Topology(gg.nodes, (*node).sig), e.sig); err != nil {
+		return fmt.Errorf("cuda: update: %w", err)
 	}
 	d := e.d
 	if err := d.check(); err != nil {
@@ -284,8 +260,8 @@ func (e *exec) Update(g accel.Graph) error {
 		e.h = nh
 	}
 	if gg.pool != e.pool {
-		d.alloc.GraphCreated(gg.pool)
-		d.alloc.GraphDestroyed(e.pool)
+		d.Caching().GraphCreated(gg.pool)
+		d.Caching().GraphDestroyed(e.pool)
 		e.pool = gg.pool
 	}
 	e.nodes = gg.nodes
@@ -312,6 +288,6 @@ func (e *exec) Destroy() {
 		call32(d.drv.cuGraphExecDestroy, h)
 		d.leave()
 	}
-	d.uncharge(e.bytes)
-	d.alloc.GraphDestroyed(e.pool)
+	d.budget.Uncharge(e.bytes)
+	d.Caching().GraphDestroyed(e.pool)
 }

@@ -32,7 +32,7 @@ func (s source) AllocSegment(n int64) (accel.Memory, error) {
 	if err := d.check(); err != nil {
 		return nil, err
 	}
-	if err := d.charge(n); err != nil {
+	if err := d.budget.Charge(n); err != nil {
 		return nil, err
 	}
 	d.enter()
@@ -42,7 +42,7 @@ func (s source) AllocSegment(n int64) (accel.Memory, error) {
 	d.restore(prev)
 	d.leave()
 	if err != nil {
-		d.uncharge(n)
+		d.budget.Uncharge(n)
 		return nil, fmt.Errorf("cuda: a %d-byte segment: %w", n, err)
 	}
 	m := &devMem{d: d, ptr: p, size: n}
@@ -52,7 +52,7 @@ func (s source) AllocSegment(n int64) (accel.Memory, error) {
 		d.enter()
 		call32(d.drv.cuMemFree, uintptr(p))
 		d.leave()
-		d.uncharge(n)
+		d.budget.Uncharge(n)
 		return nil, fmt.Errorf("cuda: device: %w", accel.ErrClosed)
 	}
 	d.segs[m] = struct{}{}
@@ -90,7 +90,7 @@ func (d *Device) freeSegment(m *devMem) {
 	call32(d.drv.cuMemFree, uintptr(m.ptr))
 	d.restore(prev)
 	d.leave()
-	d.uncharge(m.size)
+	d.budget.Uncharge(m.size)
 }
 
 // resolve is a buffer's device address, checking that it is this device's

@@ -3,8 +3,9 @@ package cuda
 import (
 	"math"
 	"math/rand/v2"
-	"slices"
 	"testing"
+
+	"github.com/reprise-ml/reprise/accel/acceltest"
 )
 
 // This file emulates k_sample's block-parallel algorithm in Go, thread by
@@ -229,56 +230,6 @@ func emuSample(row []float32, t float32, k int, pp float32, u float32) int {
 	return v - 1
 }
 
-// candidateSet is OpSample's candidate set by its definition: the
-// probabilities sorted (ties to the lower index), the first k, then the
-// smallest leading run reaching top-p.
-func candidateSet(row []float32, t float32, k int, pp float32) map[int]bool {
-	v := len(row)
-	p := make([]float64, v)
-	m := math.Inf(-1)
-	for _, x := range row {
-		m = math.Max(m, float64(x/t))
-	}
-	var sum float64
-	for i, x := range row {
-		p[i] = math.Exp(float64(x/t) - m)
-		sum += p[i]
-	}
-	idx := make([]int, v)
-	for i := range idx {
-		idx[i] = i
-		p[i] /= sum
-	}
-	slices.SortStableFunc(idx, func(a, b int) int {
-		switch {
-		case row[a] > row[b]:
-			return -1
-		case row[a] < row[b]:
-			return 1
-		}
-		return a - b
-	})
-	n := v
-	if k > 0 && k < v {
-		n = k
-	}
-	if pp > 0 && pp < 1 {
-		var cum float64
-		for i := 0; i < n; i++ {
-			cum += p[idx[i]]
-			if cum >= float64(pp) {
-				n = i + 1
-				break
-			}
-		}
-	}
-	set := map[int]bool{}
-	for _, i := range idx[:n] {
-		set[i] = true
-	}
-	return set
-}
-
 func TestSampleEmulation(t *testing.T) {
 	r := rand.New(rand.NewPCG(9, 10))
 	for trial := 0; trial < 200; trial++ {
@@ -331,8 +282,8 @@ func TestSampleEmulation(t *testing.T) {
 				}
 				continue
 			}
-			set := candidateSet(row, temp, k, pp)
-			if !set[got] {
+			set := acceltest.SampleCandidates(row, temp, k, pp)
+			if _, in := set[got]; !in {
 				t.Fatalf("v %d t %v k %d p %v: drew %d outside the candidate set (%d members)", v, temp, k, pp, got, len(set))
 			}
 			// The emulated set is the definition's set: every member is
@@ -342,37 +293,17 @@ func TestSampleEmulation(t *testing.T) {
 				for j := 0; j < 4000; j++ {
 					drawn[emuSample(row, temp, k, pp, float32(j)/4000)] = true
 				}
-				for i := range set {
-					if p := probOf(row, temp, i); !drawn[i] && p*float64(countProb(row, temp, set)) > 0.01 {
+				for i, p := range set {
+					if !drawn[i] && p > 0.01 {
 						t.Errorf("v %d t %v k %d p %v: candidate %d (p %.3g) never drawn", v, temp, k, pp, i, p)
 					}
 				}
 				for i := range drawn {
-					if !set[i] {
+					if _, in := set[i]; !in {
 						t.Errorf("v %d t %v k %d p %v: drew %d outside the set", v, temp, k, pp, i)
 					}
 				}
 			}
 		}
 	}
-}
-
-func probOf(row []float32, t float32, i int) float64 {
-	m := math.Inf(-1)
-	for _, x := range row {
-		m = math.Max(m, float64(x/t))
-	}
-	var sum float64
-	for _, x := range row {
-		sum += math.Exp(float64(x/t) - m)
-	}
-	return math.Exp(float64(row[i]/t)-m) / sum
-}
-
-func countProb(row []float32, t float32, set map[int]bool) float64 {
-	var s float64
-	for i := range set {
-		s += probOf(row, t, i)
-	}
-	return 1 / s
 }

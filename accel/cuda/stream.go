@@ -40,13 +40,7 @@ type stream struct {
 	ws     uint64  // its workspace
 
 	// capture state; touched only by the goroutine that captures
-	cap *captureState
-}
-
-type captureState struct {
-	pool  *alloc.Pool
-	nodes []node
-	err   error // the first reason the capture is invalid
+	cap *alloc.Capture[node]
 }
 
 // NewStream creates a stream and, where cuBLAS is loaded, its handle bound to
@@ -129,19 +123,15 @@ func (s *stream) closedErr() error {
 
 // invalidate fails the running capture (before anything reaches the driver).
 func (s *stream) invalidate(what string) error {
-	err := fmt.Errorf("cuda: stream %d: %s while capturing: %w", s.id, what, accel.ErrCaptureInvalidated)
-	if s.cap.err == nil {
-		s.cap.err = err
-	}
-	return err
+	return s.cap.Invalidate(fmt.Errorf("cuda: stream %d: %s while capturing: %w", s.id, what, accel.ErrCaptureInvalidated))
 }
 
 // result turns a driver status into an error, remembering a capture the
 // driver invalidated.
 func (s *stream) result(fn string, code int32) error {
 	err := s.d.drv.err(fn, code)
-	if err != nil && s.cap != nil && errors.Is(err, accel.ErrCaptureInvalidated) && s.cap.err == nil {
-		s.cap.err = err
+	if err != nil && s.cap != nil && errors.Is(err, accel.ErrCaptureInvalidated) {
+		s.cap.Invalidate(err)
 	}
 	return err
 }
@@ -157,7 +147,7 @@ func (s *stream) Launch(c *accel.Call) error {
 		return err
 	}
 	if s.cap != nil {
-		s.cap.nodes = append(s.cap.nodes, node{kind: nodeKernel, call: *c})
+		s.cap.Nodes = append(s.cap.Nodes, node{kind: nodeKernel, call: *c})
 	}
 	return s.issue(kl)
 }
@@ -182,8 +172,8 @@ func (s *stream) issue(kl *klaunch) error {
 			uintptr(unsafe.Pointer(&s.ab.alpha)), uintptr(g.a), uintptr(g.lda), uintptr(g.b), uintptr(g.ldb),
 			uintptr(unsafe.Pointer(&s.ab.beta)), uintptr(g.c), uintptr(g.ldc))
 		if err := b.err("cublasSgemm_v2", code); err != nil {
-			if s.cap != nil && s.cap.err == nil {
-				s.cap.err = err
+			if s.cap != nil {
+				s.cap.Invalidate(err)
 			}
 			return fmt.Errorf("%w (m=%d n=%d k=%d)", err, g.m, g.n, g.k)
 		}
@@ -225,7 +215,7 @@ func (s *stream) Copy(dst, src accel.Buffer) error {
 		return err
 	}
 	if s.cap != nil {
-		s.cap.nodes = append(s.cap.nodes, node{kind: nodeCopy, dst: dst, src: src})
+		s.cap.Nodes = append(s.cap.Nodes, node{kind: nodeCopy, dst: dst, src: src})
 	}
 	return s.copyDtoD(dp, sp, dst.Len())
 }
@@ -256,7 +246,7 @@ func (s *stream) CopyHtoD(dst accel.Buffer, src accel.HostBuffer) error {
 		return err
 	}
 	if s.cap != nil {
-		s.cap.nodes = append(s.cap.nodes, node{kind: nodeUpload, dst: dst, hsrc: src})
+		s.cap.Nodes = append(s.cap.Nodes, node{kind: nodeUpload, dst: dst, hsrc: src})
 	}
 	return s.copyHtoD(dp, hm.ptr+uintptr(src.Offset()), dst.Len())
 }
@@ -374,48 +364,45 @@ func (s *stream) Alloc(n int64) (accel.Buffer, error) {
 	if err := s.d.check(); err != nil {
 		return accel.Buffer{}, err
 	}
-	return s.d.alloc.Alloc(s.id, n)
+	return s.d.Caching().Alloc(s.id, n)
 }
 
 // Free returns a block in stream order: the allocator reuses it at once for
 // this stream's later allocations, which the stream runs after everything
 // enqueued so far.
-func (s *stream) Free(b accel.Buffer) error { return s.d.alloc.Free(b) }
+func (s *stream) Free(b accel.Buffer) error { return s.d.Caching().Free(b) }
 
 // BeginCapture starts a CU_STREAM_CAPTURE_MODE_THREAD_LOCAL capture. The
 // calling goroutine stays locked to its OS thread until EndCapture or
 // AbortCapture, which it must call itself: the driver ends a thread-local
 // capture only on the thread that began it.
 func (s *stream) BeginCapture(p accel.Pool) error {
-	pool, ok := p.(*alloc.Pool)
-	if !ok {
-		return fmt.Errorf("cuda: capture: not a pool of this device: %w", accel.ErrInvalidArgument)
-	}
 	if s.cap != nil {
 		return fmt.Errorf("cuda: stream %d: %w", s.id, accel.ErrAlreadyCapturing)
 	}
 	if err := s.d.check(); err != nil {
 		return err
 	}
-	if err := s.d.alloc.BeginCapture(s.id, pool); err != nil {
-		return err
+	c, err := alloc.StartCapture[node](s.d.Caching(), s.id, p)
+	if err != nil {
+		return fmt.Errorf("cuda: stream %d: %w", s.id, err)
 	}
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
-		s.d.alloc.AbortCapture(s.id)
+		c.Abort()
 		return s.closedErr()
 	}
 	s.d.enter() // stays locked while capturing; the leave is in endDriverCapture
-	err := s.d.drv.err("cuStreamBeginCapture_v2", call32(s.d.drv.cuStreamBeginCapture, s.h, cuCaptureModeThreadLoc))
+	err = s.d.drv.err("cuStreamBeginCapture_v2", call32(s.d.drv.cuStreamBeginCapture, s.h, cuCaptureModeThreadLoc))
 	s.mu.Unlock()
 	if err != nil {
 		s.d.leave()
-		s.d.alloc.AbortCapture(s.id)
+		c.Abort()
 		return err
 	}
 	s.d.captureStarted()
-	s.cap = &captureState{pool: pool}
+	s.cap = c
 	return nil
 }
 
@@ -452,24 +439,19 @@ func (s *stream) EndCapture() (accel.Graph, error) {
 		return nil, fmt.Errorf("cuda: stream %d: %w", s.id, accel.ErrNotCapturing)
 	}
 	g, derr := s.endDriverCapture()
-	if c.err != nil || derr != nil || g == 0 {
-		s.destroyGraph(g)
-		s.d.alloc.AbortCapture(s.id)
-		switch {
-		case c.err != nil:
-			return nil, c.err
-		case derr != nil:
-			return nil, fmt.Errorf("cuda: stream %d: ending the capture: %w", s.id, derr)
-		}
-		return nil, fmt.Errorf("cuda: stream %d: the driver returned no graph: %w", s.id, accel.ErrCaptureInvalidated)
+	// A reason recorded during the capture comes first.
+	switch {
+	case derr != nil:
+		c.Invalidate(fmt.Errorf("cuda: stream %d: ending the capture: %w", s.id, derr))
+	case g == 0:
+		c.Invalidate(fmt.Errorf("cuda: stream %d: the driver returned no graph: %w", s.id, accel.ErrCaptureInvalidated))
 	}
-	res, err := s.d.alloc.EndCapture(s.id)
+	mem, err := c.End()
 	if err != nil {
 		s.destroyGraph(g)
 		return nil, err
 	}
-	s.d.alloc.GraphCreated(c.pool)
-	gr := &graph{d: s.d, h: g, pool: c.pool, nodes: c.nodes, mem: res.Memory}
+	gr := &graph{d: s.d, h: g, pool: c.Pool, nodes: c.Nodes, mem: mem}
 	s.d.mu.Lock()
 	s.d.graphs[gr] = struct{}{}
 	s.d.mu.Unlock()
@@ -479,12 +461,13 @@ func (s *stream) EndCapture() (accel.Graph, error) {
 // AbortCapture ends the capture, destroys what the driver recorded and
 // returns the blocks the capture allocated to its pool.
 func (s *stream) AbortCapture() {
-	if s.cap == nil {
+	c := s.cap
+	if c == nil {
 		return
 	}
 	g, _ := s.endDriverCapture()
 	s.destroyGraph(g)
-	s.d.alloc.AbortCapture(s.id)
+	c.Abort()
 }
 
 func (s *stream) Capturing() bool { return s.cap != nil }

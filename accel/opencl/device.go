@@ -5,8 +5,10 @@ package opencl
 import (
 	_ "embed"
 	"fmt"
+	"maps"
 	"math"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -14,10 +16,6 @@ import (
 	"github.com/reprise-ml/reprise/accel"
 	"github.com/reprise-ml/reprise/accel/alloc"
 )
-
-// ExecBytesPerNode is the device memory an instantiated graph is charged per
-// recorded command, outside any pool: its kernel object and arguments.
-const ExecBytesPerNode = 1024
 
 // maxLocal is the work-group size every launch uses (less where the device or
 // a kernel allows less): one size per kernel, so a JIT compiler such as PoCL's
@@ -192,20 +190,23 @@ type cbFuncs struct {
 	release  uintptr
 }
 
+// deviceMemory is alloc.DeviceMemory under a name that keeps the embedded
+// field unexported.
+type deviceMemory = alloc.DeviceMemory
+
 // Device is one OpenCL device.
 type Device struct {
-	l        *lib
-	ref      devRef
-	sh       *shared
-	info     accel.DeviceInfo
-	capab    accel.Capability
-	capacity int64
-	maxAlloc int64
-	reserved atomic.Int64 // segments + executables
-	alloc    *alloc.Caching
-	cb       cbFuncs
-	qprops   uint64  // properties every queue is created with
-	aux      uintptr // queue for maps and command-buffer recording
+	*deviceMemory // MemInfo, Allocator, Caching, Alloc, Free, NewPool
+	l             *lib
+	ref           devRef
+	sh            *shared
+	info          accel.DeviceInfo
+	capab         accel.Capability
+	budget        *alloc.Budget // segments + executables
+	maxAlloc      int64
+	cb            cbFuncs
+	qprops        uint64  // properties every queue is created with
+	aux           uintptr // queue for maps and command-buffer recording
 	// noSubstitute: the driver refused to run a command buffer on another
 	// (compatible) queue than the one it was recorded on; replays then run
 	// on aux, ordered with the stream by events.
@@ -266,12 +267,12 @@ func Open(ordinal int, opts accel.Options) (*Device, error) {
 	if fp, err := l.deviceUint(r.device, clDeviceSingleFPConfig); err == nil && fp&clFPCorrectlyRoundedDivSqr != 0 {
 		buildOpts = "-cl-fp32-correctly-rounded-divide-sqrt"
 	}
-	d.capacity = int64(global)
+	capacity := int64(global)
 	if opts.MemoryLimit > 0 {
-		d.capacity = opts.MemoryLimit
+		capacity = opts.MemoryLimit
 	}
-	if d.capacity < alloc.SegmentSize {
-		return nil, fmt.Errorf("opencl: memory capacity %d is below one %d-byte segment", d.capacity, alloc.SegmentSize)
+	if d.budget, err = alloc.NewBudget("opencl", capacity); err != nil {
+		return nil, err
 	}
 	d.maxAlloc = int64(maxAlloc)
 	sh, err := getShared(l, r, buildOpts)
@@ -303,14 +304,14 @@ func Open(ordinal int, opts accel.Options) (*Device, error) {
 		PinnedMemory:  true,
 		GraphCapture:  graphs,
 		GraphUpdate:   graphs && hasExtension(ext, "cl_khr_command_buffer_mutable_dispatch"),
-		MemoryTotal:   d.capacity,
+		MemoryTotal:   capacity,
 		Deterministic: true,
 		ComputeUnits:  int(units),
 	}
 	if d.aux, err = d.newQueue(); err != nil {
 		return nil, err
 	}
-	d.alloc = alloc.New(source{d})
+	d.deviceMemory = alloc.NewDeviceMemory(d.budget, source{d}, d.check)
 	return d, nil
 }
 
@@ -342,32 +343,6 @@ func (d *Device) Info() accel.DeviceInfo { return d.info }
 // units), asked once at Open.
 func (d *Device) Capability() accel.Capability { return d.capab }
 
-// MemInfo is exact: the capacity less every segment and executable held.
-func (d *Device) MemInfo() accel.MemInfo {
-	return accel.MemInfo{Free: d.capacity - d.reserved.Load(), Total: d.capacity}
-}
-
-// Allocator is the device's caching allocator.
-func (d *Device) Allocator() accel.Allocator { return d.alloc }
-
-// Caching exposes the allocator's full interface (pools, Check).
-func (d *Device) Caching() *alloc.Caching { return d.alloc }
-
-// charge takes n bytes of the capacity, or fails with ErrOutOfMemory.
-func (d *Device) charge(n int64) error {
-	for {
-		r := d.reserved.Load()
-		if r+n > d.capacity {
-			return fmt.Errorf("opencl: %d bytes asked, %d of %d free: %w", n, d.capacity-r, d.capacity, accel.ErrOutOfMemory)
-		}
-		if d.reserved.CompareAndSwap(r, r+n) {
-			return nil
-		}
-	}
-}
-
-func (d *Device) uncharge(n int64) { d.reserved.Add(-n) }
-
 func (d *Device) check() error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -375,25 +350,6 @@ func (d *Device) check() error {
 		return fmt.Errorf("opencl: device: %w", accel.ErrClosed)
 	}
 	return nil
-}
-
-// Alloc allocates from the default pool, not tied to a stream.
-func (d *Device) Alloc(n int64) (accel.Buffer, error) {
-	if err := d.check(); err != nil {
-		return accel.Buffer{}, err
-	}
-	return d.alloc.Alloc(0, n)
-}
-
-// Free returns a buffer from Alloc.
-func (d *Device) Free(b accel.Buffer) error { return d.alloc.Free(b) }
-
-// NewPool makes a graph pool.
-func (d *Device) NewPool() (accel.Pool, error) {
-	if err := d.check(); err != nil {
-		return nil, err
-	}
-	return d.alloc.NewPool(), nil
 }
 
 // NewEvent makes an event.
@@ -407,10 +363,7 @@ func (d *Device) NewEvent() (accel.Event, error) {
 // Synchronize waits for every stream.
 func (d *Device) Synchronize() error {
 	d.mu.Lock()
-	ss := make([]*stream, 0, len(d.streams))
-	for s := range d.streams {
-		ss = append(ss, s)
-	}
+	ss := slices.Collect(maps.Keys(d.streams))
 	d.mu.Unlock()
 	var first error
 	for _, s := range ss {
@@ -430,10 +383,7 @@ func (d *Device) Close() error {
 		return nil
 	}
 	d.closed = true
-	ss := make([]*stream, 0, len(d.streams))
-	for s := range d.streams {
-		ss = append(ss, s)
-	}
+	ss := slices.Collect(maps.Keys(d.streams))
 	d.mu.Unlock()
 	var first error
 	for _, s := range ss {
@@ -447,7 +397,7 @@ func (d *Device) Close() error {
 	d.mu.Lock()
 	for m := range d.segs {
 		call(d.l.releaseMemObject, m.h)
-		d.uncharge(m.size)
+		d.budget.Uncharge(m.size)
 		m.h = 0
 	}
 	clear(d.segs)

@@ -106,3 +106,9 @@
 // buffer into individual commands at each enqueue, so a replay costs about
 // what eager launches cost: on PoCL graphs are for conformance, not speed.
 package opencl
+
+// ExecBytesPerNode is the device memory an instantiated graph is charged per
+// recorded command, outside any pool: its kernel object and arguments. (It
+// is declared here, without build constraints, so that tests name it on
+// every platform.)
+const ExecBytesPerNode = 1024

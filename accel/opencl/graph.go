@@ -43,7 +43,7 @@ func (g *graph) Nodes() int                { return len(g.nodes) }
 func (g *graph) Memory() accel.GraphMemory { return g.mem }
 
 func (g *graph) Destroy() {
-	g.once.Do(func() { g.d.alloc.GraphDestroyed(g.pool) })
+	g.once.Do(func() { g.d.Caching().GraphDestroyed(g.pool) })
 }
 
 // launches resolves nodes to kernel launches, a child executable's inlined.
@@ -225,34 +225,23 @@ func (g *graph) Instantiate() (accel.Exec, error) {
 		return nil, err
 	}
 	bytes := int64(len(g.nodes)) * ExecBytesPerNode
-	if err := g.d.charge(bytes); err != nil {
+	if err := g.d.budget.Charge(bytes); err != nil {
 		return nil, fmt.Errorf("opencl: instantiate a %d-node graph: %w", len(g.nodes), err)
 	}
 	r, err := g.d.record(g.nodes)
 	if err != nil {
-		g.d.uncharge(bytes)
+		g.d.budget.Uncharge(bytes)
 		return nil, fmt.Errorf("opencl: instantiate a %d-node graph: %w", len(g.nodes), err)
 	}
-	return &exec{d: g.d, sig: signature(g.nodes), bytes: bytes, cur: r}, nil
+	return &exec{d: g.d, sig: accel.Topology(g.nodes, (*node).sig), bytes: bytes, cur: r}, nil
 }
 
-// sig is what must not change for an update: each node's kind and op.
-type sig struct {
-	kind nodeKind
-	op   accel.Op
-}
-
-func signature(ns []node) []sig {
-	s := make([]sig, len(ns))
-	for i := range ns {
-		s[i] = sig{ns[i].kind, ns[i].call.Op}
-	}
-	return s
-}
+// sig is what must not change for an update: the node's kind and op.
+func (n *node) sig() accel.NodeSig { return accel.NodeSig{Kind: uint8(n.kind), Op: n.call.Op} }
 
 type exec struct {
 	d     *Device
-	sig   []sig
+	sig   []accel.NodeSig
 	bytes int64
 
 	mu  sync.RWMutex // Launch reads cur; Update and Destroy replace it
@@ -274,7 +263,7 @@ func (e *exec) Launch(s accel.Stream) error {
 		return fmt.Errorf("opencl: launch of a destroyed executable: %w", accel.ErrInvalidArgument)
 	}
 	if st.cap != nil {
-		st.cap.nodes = append(st.cap.nodes, node{kind: nodeExec, child: e})
+		st.cap.Nodes = append(st.cap.Nodes, node{kind: nodeExec, child: e})
 		return nil
 	}
 	if r.cb == 0 || len(r.kernels) == 0 {
@@ -361,14 +350,8 @@ func (e *exec) Update(g accel.Graph) error {
 	if !ok || gg.d != e.d {
 		return fmt.Errorf("opencl: update from a graph of another device: %w", accel.ErrInvalidArgument)
 	}
-	ns := signature(gg.nodes)
-	if len(ns) != len(e.sig) {
-		return fmt.Errorf("opencl: update: %d nodes, executable has %d: %w", len(ns), len(e.sig), accel.ErrTopologyChanged)
-	}
-	for i := range ns {
-		if ns[i] != e.sig[i] {
-			return fmt.Errorf("opencl: update: node %d is %v, executable's is %v: %w", i, ns[i].op, e.sig[i].op, accel.ErrTopologyChanged)
-		}
+	if err := accel.CheckTopology(accel.Topology(gg.nodes, (*node).sig), e.sig); err != nil {
+		return fmt.Errorf("opencl: update: %w", err)
 	}
 	r, err := e.d.record(gg.nodes)
 	if err != nil {
@@ -394,6 +377,6 @@ func (e *exec) Destroy() {
 	e.mu.Unlock()
 	if r != nil {
 		e.d.release(r)
-		e.d.uncharge(e.bytes)
+		e.d.budget.Uncharge(e.bytes)
 	}
 }

@@ -30,13 +30,13 @@ func (s source) AllocSegment(n int64) (accel.Memory, error) {
 	if n > d.maxAlloc {
 		return nil, fmt.Errorf("opencl: a %d-byte segment exceeds the device's largest allocation (%d bytes): %w", n, d.maxAlloc, accel.ErrOutOfMemory)
 	}
-	if err := d.charge(n); err != nil {
+	if err := d.budget.Charge(n); err != nil {
 		return nil, err
 	}
 	var code int32
 	h := call(d.l.createBuffer, d.sh.ctx, clMemReadWrite, uintptr(n), 0, uintptr(unsafe.Pointer(&code)))
 	if err := check("clCreateBuffer", code); err != nil {
-		d.uncharge(n)
+		d.budget.Uncharge(n)
 		return nil, fmt.Errorf("opencl: %d-byte segment: %w", n, err)
 	}
 	m := &clMem{d: d, h: h, size: n}
@@ -57,7 +57,7 @@ func (s source) FreeSegment(m accel.Memory) {
 	d.mu.Unlock()
 	if live {
 		call(d.l.releaseMemObject, cm.h)
-		d.uncharge(cm.size)
+		d.budget.Uncharge(cm.size)
 	}
 }
 

@@ -3,6 +3,7 @@ package opencl_test
 import (
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/reprise-ml/reprise/accel"
@@ -16,7 +17,7 @@ type pair struct {
 }
 
 func newPair(t *testing.T) *pair {
-	return &pair{t: t, ocl: open(t), cpu: acceltest.Open(t, "cpu", accel.Options{})}
+	return &pair{t: t, ocl: open(t), cpu: acceltest.OpenCPU(t)}
 }
 
 type twin struct{ o, c accel.Tensor }
@@ -30,18 +31,7 @@ func (p *pair) i32(v []int32, rows, cols int) twin {
 }
 
 func (p *pair) bf16(v []float32, rows, cols int) twin {
-	bits, _ := bf16Bits(v)
-	up := func(e *acceltest.Env) accel.Tensor {
-		buf, err := e.Dev.Alloc(int64(len(bits)))
-		if err != nil {
-			p.t.Fatal(err)
-		}
-		if err := accel.Upload(e.S, buf, bits); err != nil {
-			p.t.Fatal(err)
-		}
-		return accel.Tensor{Buf: buf, DType: accel.BF16, Rows: rows, Cols: cols}
-	}
-	return twin{up(p.ocl), up(p.cpu)}
+	return twin{p.ocl.BF16(v, rows, cols), p.cpu.BF16(v, rows, cols)}
 }
 
 func (p *pair) zeros(dt accel.DType, rows, cols int) twin {
@@ -75,14 +65,14 @@ func TestCPUParity(t *testing.T) {
 	bitwise := func(name string, x twin) {
 		t.Helper()
 		o, c := p.readF32(x)
-		if err := sameBits(o, c); err != nil {
+		if err := acceltest.SameBits(o, c); err != nil {
 			t.Errorf("%s against the CPU device: %v", name, err)
 		}
 	}
 	close := func(name string, x twin, tol float64) {
 		t.Helper()
 		o, c := p.readF32(x)
-		if err := sameBits(o, c); err != nil {
+		if err := acceltest.SameBits(o, c); err != nil {
 			t.Logf("%s: not bitwise: %v", name, err)
 		}
 		if err := acceltest.Close(o, c, tol); err != nil {
@@ -134,7 +124,7 @@ func TestCPUParity(t *testing.T) {
 		l.FillF32(s(ff), float32(math.Inf(-1)))
 	})
 	fo, fc := p.readI32(fi)
-	if !equalI32(fo, fc) {
+	if !slices.Equal(fo, fc) {
 		t.Errorf("fill i32: %v, CPU %v", fo, fc)
 	}
 	bitwise("fill f32", ff)
@@ -179,25 +169,13 @@ func TestCPUParity(t *testing.T) {
 	am := p.zeros(accel.I32, 1, 4)
 	p.run(func(l *accel.Launcher, s func(twin) accel.Tensor) { l.Argmax(s(am), s(lg)) })
 	ao, ac := p.readI32(am)
-	if !equalI32(ao, ac) {
+	if !slices.Equal(ao, ac) {
 		t.Errorf("argmax %v, CPU %v", ao, ac)
 	}
 }
 
 // i32x uploads a vector.
 func (p *pair) i32x(v []int32) twin { return p.i32(v, 1, len(v)) }
-
-func equalI32(a, b []int32) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}
 
 // Without top-k and top-p, a draw walks the distribution in index order on
 // both devices: the same (logits, seed, offset) picks the same token but
@@ -217,7 +195,7 @@ func TestSampleMatchesCPU(t *testing.T) {
 		for i := range offs {
 			offs[i] = off + int32(i)
 		}
-		tt, tk, tp := p.f32(temps, 1, R), p.i32x(make([]int32, R)), p.f32(ones(R), 1, R)
+		tt, tk, tp := p.f32(temps, 1, R), p.i32x(make([]int32, R)), p.f32(acceltest.Ones(R), 1, R)
 		sd, of := p.i32(seeds, R, 2), p.i32x(offs)
 		return accel.SampleParams{Temperature: tt.o, TopK: tk.o, TopP: tp.o, Seed: sd.o, Offset: of.o},
 			accel.SampleParams{Temperature: tt.c, TopK: tk.c, TopP: tp.c, Seed: sd.c, Offset: of.c}
@@ -245,12 +223,4 @@ func TestSampleMatchesCPU(t *testing.T) {
 		t.Errorf("%d of %d draws agree with the CPU device", same, total)
 	}
 	t.Logf("%d of %d draws agree with the CPU device", same, total)
-}
-
-func ones(n int) []float32 {
-	v := make([]float32, n)
-	for i := range v {
-		v[i] = 1
-	}
-	return v
 }

@@ -24,7 +24,7 @@ func TestSampleTopKTopP(t *testing.T) {
 	topp := []float32{1, 0.6, 0.8}
 	want := make([]map[int]float64, 3)
 	for row := 0; row < 3; row++ {
-		want[row] = candidates(lv[row*V:(row+1)*V], temps[row], int(topk[row]), topp[row])
+		want[row] = acceltest.SampleCandidates(lv[row*V:(row+1)*V], temps[row], int(topk[row]), topp[row])
 	}
 	logits := e.F32(lv, 3, V)
 	sv := make([]int32, 6)
@@ -93,60 +93,6 @@ func TestSampleTopKTopP(t *testing.T) {
 			t.Errorf("row %d: %d alone, %d in a batch", row, alone[row], inBatch[row])
 		}
 	}
-}
-
-// candidates is the float64 reference of OpSample's candidate set: the top-k
-// by logit (ties to the lower index), then the smallest leading set whose
-// probability reaches top-p, with the renormalised probabilities.
-func candidates(row []float32, t float32, k int, topP float32) map[int]float64 {
-	v := len(row)
-	p := make([]float64, v)
-	m := math.Inf(-1)
-	for _, x := range row {
-		m = math.Max(m, float64(x)/float64(t))
-	}
-	var sum float64
-	for i, x := range row {
-		p[i] = math.Exp(float64(x)/float64(t) - m)
-		sum += p[i]
-	}
-	idx := make([]int, v)
-	for i := range idx {
-		idx[i] = i
-		p[i] /= sum
-	}
-	slices.SortStableFunc(idx, func(a, b int) int {
-		if row[a] > row[b] {
-			return -1
-		}
-		if row[a] < row[b] {
-			return 1
-		}
-		return 0
-	})
-	n := v
-	if k > 0 && k < v {
-		n = k
-	}
-	if topP > 0 && topP < 1 {
-		var cum float64
-		for i := 0; i < n; i++ {
-			cum += p[idx[i]]
-			if cum >= float64(topP) {
-				n = i + 1
-				break
-			}
-		}
-	}
-	out := map[int]float64{}
-	var tot float64
-	for _, i := range idx[:n] {
-		tot += p[i]
-	}
-	for _, i := range idx[:n] {
-		out[i] = p[i] / tot
-	}
-	return out
 }
 
 func keys(m map[int]float64) []int {

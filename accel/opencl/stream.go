@@ -23,13 +23,7 @@ type stream struct {
 	closed  bool
 
 	// capture state; touched only by the host goroutine that owns the stream
-	cap *captureState
-}
-
-type captureState struct {
-	pool  *alloc.Pool
-	nodes []node
-	err   error
+	cap *alloc.Capture[node]
 }
 
 // NewStream makes a stream with its own command queue.
@@ -83,11 +77,7 @@ func (s *stream) enqueue(kl *klaunch) error {
 
 // invalidate fails the running capture.
 func (s *stream) invalidate(what string) error {
-	err := fmt.Errorf("opencl: stream %d: %s while capturing: %w", s.id, what, accel.ErrCaptureInvalidated)
-	if s.cap.err == nil {
-		s.cap.err = err
-	}
-	return err
+	return s.cap.Invalidate(fmt.Errorf("opencl: stream %d: %s while capturing: %w", s.id, what, accel.ErrCaptureInvalidated))
 }
 
 func (s *stream) Launch(c *accel.Call) error {
@@ -104,7 +94,7 @@ func (s *stream) Launch(c *accel.Call) error {
 		return err
 	}
 	if s.cap != nil {
-		s.cap.nodes = append(s.cap.nodes, node{kind: nodeKernel, call: *c})
+		s.cap.Nodes = append(s.cap.Nodes, node{kind: nodeKernel, call: *c})
 		return nil
 	}
 	return s.enqueue(kl)
@@ -117,7 +107,7 @@ func (s *stream) Copy(dst, src accel.Buffer) error {
 		return fmt.Errorf("opencl: copy %v <- %v: %w", dst, src, accel.ErrInvalidArgument)
 	}
 	if s.cap != nil {
-		s.cap.nodes = append(s.cap.nodes, node{kind: nodeCopy, dst: dst, src: src})
+		s.cap.Nodes = append(s.cap.Nodes, node{kind: nodeCopy, dst: dst, src: src})
 		return nil
 	}
 	if dst.Len() == 0 {
@@ -144,7 +134,7 @@ func (s *stream) CopyHtoD(dst accel.Buffer, src accel.HostBuffer) error {
 		return fmt.Errorf("opencl: copy %v <- host(%d bytes): %w", dst, src.Len(), accel.ErrInvalidArgument)
 	}
 	if s.cap != nil {
-		s.cap.nodes = append(s.cap.nodes, node{kind: nodeCopy, dst: dst, hsrc: src})
+		s.cap.Nodes = append(s.cap.Nodes, node{kind: nodeCopy, dst: dst, hsrc: src})
 		return nil
 	}
 	if dst.Len() == 0 {
@@ -245,29 +235,26 @@ func (s *stream) Alloc(n int64) (accel.Buffer, error) {
 	if err := s.d.check(); err != nil {
 		return accel.Buffer{}, err
 	}
-	return s.d.alloc.Alloc(s.id, n)
+	return s.d.Caching().Alloc(s.id, n)
 }
 
 // Free returns a block in stream order: the allocator reuses it at once for
 // this stream's later allocations, which the in-order queue runs after
 // everything enqueued so far.
-func (s *stream) Free(b accel.Buffer) error { return s.d.alloc.Free(b) }
+func (s *stream) Free(b accel.Buffer) error { return s.d.Caching().Free(b) }
 
 func (s *stream) BeginCapture(p accel.Pool) error {
 	if !s.d.capab.GraphCapture {
 		return fmt.Errorf("opencl: %s does not offer cl_khr_command_buffer: %w", s.d.info.Name, accel.ErrUnsupported)
 	}
-	pool, ok := p.(*alloc.Pool)
-	if !ok {
-		return fmt.Errorf("opencl: capture: not a pool of this device: %w", accel.ErrInvalidArgument)
-	}
 	if s.cap != nil {
 		return fmt.Errorf("opencl: stream %d: %w", s.id, accel.ErrAlreadyCapturing)
 	}
-	if err := s.d.alloc.BeginCapture(s.id, pool); err != nil {
-		return err
+	c, err := alloc.StartCapture[node](s.d.Caching(), s.id, p)
+	if err != nil {
+		return fmt.Errorf("opencl: stream %d: %w", s.id, err)
 	}
-	s.cap = &captureState{pool: pool}
+	s.cap = c
 	return nil
 }
 
@@ -276,25 +263,19 @@ func (s *stream) EndCapture() (accel.Graph, error) {
 	if c == nil {
 		return nil, fmt.Errorf("opencl: stream %d: %w", s.id, accel.ErrNotCapturing)
 	}
-	if c.err != nil {
-		s.AbortCapture()
-		return nil, c.err
-	}
 	s.cap = nil
-	res, err := s.d.alloc.EndCapture(s.id)
+	mem, err := c.End()
 	if err != nil {
 		return nil, err
 	}
-	s.d.alloc.GraphCreated(c.pool)
-	return &graph{d: s.d, pool: c.pool, nodes: c.nodes, mem: res.Memory}, nil
+	return &graph{d: s.d, pool: c.Pool, nodes: c.Nodes, mem: mem}, nil
 }
 
 func (s *stream) AbortCapture() {
-	if s.cap == nil {
-		return
+	if c := s.cap; c != nil {
+		s.cap = nil
+		c.Abort()
 	}
-	s.cap = nil
-	s.d.alloc.AbortCapture(s.id)
 }
 
 func (s *stream) Capturing() bool { return s.cap != nil }

@@ -7,13 +7,12 @@ import (
 	"io"
 	"math"
 	"os"
-	"runtime"
 	"runtime/pprof"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
+	"github.com/reprise-ml/reprise/accel/cpu"
 	"github.com/reprise-ml/reprise/engine"
 	"github.com/reprise-ml/reprise/model/llama"
 )
@@ -30,7 +29,8 @@ type BenchReport struct {
 	Weights     string `json:"weights"`      // f32 or bf16
 	Device      string `json:"device"`       // device the steps ran on
 	// MemoryBandwidth is the host memory read bandwidth the bench measured
-	// (bytes/s), summing a 256 MiB array on every core.
+	// (bytes/s) with cpu.ReadBandwidth, summing a 256 MiB array on every
+	// core.
 	MemoryBandwidth float64    `json:"memory_read_bytes_per_s"`
 	Rows            []BenchRow `json:"rows"`
 	// Prefill is the prefill latency of one prompt per length, eager and
@@ -130,7 +130,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	info := m.Info()
 	rep := BenchReport{Model: info.Name, Params: info.Params, WeightBytes: info.WeightBytes, Weights: df.weights,
 		Device: dev.Info().String(), Capture: BenchCapture{Seconds: time.Since(t0).Seconds(), Buckets: len(e.Runner().Buckets())}}
-	rep.MemoryBandwidth = memoryBandwidth()
+	// The roofline compares the weights' read rate with the host's memory
+	// bandwidth, whatever the device: cpu.ReadBandwidth measures the host's.
+	rep.MemoryBandwidth = cpu.ReadBandwidth(0)
 	for _, bs := range sizes {
 		row := BenchRow{BatchSize: bs}
 		ea, err := e.BenchDecode(ctx, bs, *warmup, *steps, *maxTime, true)
@@ -400,39 +402,4 @@ func printBench(w io.Writer, r BenchReport) {
 	if rf := r.Roofline; rf != nil {
 		fmt.Fprintf(w, "\nbatch 1 replayed: weights read at %.2f GB/s, %.0f%% of the measured bandwidth\n", rf.WeightBytesPerS/1e9, 100*rf.Fraction)
 	}
-}
-
-// memoryBandwidth measures host memory read bandwidth: the best of three
-// sums of a 256 MiB array split over every core.
-func memoryBandwidth() float64 {
-	const n = 64 << 20 // float32s: 256 MiB
-	a := make([]float32, n)
-	for i := range a {
-		a[i] = float32(i & 7)
-	}
-	workers := runtime.GOMAXPROCS(0)
-	best := 0.0
-	sink := make([]float32, workers)
-	for rep := 0; rep < 3; rep++ {
-		var wg sync.WaitGroup
-		t0 := time.Now()
-		for w := 0; w < workers; w++ {
-			wg.Add(1)
-			go func(w int) {
-				defer wg.Done()
-				part := a[n*w/workers : n*(w+1)/workers]
-				var s0, s1, s2, s3 float32
-				for i := 0; i+4 <= len(part); i += 4 {
-					s0 += part[i]
-					s1 += part[i+1]
-					s2 += part[i+2]
-					s3 += part[i+3]
-				}
-				sink[w] = s0 + s1 + s2 + s3
-			}(w)
-		}
-		wg.Wait()
-		best = max(best, float64(4*n)/time.Since(t0).Seconds())
-	}
-	return best
 }
