@@ -1,6 +1,3 @@
-// Command reprise runs models with captured accelerator graphs: it lists
-// devices, generates text, benchmarks, plans captures and serves an
-// OpenAI-compatible API. Run "reprise help" for the commands.
 package main
 
 import (
