@@ -247,7 +247,7 @@ func New(dev accel.Device, m Model, opts Options) (*Engine, error) {
 				return nil, err
 			}
 			rr := &regionRun{reg: reg, sr: sr}
-			rr.node = &regionNode{e: e, rr: rr, prepared: map[graph.SlotKey]*Step{}}
+			rr.node = &regionNode{e: e, rr: rr}
 			e.regions[reg.Label] = rr
 		}
 	}

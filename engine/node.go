@@ -15,13 +15,67 @@ type node struct {
 	model  Model
 	sr     *StepRunner
 	stager *accel.Stager
-
-	mu       sync.Mutex
-	prepared map[graph.SlotKey]*Step // the step last prepared on each slot
+	slots  slotSteps
 }
 
 func newNode(e *Engine, m Model, sr *StepRunner, st *accel.Stager) *node {
-	return &node{e: e, model: m, sr: sr, stager: st, prepared: map[graph.SlotKey]*Step{}}
+	return &node{e: e, model: m, sr: sr, stager: st}
+}
+
+// slotSteps remembers the step last prepared on each graph slot: the step a
+// capture's forward (and its warm-ups) reads its plans from. The whole-step
+// node and every region node keep one.
+type slotSteps struct {
+	mu sync.Mutex
+	m  map[graph.SlotKey]*Step
+}
+
+// prepare admits and plans step through sr and, on a lease, remembers it for
+// the lease's slot. A lease for other key info, or fewer rows than the step,
+// is ErrLeaseMismatch.
+func (p *slotSteps) prepare(sr *StepRunner, s accel.Stream, st *accel.Stager, step *Step) error {
+	if l := step.Lease; l != nil && (l.Bucket.Key != step.Key || len(step.Rows) > l.Bucket.BatchSize) {
+		return fmt.Errorf("engine: step %s key %q with %d rows on lease %v: %w",
+			step.Walk, step.Key, len(step.Rows), l.Bucket, ErrLeaseMismatch)
+	}
+	if err := sr.Admit(step); err != nil {
+		return err
+	}
+	if err := sr.Plan(s, st, step); err != nil {
+		sr.Abort(step)
+		return err
+	}
+	if step.Lease != nil {
+		p.mu.Lock()
+		if p.m == nil {
+			p.m = map[graph.SlotKey]*Step{}
+		}
+		p.m[step.Lease.SlotKey("")] = step
+		p.mu.Unlock()
+	}
+	return nil
+}
+
+// get returns the step last prepared on the lease's slot.
+func (p *slotSteps) get(lease *graph.Lease) (*Step, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	step := p.m[lease.SlotKey("")]
+	if step == nil {
+		return nil, fmt.Errorf("engine: forward on %v slot %d, never prepared", lease.Bucket, lease.Slot)
+	}
+	return step, nil
+}
+
+// notAdmitted marks an admission refusal during a capture as backpressure
+// (graph.ErrNotAdmitted): the resources are busy with real requests, and
+// the capture is tried again later rather than dropped.
+func notAdmitted(err error) error {
+	var ae *AdmitError
+	if errors.As(err, &ae) {
+		return fmt.Errorf("%w: %w", graph.ErrNotAdmitted, err)
+	}
+	return err
 }
 
 func (n *node) DoubleBuffer() bool                             { return n.sr.DoubleBuffer() }
@@ -47,12 +101,7 @@ func (n *node) Prepare(s accel.Stream, lease *graph.Lease, rows []graph.Row) (gr
 	}
 	step := NewStep(lease.Bucket.Walk, lease.Bucket.Key, rows, real, lease)
 	if err := n.prepare(s, step); err != nil {
-		var ae *AdmitError
-		if errors.As(err, &ae) {
-			// The cache is busy with real requests: try again later.
-			return nil, fmt.Errorf("%w: %w", graph.ErrNotAdmitted, err)
-		}
-		return nil, err
+		return nil, notAdmitted(err)
 	}
 	return n.model.Preprocess(step), nil
 }
@@ -63,32 +112,14 @@ var ErrLeaseMismatch = errors.New("lease does not match the step")
 
 // prepare admits and plans step, remembering it for its lease's slot.
 func (n *node) prepare(s accel.Stream, step *Step) error {
-	if l := step.Lease; l != nil && (l.Bucket.Key != step.Key || len(step.Rows) > l.Bucket.BatchSize) {
-		return fmt.Errorf("engine: step %s key %q with %d rows on lease %v: %w",
-			step.Walk, step.Key, len(step.Rows), l.Bucket, ErrLeaseMismatch)
-	}
-	if err := n.sr.Admit(step); err != nil {
-		return err
-	}
-	if err := n.sr.Plan(s, n.stager, step); err != nil {
-		n.sr.Abort(step)
-		return err
-	}
-	if step.Lease != nil {
-		n.mu.Lock()
-		n.prepared[step.Lease.SlotKey("")] = step
-		n.mu.Unlock()
-	}
-	return nil
+	return n.slots.prepare(n.sr, s, n.stager, step)
 }
 
 // Forward runs the model on the step last prepared on the lease's slot.
 func (n *node) Forward(l *accel.Launcher, lease *graph.Lease, in map[string]accel.Tensor) (map[string]accel.Tensor, error) {
-	n.mu.Lock()
-	step := n.prepared[lease.SlotKey("")]
-	n.mu.Unlock()
-	if step == nil {
-		return nil, fmt.Errorf("engine: forward on %v slot %d, never prepared", lease.Bucket, lease.Slot)
+	step, err := n.slots.get(lease)
+	if err != nil {
+		return nil, err
 	}
 	return n.model.Forward(l, n.e.batch(step, in))
 }

@@ -40,6 +40,7 @@ type PoolReport struct {
 
 	runner  *graph.Runner
 	planned map[graph.BucketKey]bool
+	key     string // the plan cache key of the pool's costs
 }
 
 // Buckets is the number of buckets costed.
@@ -84,10 +85,9 @@ func (e *Engine) plan(ctx context.Context, pools []pool) (*PlanReport, error) {
 	costs := map[string]map[graph.BucketKey]graph.CaptureCost{}
 	budget := e.planBudget()
 	for _, p := range pools {
-		pr := PoolReport{Name: p.name, runner: p.runner}
-		key := e.planKey(p.runner)
-		pr.CacheFile = e.planCacheFile(key)
-		c, ok := loadPlanCache(pr.CacheFile, key)
+		pr := PoolReport{Name: p.name, runner: p.runner, key: e.planKey(p.runner)}
+		pr.CacheFile = e.planCacheFile(pr.key)
+		c, ok := loadPlanCache(pr.CacheFile, pr.key)
 		if ok {
 			pr.FromCache = true
 			e.log.Info("capture costs from the plan cache", "pool", p.name, "file", pr.CacheFile)
@@ -121,10 +121,9 @@ func (e *Engine) plan(ctx context.Context, pools []pool) (*PlanReport, error) {
 		if sized.Resized {
 			costs[p.name], resized = sized.Costs, true
 		}
-		if !rep.Pools[i].FromCache || sized.Resized {
-			key := e.planKey(p.runner)
-			if err := savePlanCache(e.planCacheFile(key), key, costs[p.name]); err != nil {
-				e.log.Warn("plan cache not written", "file", e.planCacheFile(key), "err", err)
+		if pr := &rep.Pools[i]; !pr.FromCache || sized.Resized {
+			if err := savePlanCache(pr.CacheFile, pr.key, costs[p.name]); err != nil {
+				e.log.Warn("plan cache not written", "file", pr.CacheFile, "err", err)
 			}
 		}
 	}

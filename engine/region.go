@@ -2,7 +2,6 @@ package engine
 
 import (
 	"fmt"
-	"sync"
 
 	"github.com/reprise-ml/reprise/accel"
 	"github.com/reprise-ml/reprise/graph"
@@ -24,8 +23,7 @@ type regionNode struct {
 	e  *Engine
 	rr *regionRun
 
-	mu       sync.Mutex
-	prepared map[graph.SlotKey]*Step
+	slots slotSteps
 }
 
 func (n *regionNode) DoubleBuffer() bool {
@@ -53,25 +51,16 @@ func (n *regionNode) ResetPadding(ids []int64, free bool) error { return n.e.sr.
 
 func (n *regionNode) Prepare(s accel.Stream, lease *graph.Lease, rows []graph.Row) (graph.Inputs, error) {
 	step := NewStep(lease.Bucket.Walk, lease.Bucket.Key, rows, 0, lease)
-	if err := n.rr.sr.Admit(step); err != nil {
-		return nil, fmt.Errorf("%w: %w", graph.ErrNotAdmitted, err)
+	if err := n.slots.prepare(n.rr.sr, s, n.e.stager, step); err != nil {
+		return nil, notAdmitted(err)
 	}
-	if err := n.rr.sr.Plan(s, n.e.stager, step); err != nil {
-		n.rr.sr.Abort(step)
-		return nil, err
-	}
-	n.mu.Lock()
-	n.prepared[lease.SlotKey("")] = step
-	n.mu.Unlock()
 	return n.rr.reg.Inputs(step), nil
 }
 
 func (n *regionNode) Forward(l *accel.Launcher, lease *graph.Lease, in map[string]accel.Tensor) (map[string]accel.Tensor, error) {
-	n.mu.Lock()
-	step := n.prepared[lease.SlotKey("")]
-	n.mu.Unlock()
-	if step == nil {
-		return nil, fmt.Errorf("engine: region %s on %v, never prepared", n.rr.reg.Label, lease.Bucket)
+	step, err := n.slots.get(lease)
+	if err != nil {
+		return nil, fmt.Errorf("region %s: %w", n.rr.reg.Label, err)
 	}
 	rm := n.e.model.(RegionModel)
 	return rm.RegionForward(l, n.rr.reg.Label, n.e.batch(step, in))
