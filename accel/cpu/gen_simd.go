@@ -262,16 +262,17 @@ func expCode(s string) string {
 }
 
 func genExp(p func(string, ...any)) {
-	p(`// vExpShift sets x[i] = exp32(x[i] - m) for the lanes it is sure of,
-// sixteen at a time (the last group masked), and leaves the others as they
-// were, reporting them in flags (bit j of flags[g]: element 16g+j). It
-// returns whether any was left.
+	p(`// vExpShift sets x[i] = exp32(x[i] - m[i%%16]) for the lanes it is sure
+// of, sixteen at a time (the last group masked), and leaves the others as
+// they were, reporting them in flags (bit j of flags[g]: element 16g+j). It
+// returns whether any was left. m is a pattern of sixteen shifts: one value
+// for a plain softmax row, one per head for rows that interleave heads.
 //
 //go:noinline
 //go:norace
 //go:nocheckptr
-func vExpShift(x []float32, m float32, flags *[expBlock / 16]uint16) bool {
-	mv := archsimd.BroadcastFloat32x16(m)
+func vExpShift(x []float32, m *[16]float32, flags *[expBlock / 16]uint16) bool {
+	mv := archsimd.LoadFloat32x16(m)
 	var any uint16
 	for g := 0; 16*g < len(x); g++ {
 		valid := uint16(0xffff)

@@ -641,7 +641,9 @@ func unitsAttention(c *rcall) (int, int) {
 // side), the softmax sums in position order, and each output element sums
 // its weighted values in position order (vectorised across the head's
 // elements, which are independent chains). A token's cache rows are looked
-// up once for all the heads of the piece.
+// up once for all the heads of the piece. Eight-wide heads in pairs per KV
+// head (stories260K) take the vector kernels' attn8 path instead, which lays
+// its vectors across heads and positions (attn8_amd64.go) for the same bits.
 //
 //go:norace
 func runAttention(c *rcall, lo, hi int, k *kctx) {
@@ -682,16 +684,25 @@ func runAttention(c *rcall, lo, hi int, k *kctx) {
 			continue
 		}
 		nhp := h1 - h0
-		if cap(k.att) < nhp*n || cap(k.offs) < n {
-			k.att = make([]float32, 0, max(nhp*n, 1024))
+		if cap(k.offs) < n {
 			k.offs = make([]int, 0, max(n, 1024))
 		}
-		S, offs := k.att[:nhp*n], k.offs[:n]
+		offs := k.offs[:n]
 		hi := 0 // the largest offset, for the vector kernels' one bounds check
-		for p := range offs {
-			offs[p] = (int(pt[p/page])*page + p%page) * kvd
-			hi = max(hi, offs[p])
+		for p, pg := 0, 0; p < n; pg++ {
+			base := int(pt[pg]) * page
+			for j := 0; j < page && p < n; j, p = j+1, p+1 {
+				offs[p] = (base + j) * kvd
+			}
+			hi = max(hi, offs[p-1])
 		}
+		if vk != nil && vk.attn8 != nil && vk.attn8(orow, q[t*nh*hd:(t+1)*nh*hd], kc, vc, offs, hi, h0, h1, group, hd, scale, k) {
+			continue
+		}
+		if cap(k.att) < nhp*n {
+			k.att = make([]float32, 0, max(nhp*n, 1024))
+		}
+		S := k.att[:nhp*n]
 		for h := h0; h < h1; h++ {
 			koff := (h / group) * hd
 			scoresHead(S[(h-h0)*n:(h-h0+1)*n], q[t*nh*hd+h*hd:t*nh*hd+(h+1)*hd], kc[koff:], offs, hi, scale, vk, k)

@@ -62,6 +62,10 @@ type vecOps struct {
 	// av adds att[p] * vc[offs[p]:][:len(dst)] to dst for every p in order
 	// (len(dst) a multiple of 8; maxOff the largest of offs).
 	av func(dst, vc []float32, offs []int, maxOff int, att []float32)
+	// attn8 is one token's attention for the heads [h0,h1) where the head
+	// layout suits it (attn8_amd64.go), false where it does not and nothing
+	// was written.
+	attn8 func(orow, qrow, kc, vc []float32, offs []int, maxOff, h0, h1, group, hd int, scale float32, k *kctx) bool
 	// sum adds x up in no particular order (bandwidth probe only).
 	sum func(x []float32) float32
 	// max is the maximum of x, false where x is empty or holds a NaN.

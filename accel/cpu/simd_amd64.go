@@ -33,6 +33,7 @@ func avx512Ops() *vecOps {
 		silu:     vSiLUGo,
 		scores:   vScoresGo,
 		av:       vAttnAVGo,
+		attn8:    attn8Go,
 		sum:      vSumGo,
 		max:      vMaxGo,
 		rowSums4: vRowSums4Go,
@@ -152,15 +153,24 @@ func newExpConsts() (t expConsts) {
 const expBlock = 512
 
 func vExpShiftGo(x []float32, m float32) {
+	var mp [16]float32
+	for i := range mp {
+		mp[i] = m
+	}
+	vExpShiftPattern(x, &mp)
+}
+
+// vExpShiftPattern sets x[i] = exp32(x[i] - m[i%16]): the vector kernel,
+// then the scalar exponential for the lanes it was unsure of.
+func vExpShiftPattern(x []float32, m *[16]float32) {
 	var flags [expBlock / 16]uint16
-	for len(x) > 0 {
-		blk := x[:min(len(x), expBlock)]
-		x = x[len(blk):]
+	for base := 0; base < len(x); base += expBlock {
+		blk := x[base:min(len(x), base+expBlock)]
 		if vExpShift(blk, m, &flags) {
 			for g := 0; 16*g < len(blk); g++ {
 				for f := flags[g]; f != 0; f &= f - 1 {
 					i := 16*g + bits.TrailingZeros16(f)
-					blk[i] = exp32(blk[i] - m)
+					blk[i] = exp32(blk[i] - m[i%16])
 				}
 			}
 		}
