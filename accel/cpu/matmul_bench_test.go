@@ -108,3 +108,56 @@ func BenchmarkPrefillMatMuls(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkMatMulFloor runs the matmuls of one stories260K decode step at
+// batch 64 (per layer q, k, v, o, w1, w3, w2; then the classifier) on one
+// thread with the packed vector kernels, back to back and out of any
+// schedule: the step's arithmetic at the kernels' own rate. Half of
+// µs/step (two cores, perfect split) is a floor under the batch-64 replayed
+// step that no scheduling can beat; 64 × the batch-1 replayed step
+// (BenchmarkStep) over it bounds the aggregate speed-up batching can give.
+func BenchmarkMatMulFloor(b *testing.B) {
+	if vecBuilt == nil {
+		b.Skip("no vector kernels in this build")
+	}
+	old := vec.Load()
+	vec.Store(vecBuilt)
+	defer vec.Store(old)
+	r := rand.New(rand.NewPCG(5, 6))
+	sh := shapeStories
+	const T = 64
+	type mm struct {
+		c *rcall
+		p *packed
+	}
+	var mms []mm
+	add := func(in, out int) {
+		c := matCall(r, accel.F32, T, out, in)
+		mms = append(mms, mm{c, packWeights(c.o[2])})
+	}
+	for range sh.layers {
+		add(sh.dim, sh.dim)
+		add(sh.dim, sh.kvHeads*sh.dim/sh.heads)
+		add(sh.dim, sh.kvHeads*sh.dim/sh.heads)
+		add(sh.dim, sh.dim)
+		add(sh.dim, sh.hidden)
+		add(sh.dim, sh.hidden)
+		add(sh.hidden, sh.dim)
+	}
+	add(sh.dim, sh.vocab)
+	flops := 0.0
+	for _, m := range mms {
+		flops += 2 * float64(T*m.c.o[2].rows*m.c.o[2].cols)
+	}
+	k := &kctx{}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		for _, m := range mms {
+			runMatMulPacked(m.c, m.p, 0, m.p.panels, 0, T, k)
+		}
+	}
+	sec := b.Elapsed().Seconds() / float64(b.N)
+	b.ReportMetric(sec*1e6, "µs/step")
+	b.ReportMetric(sec*1e6/2, "µs/step-2cores")
+	b.ReportMetric(flops/sec/1e9, "GFLOP/s")
+}

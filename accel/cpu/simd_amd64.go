@@ -91,8 +91,8 @@ func vDiv(x []float32, s float32) {
 // The float64 exponential: k = round(x·log2 e) (by adding and subtracting
 // 1.5·2^52, which also leaves k in the low bits of the sum, ready to become
 // the exponent of 2^k), r = x - k·ln2 (in two parts; k·ln2Hi is exact), e^r
-// by its Taylor polynomial of degree 11 evaluated by Estrin's scheme
-// (truncation below 2^-46.7 relative for |r| <= ln2/2; the rounding of the
+// by its Taylor polynomial of degree 11 evaluated by Estrin's scheme with
+// fused multiply-adds (truncation below 2^-46.7 relative for |r| <= ln2/2; the rounding of the
 // evaluation adds a few 2^-53), times 2^k. So the float64 result is within
 // 2^-46 of e^x, 2^7 float64 ulps; math.Exp is within one. A lane is handed
 // to the scalar path when its result lies within expMargin ulps of a float32
