@@ -258,8 +258,9 @@ func expCode(s string) string {
 		y# := q2#.MulAdd(r4#, q1#).MulAdd(r4#, q0#)
 		y# = y#.Mul(t#.AsUint64x8().Add(archsimd.LoadUint64x8(&expTab.bias)).ShiftAllLeft(52).AsFloat64x8())
 		near# := y#.AsUint64x8().Add(archsimd.LoadUint64x8(&expTab.shift29)).And(archsimd.LoadUint64x8(&expTab.mant29)).Less(archsimd.LoadUint64x8(&expTab.marg2))
-		fl# := ^ok#.ToBits() | near#.ToBits()
-		e# := y#.ConvertToFloat32()
+		uf# := v#.Less(archsimd.LoadFloat32x8(&expTab.under))
+		fl# := (^ok#.ToBits() | near#.ToBits()) &^ uf#.ToBits()
+		e# := y#.ConvertToFloat32().Masked(v#.GreaterEqual(archsimd.LoadFloat32x8(&expTab.under)))
 `
 	return strings.ReplaceAll(strings.ReplaceAll(code, "expTab.", tab+"."), "#", s)
 }

@@ -113,8 +113,14 @@ func (d *Device) exec(c *rcall, k *kctx) {
 		return
 	}
 	chunks := min(n, d.threads*4)
-	if c.op == accel.OpMatMul && matRowSplit(c) {
+	switch {
+	case c.op == accel.OpMatMul && matRowSplit(c):
 		chunks = min(n, d.threads) // each chunk reads every weight
+	case c.op == accel.OpAttention:
+		// Heads cost alike, and a chunk of whole KV groups (not one head)
+		// lets the vector path lay its lanes across the group's heads, as
+		// the replay schedule's halves do.
+		chunks = min(n, d.threads)
 	}
 	d.work.run(c, kn.run, n, chunks, k)
 }

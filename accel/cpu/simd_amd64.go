@@ -99,7 +99,8 @@ func vDiv(x []float32, s float32) {
 // rounding boundary (the 29 bits below a float32's mantissa within
 // expMargin of one half: (bits + expMargin - 2^28) mod 2^29 < 2·expMargin),
 // where the two could round differently, or when its argument is outside
-// [-87, 88] (float32 subnormals, overflow) or NaN. That is one lane in 2^16
+// [-87, 88] (float32 subnormals, overflow) or NaN, except below expUnder,
+// where the result is +0. That is one lane in 2^16
 // on average. TestVecExpExhaustive checks all 2^32 float32 inputs.
 const (
 	expLog2e  = 1.4426950408889634
@@ -108,6 +109,11 @@ const (
 	expMagic  = 0x1.8p52
 	expMin    = -87
 	expMax    = 88
+	// expUnder: below it e^x is under half the least float32 subnormal
+	// (e^-104 = 6.8e-46 < 7.0e-46), so exp32 is exactly +0 and the vector
+	// kernels give it without the scalar path: a softmax over a long causal
+	// row takes many such lanes.
+	expUnder = -104
 	expMargin = 1 << 12
 )
 
@@ -121,7 +127,7 @@ type expConsts struct {
 	coef                         [12][8]float64 // 1/n!, n = 11 down to 0
 	log2e, ln2hi, ln2lo, magic   [8]float64
 	bias, shift29, mant29, marg2 [8]uint64
-	lo, hi                       [8]float32
+	lo, hi, under                [8]float32
 	one                          [16]float32
 	sign                         [16]uint32
 }
@@ -141,7 +147,7 @@ func newExpConsts() (t expConsts) {
 		t.log2e[j], t.ln2hi[j], t.ln2lo[j], t.magic[j] = expLog2e, expLn2Hi, expLn2Lo, expMagic
 		t.bias[j], t.mant29[j] = 1023, 1<<29-1
 		t.shift29[j], t.marg2[j] = 1<<29+expMargin-1<<28, 2*expMargin
-		t.lo[j], t.hi[j] = expMin, expMax
+		t.lo[j], t.hi[j], t.under[j] = expMin, expMax, expUnder
 	}
 	for j := 0; j < 16; j++ {
 		t.one[j], t.sign[j] = 1, 1<<31

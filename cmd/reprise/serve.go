@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -100,6 +101,7 @@ type serveFlags struct {
 	modelName       string
 	retryAfter      time.Duration
 	planCache       string
+	debugListen     string
 }
 
 func (f *serveFlags) register(fs *flag.FlagSet) {
@@ -121,6 +123,7 @@ func (f *serveFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.kvPages, "kv-pages", 0, "KV cache pages of 16 positions, the sink included (0: enough for --max-batch requests of the model's length, within half the free device memory)")
 	fs.StringVar(&f.modelName, "model-name", "", "the model's name in the API (default stories260K, or --model's file name without extension)")
 	fs.DurationVar(&f.retryAfter, "retry-after", serve.DefaultRetryAfter, "Retry-After of a 429 (rounded up to seconds)")
+	fs.StringVar(&f.debugListen, "debug-listen", "", "`address` to serve Go's profiler on (/debug/pprof/; off unless given: keep it private)")
 	fs.StringVar(&f.planCache, "plan-cache", "", "directory of measured capture costs (default $"+engine.EnvPlanCache+" or the user cache; off disables)")
 }
 
@@ -280,6 +283,18 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		ErrorLog: slog.NewLogLogger(lg.Handler(), slog.LevelWarn)}
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(ln) }()
+	if f.debugListen != "" {
+		dln, err := net.Listen("tcp", f.debugListen)
+		if err != nil {
+			hs.Close()
+			return fmt.Errorf("--debug-listen: %w", err)
+		}
+		ds := &http.Server{Handler: debugMux(), ReadHeaderTimeout: 10 * time.Second,
+			ErrorLog: slog.NewLogLogger(lg.Handler(), slog.LevelWarn)}
+		go ds.Serve(dln)
+		defer ds.Close()
+		fmt.Fprintf(stderr, "reprise serve: profiler on http://%s/debug/pprof/\n", dln.Addr())
+	}
 	mode := "eager"
 	switch {
 	case eo.BackgroundCapture:
@@ -323,6 +338,18 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	e.Close()
 	lg.Info("stopped")
 	return nil
+}
+
+// debugMux serves net/http/pprof's handlers, on their own listener so that
+// the API's (which may be public) never exposes them.
+func debugMux() *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	return mux
 }
 
 // captureProgress shows graph capture: a progress bar when stderr is a

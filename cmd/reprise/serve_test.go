@@ -180,6 +180,31 @@ func TestServeBackgroundCapture(t *testing.T) {
 	}
 }
 
+// --debug-listen serves the profiler on its own address, and only there.
+func TestServeDebugListen(t *testing.T) {
+	url, stderr, stop := startServe(t, "--graphs", "off", "--debug-listen", "127.0.0.1:0")
+	m := regexp.MustCompile(`profiler on (http://\S+)`).FindStringSubmatch(stderr.String())
+	if m == nil {
+		t.Fatalf("no profiler address: %s", stderr.String())
+	}
+	for _, tc := range []struct {
+		url  string
+		want int
+	}{{m[1], 200}, {m[1] + "cmdline", 200}, {url + "/debug/pprof/", 404}} {
+		resp, err := http.Get(tc.url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != tc.want {
+			t.Errorf("GET %s: %d, want %d", tc.url, resp.StatusCode, tc.want)
+		}
+	}
+	if code := stop(); code != 0 {
+		t.Errorf("exit %d: %s", code, stderr.String())
+	}
+}
+
 // Flags override the environment, which overrides the file.
 func TestServeConfigPrecedence(t *testing.T) {
 	cfg := filepath.Join(t.TempDir(), "c.yaml")
