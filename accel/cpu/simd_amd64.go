@@ -103,17 +103,17 @@ func vDiv(x []float32, s float32) {
 // where the result is +0. That is one lane in 2^16
 // on average. TestVecExpExhaustive checks all 2^32 float32 inputs.
 const (
-	expLog2e  = 1.4426950408889634
-	expLn2Hi  = 6.93147180369123816490e-01
-	expLn2Lo  = 1.90821492927058770002e-10
-	expMagic  = 0x1.8p52
-	expMin    = -87
-	expMax    = 88
+	expLog2e = 1.4426950408889634
+	expLn2Hi = 6.93147180369123816490e-01
+	expLn2Lo = 1.90821492927058770002e-10
+	expMagic = 0x1.8p52
+	expMin   = -87
+	expMax   = 88
 	// expUnder: below it e^x is under half the least float32 subnormal
 	// (e^-104 = 6.8e-46 < 7.0e-46), so exp32 is exactly +0 and the vector
 	// kernels give it without the scalar path: a softmax over a long causal
 	// row takes many such lanes.
-	expUnder = -104
+	expUnder  = -104
 	expMargin = 1 << 12
 )
 
