@@ -92,16 +92,16 @@ func vDiv(x []float32, s float32) {
 // 1.5·2^52, which also leaves k in the low bits of the sum, ready to become
 // the exponent of 2^k), r = x - k·ln2 (in two parts; k·ln2Hi is exact), e^r
 // by its Taylor polynomial of degree 11 evaluated by Estrin's scheme with
-// fused multiply-adds (truncation below 2^-46.7 relative for |r| <= ln2/2; the rounding of the
-// evaluation adds a few 2^-53), times 2^k. So the float64 result is within
-// 2^-46 of e^x, 2^7 float64 ulps; math.Exp is within one. A lane is handed
-// to the scalar path when its result lies within expMargin ulps of a float32
-// rounding boundary (the 29 bits below a float32's mantissa within
-// expMargin of one half: (bits + expMargin - 2^28) mod 2^29 < 2·expMargin),
-// where the two could round differently, or when its argument is outside
-// [-87, 88] (float32 subnormals, overflow) or NaN, except below expUnder,
-// where the result is +0. That is one lane in 2^16
-// on average. TestVecExpExhaustive checks all 2^32 float32 inputs.
+// fused multiply-adds (truncation below 2^-46.7 relative for |r| <= ln2/2;
+// the rounding of the evaluation adds a few 2^-53), times 2^k. So the
+// float64 result is within 2^-46 of e^x, 2^7 float64 ulps; math.Exp is
+// within one. A lane is handed to the scalar path when its result lies
+// within expMargin ulps of a float32 rounding boundary (the 29 bits below a
+// float32's mantissa within expMargin of one half: (bits + expMargin - 2^28)
+// mod 2^29 < 2·expMargin), where the two could round differently (one lane
+// in 2^16 on average), or when its argument is NaN or outside [-87, 88]
+// (float32 subnormals, overflow) but not below expUnder, where the result
+// is +0. TestVecExpExhaustive checks all 2^32 float32 inputs.
 const (
 	expLog2e = 1.4426950408889634
 	expLn2Hi = 6.93147180369123816490e-01
