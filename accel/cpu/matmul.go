@@ -75,6 +75,11 @@ func runMatMulPacked(c *rcall, p *packed, lo, hi, t0, t1 int, k *kctx) {
 	}
 	for pn := lo; pn < full; {
 		np := min(P, full-pn)
+		if rest := full - pn - np; rest > 0 && rest < np-1 {
+			// Split the last panels evenly (4 as 2+2, not 3+1): a block of
+			// one panel has too few accumulators to hide the add latency.
+			np = (full - pn + 1) / 2
+		}
 		wp := p.panel(pn)
 		for t := t0; t < t1; {
 			nr := min(R, t1-t)
