@@ -216,6 +216,23 @@ fi
 	done
 } 2>&1 | tee -a "$LOG"
 
+# Loading a kernel while a stream captures needs a driver for CUDA 12.3 or
+# later; lazy loading (the default since 12.2) would load a cuBLAS kernel
+# the first time a shape runs, which may be inside a capture. Older drivers
+# load every module at start instead.
+CUDAVER=$(nvidia-smi 2>/dev/null | grep -o -m1 'CUDA Version: [0-9.]*' | awk '{print $3}' || true)
+if [ -n "$CUDAVER" ]; then
+	cmaj=${CUDAVER%%.*}
+	cmin=${CUDAVER#*.}
+	cmin=${cmin%%.*}
+	if ((cmaj < 12 || (cmaj == 12 && cmin < 3))); then
+		export CUDA_MODULE_LOADING=EAGER
+		say "driver for CUDA $CUDAVER (before 12.3): CUDA_MODULE_LOADING=EAGER, since a kernel cannot load during a capture"
+	else
+		say "driver for CUDA $CUDAVER"
+	fi
+fi
+
 # ---------------------------------------------------------------------------
 say "--- binaries"
 GO=

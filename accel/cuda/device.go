@@ -138,15 +138,20 @@ type Device struct {
 	budget        *alloc.Budget // segments + executables
 	closedA       atomic.Bool
 
-	mu        sync.Mutex
-	streams   map[*stream]struct{}
-	segs      map[*devMem]struct{}
-	hosts     map[*hostMem]struct{}
-	events    map[*eventHandle]struct{}
-	graphs    map[*graph]struct{}
-	execs     map[*exec]struct{}
-	deferred  []*devMem // segments freed while a stream captured
-	dhosts    []*hostMem
+	mu       sync.Mutex
+	streams  map[*stream]struct{}
+	segs     map[*devMem]struct{}
+	hosts    map[*hostMem]struct{}
+	events   map[*eventHandle]struct{}
+	graphs   map[*graph]struct{}
+	execs    map[*exec]struct{}
+	deferred []*devMem // segments freed while a stream captured
+	dhosts   []*hostMem
+	// blasKept are closed streams' cuBLAS handles and workspaces: graphs
+	// captured on a stream keep using its workspace, and cublasDestroy
+	// synchronises the device (illegal while another stream captures), so
+	// both live until the device closes, after its executables.
+	blasKept  []blasState
 	capturing int // streams capturing now
 	nextID    int64
 	closed    bool
@@ -280,6 +285,8 @@ func (d *Device) loadKernels() error {
 }
 
 func (d *Device) loadModule(img kernelImage) error {
+	d.enter() // Open holds its thread already; a test may call this from any
+	defer d.leave()
 	drv := d.drv
 	var mod uintptr
 	if err := drv.err("cuModuleLoadData", call32(drv.cuModuleLoadData, uintptr(unsafe.Pointer(&mod)), uintptr(unsafe.Pointer(&img.image[0])))); err != nil {
@@ -480,6 +487,10 @@ func (d *Device) Close() error {
 		h.b.Store(nil)
 		call32(drv.cuMemFreeHost, h.ptr)
 	}
+	for _, b := range d.blasKept {
+		b.release(d)
+	}
+	d.blasKept = nil
 	if d.mod != 0 {
 		call32(drv.cuModuleUnload, d.mod)
 		d.mod = 0

@@ -251,8 +251,12 @@ func (e *exec) Update(g accel.Graph) error {
 	if code != cuSuccess || info.result != cuGraphUpdateSuccess {
 		nh, _, err := d.instantiate(gh)
 		if err != nil {
-			return fmt.Errorf("cuda: update: the driver refused the in-place update (%v, result %d) and re-instantiating failed: %w",
-				d.drv.err("cuGraphExecUpdate_v2", code), info.result, err)
+			why := d.drv.err("cuGraphExecUpdate_v2", code)
+			if why == nil {
+				why = fmt.Errorf("cuGraphExecUpdate_v2 returned success")
+			}
+			return fmt.Errorf("cuda: update: the driver refused the in-place update (%v, update result %d) and re-instantiating failed: %w",
+				why, info.result, err)
 		}
 		d.enter()
 		call32(d.drv.cuGraphExecDestroy, e.h)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/reprise-ml/reprise/accel"
@@ -36,11 +37,29 @@ type stream struct {
 	mu     sync.Mutex // serialises the argument block, cuBLAS and Close
 	closed bool
 	ab     *argBlock
-	blas   uintptr // cublasHandle_t; 0: no cuBLAS on this stream
-	ws     uint64  // its workspace
+	blasState
 
 	// capture state; touched only by the goroutine that captures
 	cap *alloc.Capture[node]
+	// capturing mirrors cap != nil for other goroutines (Synchronize).
+	capturing atomic.Bool
+}
+
+// blasState is a stream's cuBLAS handle and the workspace bound to it.
+type blasState struct {
+	blas uintptr // cublasHandle_t; 0: no cuBLAS on this stream
+	ws   uint64  // its workspace
+}
+
+// release destroys the handle and frees the workspace (in the device's
+// context, on the calling thread: the caller has entered it).
+func (b blasState) release(d *Device) {
+	if b.blas != 0 {
+		call32(d.blas.cublasDestroy, b.blas)
+	}
+	if b.ws != 0 {
+		call32(d.drv.cuMemFree, uintptr(b.ws))
+	}
 }
 
 // NewStream creates a stream and, where cuBLAS is loaded, its handle bound to
@@ -394,15 +413,20 @@ func (s *stream) BeginCapture(p accel.Pool) error {
 		return s.closedErr()
 	}
 	s.d.enter() // stays locked while capturing; the leave is in endDriverCapture
+	// Counted before the driver starts, so that no free on another
+	// goroutine slips in between (frees are deferred while any capture is
+	// live).
+	s.d.captureStarted()
 	err = s.d.drv.err("cuStreamBeginCapture_v2", call32(s.d.drv.cuStreamBeginCapture, s.h, cuCaptureModeThreadLoc))
 	s.mu.Unlock()
 	if err != nil {
+		s.d.captureEnded()
 		s.d.leave()
 		c.Abort()
 		return err
 	}
-	s.d.captureStarted()
 	s.cap = c
+	s.capturing.Store(true)
 	return nil
 }
 
@@ -418,6 +442,7 @@ func (s *stream) endDriverCapture() (uintptr, error) {
 	s.mu.Unlock()
 	s.d.leave() // BeginCapture's
 	s.cap = nil
+	s.capturing.Store(false)
 	s.d.captureEnded()
 	return g, err
 }
@@ -470,10 +495,10 @@ func (s *stream) AbortCapture() {
 	c.Abort()
 }
 
-func (s *stream) Capturing() bool { return s.cap != nil }
+func (s *stream) Capturing() bool { return s.capturing.Load() }
 
-// Close waits for the stream's work and releases it, its cuBLAS handle and
-// workspace.
+// Close waits for the stream's work and releases it; its cuBLAS handle and
+// workspace stay with the device until it closes (see Device.blasKept).
 func (s *stream) Close() error {
 	s.AbortCapture()
 	s.mu.Lock()
@@ -485,18 +510,15 @@ func (s *stream) Close() error {
 	d := s.d
 	d.enter()
 	err := d.drv.err("cuStreamSynchronize", call32(d.drv.cuStreamSynchronize, s.h))
-	if s.blas != 0 {
-		call32(d.blas.cublasDestroy, s.blas)
-		s.blas = 0
-	}
-	if s.ws != 0 {
-		call32(d.drv.cuMemFree, uintptr(s.ws))
-		s.ws = 0
-	}
 	call32(d.drv.cuStreamDestroy, s.h)
 	d.leave()
+	kept := s.blasState
+	s.blasState = blasState{}
 	s.mu.Unlock()
 	d.mu.Lock()
+	if kept != (blasState{}) {
+		d.blasKept = append(d.blasKept, kept)
+	}
 	delete(d.streams, s)
 	d.mu.Unlock()
 	return err
