@@ -56,7 +56,11 @@ const (
 	// Per row: T2 temperature (F32), T3 top-k (I32, <= 0: off), T4 top-p (F32,
 	// >= 1: off), T5 seed [R,2] (I32: low and high halves), T6 RNG offset
 	// (I32). Temperature <= 0 is the argmax. The draw is a pure function of
-	// (logits, parameters, seed, offset): see SampleUniform.
+	// (logits, parameters, seed, offset): see SampleUniform. With top-k or
+	// top-p on, which token a given draw lands on is the device's: the CPU
+	// device walks the kept tokens from the most probable down, as the
+	// llama2.c reference does; the GPU backends walk them in index order.
+	// Both draw from the same distribution.
 	OpSample
 	numOps
 )

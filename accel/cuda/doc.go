@@ -109,8 +109,9 @@
 // ExecBytesPerNode per recorded operation and the drop of cuMemGetInfo's free
 // memory across cuGraphInstantiateWithFlags (a measurement another
 // goroutine's allocations could inflate). Outside the accounting: the
-// module, each stream's 32 MiB cuBLAS workspace and the primary context's
-// own overhead.
+// module, each stream's 32 MiB cuBLAS workspace (kept, with its handle,
+// until the device closes: graphs captured on the stream keep using it) and
+// the primary context's own overhead.
 //
 // Pinned host memory is cuMemHostAlloc (portable); a HostMemory's Bytes are
 // the pinned region itself. Close frees whatever is left.
