@@ -28,8 +28,10 @@ import (
 //     position): the softmax's maximum, exponentials and divisions are
 //     elementwise with a sixteen-lane pattern of per-head values, and its
 //     sums add one position's H heads at a time, in position order;
-//   - values: lane i of head h in one vector with the head beside it, so a
-//     position adds into H/2 independent chains at once.
+//   - values: one eight-lane chain per head (its probability broadcast
+//     times its KV head's value row, in position order), the range's H
+//     heads side by side, so the add latency is paid once per position,
+//     not once per head and position.
 //
 // Every output is the general path's, bit for bit (TestAttn8MatchesGeneral).
 
@@ -106,11 +108,10 @@ func attn8Go(orow, qrow, kc, vc []float32, offs []int, maxOff, h0, h1, group, hd
 	g0 := h0 / 2
 	kvOff := g0 * 8
 	if maxOff+kvOff+16*((G+1)/2) > len(kc) || maxOff+kvOff+16*((G+1)/2) > len(vc) {
-		return false // the kernels load 16 floats per pair of KV heads
+		return false // the kernels read G*8 floats of a cache row
 	}
 	nb := (n + P - 1) / P
-	// The scores, then 16 floats beyond for the value kernel's loads.
-	need := nb*P*H + 16
+	need := nb * P * H // the scores, whole blocks
 	if cap(k.att) < need {
 		k.att = make([]float32, 0, max(need, 1024))
 	}
