@@ -48,7 +48,10 @@ type BenchRow struct {
 	Ratio        float64 `json:"eager_over_replay"`
 	EagerTokens  float64 `json:"eager_tokens_per_s"`
 	ReplayTokens float64 `json:"replay_tokens_per_s"`
-	Steps        int     `json:"steps"` // steps timed per mode
+	// GFLOPs is the effective rate of the faster mode: 2 × parameters ×
+	// batch size per step, in GFLOP/s (attention's work not counted).
+	GFLOPs float64 `json:"effective_gflops"`
+	Steps  int     `json:"steps"` // steps timed per mode
 }
 
 // PrefillRow is one prompt length: the median prefill step eager and
@@ -146,11 +149,14 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		row.Steps = min(ea.Steps, re.Steps)
 		row.EagerStep = ea.Median.Nanoseconds()
 		row.EagerTokens = float64(bs) / ea.Median.Seconds()
+		best := ea.Median
 		if re.Replay {
 			row.ReplayStep = re.Median.Nanoseconds()
 			row.ReplayTokens = float64(bs) / re.Median.Seconds()
 			row.Ratio = ea.Median.Seconds() / re.Median.Seconds()
+			best = min(best, re.Median)
 		}
+		row.GFLOPs = 2 * float64(rep.Params) * float64(bs) / best.Seconds() / 1e9
 		rep.Rows = append(rep.Rows, row)
 		if !*asJSON {
 			fmt.Fprintf(stderr, "bs=%d done\n", bs)
@@ -379,7 +385,7 @@ func printBench(w io.Writer, r BenchReport) {
 		humanBytes(r.WeightBytes), r.Weights, r.Device)
 	fmt.Fprintf(w, "graph capture: %d buckets in %.2f s; memory read bandwidth: %.1f GB/s\n",
 		r.Capture.Buckets, r.Capture.Seconds, r.MemoryBandwidth/1e9)
-	fmt.Fprintf(w, "\n%5s %14s %14s %7s %14s %14s\n", "batch", "eager step", "replay step", "ratio", "eager tok/s", "replay tok/s")
+	fmt.Fprintf(w, "\n%5s %14s %14s %7s %14s %14s %9s\n", "batch", "eager step", "replay step", "ratio", "eager tok/s", "replay tok/s", "GFLOP/s")
 	for _, row := range r.Rows {
 		replay, ratio, rtok := "-", "-", "-"
 		if row.ReplayStep > 0 {
@@ -387,7 +393,7 @@ func printBench(w io.Writer, r BenchReport) {
 			ratio = fmt.Sprintf("%.2fx", row.Ratio)
 			rtok = fmt.Sprintf("%.1f", row.ReplayTokens)
 		}
-		fmt.Fprintf(w, "%5d %14s %14s %7s %14.1f %14s\n", row.BatchSize, time.Duration(row.EagerStep), replay, ratio, row.EagerTokens, rtok)
+		fmt.Fprintf(w, "%5d %14s %14s %7s %14.1f %14s %9.2f\n", row.BatchSize, time.Duration(row.EagerStep), replay, ratio, row.EagerTokens, rtok, row.GFLOPs)
 	}
 	if len(r.Prefill) > 0 {
 		fmt.Fprintf(w, "\n%7s %14s %14s %7s %12s\n", "prompt", "eager prefill", "piecewise", "ratio", "GFLOP/s")

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"math"
 	"os"
 	"strings"
 	"testing"
@@ -100,5 +101,16 @@ func TestBenchJSON(t *testing.T) {
 	}
 	if len(r.Rows) != 2 || r.Rows[0].ReplayStep <= 0 || r.Rows[1].EagerStep <= 0 || len(r.Prefill) != 1 || r.Prefill[0].Piecewise <= 0 {
 		t.Fatalf("bench %s", out)
+	}
+	// The decode rate is 2 × parameters × batch over the faster step.
+	for _, row := range r.Rows {
+		best := row.EagerStep
+		if row.ReplayStep > 0 {
+			best = min(best, row.ReplayStep)
+		}
+		want := 2 * float64(r.Params) * float64(row.BatchSize) / float64(best)
+		if row.GFLOPs <= 0 || math.Abs(row.GFLOPs-want) > 1e-9*want {
+			t.Errorf("batch %d: effective_gflops %v, want %v", row.BatchSize, row.GFLOPs, want)
+		}
 	}
 }
