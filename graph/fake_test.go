@@ -32,7 +32,7 @@ type fakeNode struct {
 	plan      map[SlotKey]accel.Tensor
 	built     []SlotSpec          // every spec BuildGraphBuffers saw
 	captures  []SlotSpec          // forwards run inside a capture, in order
-	fail      map[SlotSpec]string // "error", "panic" or "sync" at capture
+	fail      map[SlotSpec]string // "error", "panic", "sync" or "diverge" at capture
 	failWarm  map[SlotSpec]bool   // fail the warm-up instead
 	blocked   []string
 	extraRows bool // also give an input "rowinfo" [1, bs]
@@ -200,6 +200,7 @@ func (n *fakeNode) Forward(l *accel.Launcher, lease *Lease, in map[string]accel.
 		slots = accel.Tensor{Buf: pt.Buf.Slice(0, int64(T)*4), DType: accel.I32, Rows: 1, Cols: T}
 	}
 	capturing := l.Stream().Capturing()
+	diverge := false
 	if lease != nil && lease.Capture {
 		spec := SlotSpec{Bucket: lease.Bucket, Slot: lease.Slot, Config: lease.cfg, ConfigIdx: lease.cfgIdx}
 		key := SlotSpec{Bucket: lease.Bucket, Slot: lease.Slot}
@@ -215,6 +216,10 @@ func (n *fakeNode) Forward(l *accel.Launcher, lease *Lease, in map[string]accel.
 				panic("injected panic in a captured forward")
 			case "sync":
 				_ = l.Stream().Synchronize()
+			case "diverge":
+				// One extra kernel the eager forward does not run: the
+				// graph's replay differs from eager.
+				diverge = true
 			}
 		} else {
 			n.mu.Lock()
@@ -239,6 +244,9 @@ func (n *fakeNode) Forward(l *accel.Launcher, lease *Lease, in map[string]accel.
 	l.MatMul(y, x, n.w)
 	l.KVWrite(n.cache, n.cache, y, y, slots)
 	l.Argmax(next, y)
+	if diverge {
+		l.FillF32(y, 0)
+	}
 	l.Free(x)
 	return map[string]accel.Tensor{"y": y, "next": next}, l.Err()
 }

@@ -395,7 +395,10 @@ func compareBytes(got, want []byte, dt accel.DType, exact bool, tol float64) (in
 	g, w := accel.BytesF32(got), accel.BytesF32(want)
 	for i := range g {
 		a, b := float64(g[i]), float64(w[i])
-		if math.IsNaN(a) != math.IsNaN(b) || math.Abs(a-b) > tol*math.Max(1, math.Max(math.Abs(a), math.Abs(b))) {
+		// An infinity matches only itself: the relative bound below would
+		// be infinite and let it match any number.
+		inf := (math.IsInf(a, 0) || math.IsInf(b, 0)) && a != b
+		if inf || math.IsNaN(a) != math.IsNaN(b) || math.Abs(a-b) > tol*math.Max(1, math.Max(math.Abs(a), math.Abs(b))) {
 			return i, false
 		}
 	}
