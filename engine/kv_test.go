@@ -105,3 +105,113 @@ func TestKVCaptureTimePadding(t *testing.T) {
 		t.Fatal("reset with free kept the pages")
 	}
 }
+
+// Padding never competes with real requests for pages: a capture's padding
+// rows (the only padding that holds pages) and a request growing past its
+// own promise may only take pages nobody was promised, even while the pages
+// promised to others are still physically free.
+func TestKVPromisedPagesAreNotLent(t *testing.T) {
+	// admit admits one step of rows (id, token count) on lease.
+	admit := func(kv *KVCache, lease *graph.Lease, rows ...[2]int64) (*Step, AdmitStatus, int) {
+		var rs []graph.Row
+		real := 0
+		for _, r := range rows {
+			rs = append(rs, graph.Row{ID: r[0], Tokens: make([]int32, r[1])})
+			if !graph.IsPadding(r[0]) {
+				real++
+			}
+		}
+		step := NewStep("w", "", rs, real, lease)
+		st, short := kv.Admit(step)
+		return step, st, short
+	}
+	check := func(kv *KVCache, when string, used, free int) {
+		t.Helper()
+		if kv.UsedPages() != used || kv.FreePages() != free {
+			t.Fatalf("%s: used %d free %d, want used %d free %d", when, kv.UsedPages(), kv.FreePages(), used, free)
+		}
+	}
+
+	t.Run("capture padding", func(t *testing.T) {
+		// Page size 4; 4 pages besides the sink, all promised to request 1.
+		kv, _, _ := newKV(t, 5)
+		if err := kv.Ingest(1, RequestInfo{MaxLen: 16}); err != nil {
+			t.Fatal(err)
+		}
+		check(kv, "after the promise", 0, 0)
+		pad := graph.PaddingHandle("kv-test/promise")
+		if err := kv.Ingest(pad, RequestInfo{}); err != nil {
+			t.Fatal(err)
+		}
+		capture := &graph.Lease{Bucket: graph.BucketKey{Walk: "w", BatchSize: 1, Tokens: 5}, Capture: true}
+		// 5 positions are 2 pages; all 4 physically free pages are request
+		// 1's, so the padding row must be refused, 2 pages short.
+		step, st, short := admit(kv, capture, [2]int64{pad, 5})
+		if st != AllocFailed || short != 2 {
+			t.Fatalf("a capture's padding row admitting 5 positions into promised pages: %v (%d short), want %v (2 short)", st, short, AllocFailed)
+		}
+		if _, ok := step.State[KVName]; ok || kv.reqs[pad].next != 0 || len(kv.reqs[pad].pages) != 0 {
+			t.Fatalf("a refused admission left state: record %v, padding row at %d with pages %v",
+				step.State[KVName], kv.reqs[pad].next, kv.reqs[pad].pages)
+		}
+		check(kv, "after the refusal", 0, 0)
+		// Request 1 still gets every page it was promised.
+		if _, st, short := admit(kv, nil, [2]int64{1, 16}); st != Admitted {
+			t.Fatalf("request 1 admitting its 16 promised positions: %v (%d short)", st, short)
+		}
+		check(kv, "after request 1 took its promise", 4, 0)
+		if got := kv.reqs[1].pages; len(got) != 4 || slices.Contains(got, SinkPage) {
+			t.Fatalf("request 1 holds pages %v, want 4 besides the sink", got)
+		}
+		// Once request 1 is gone its pages are nobody's: the padding row fits.
+		kv.Remove(1)
+		check(kv, "after request 1 left", 0, 4)
+		if _, st, short := admit(kv, capture, [2]int64{pad, 5}); st != Admitted {
+			t.Fatalf("a capture's padding row with every page unpromised: %v (%d short)", st, short)
+		}
+		check(kv, "with the padding row's capture pages", 2, 2)
+		kv.Reset(pad, true)
+		check(kv, "after the padding row was reset", 0, 4)
+	})
+
+	t.Run("another request's growth", func(t *testing.T) {
+		kv, _, _ := newKV(t, 5)
+		if err := kv.Ingest(1, RequestInfo{MaxLen: 12}); err != nil { // 3 pages promised
+			t.Fatal(err)
+		}
+		if err := kv.Ingest(2, RequestInfo{MaxLen: 4}); err != nil { // 1 page promised
+			t.Fatal(err)
+		}
+		check(kv, "after both promises", 0, 0)
+		// Request 2 fills its one promised page.
+		if _, st, short := admit(kv, nil, [2]int64{2, 4}); st != Admitted {
+			t.Fatalf("request 2 within its promise: %v (%d short)", st, short)
+		}
+		check(kv, "after request 2's prefill", 1, 0)
+		// One more position needs a second page: 3 are physically free, but
+		// all 3 are request 1's.
+		step, st, short := admit(kv, nil, [2]int64{2, 1})
+		if st != AllocFailed || short != 1 {
+			t.Fatalf("request 2 growing past its promise into request 1's pages: %v (%d short), want %v (1 short)", st, short, AllocFailed)
+		}
+		if _, ok := step.State[KVName]; ok || kv.reqs[2].next != 4 || len(kv.reqs[2].pages) != 1 {
+			t.Fatalf("a refused admission left state: record %v, request 2 at %d with pages %v",
+				step.State[KVName], kv.reqs[2].next, kv.reqs[2].pages)
+		}
+		// Nor in a batch with request 1: the step is refused whole.
+		if _, st, _ := admit(kv, nil, [2]int64{1, 1}, [2]int64{2, 1}); st != AllocFailed {
+			t.Fatalf("a batch where request 2 grows past its promise: %v, want %v", st, AllocFailed)
+		}
+		check(kv, "after the refusals", 1, 0)
+		// Request 1 grows to its whole promise, a step at a time.
+		for _, n := range []int64{5, 4, 3} {
+			if _, st, short := admit(kv, nil, [2]int64{1, n}); st != Admitted {
+				t.Fatalf("request 1 admitting %d more positions of its promise: %v (%d short)", n, st, short)
+			}
+		}
+		check(kv, "after request 1 took its promise", 4, 0)
+		if p1, p2 := kv.reqs[1].pages, kv.reqs[2].pages; len(p1) != 3 || len(p2) != 1 || slices.Contains(p1, p2[0]) {
+			t.Fatalf("request 1 holds %v, request 2 %v", p1, p2)
+		}
+	})
+}
