@@ -40,6 +40,10 @@ type fakeNode struct {
 	// once (shapes its peak and its graph's scratch).
 	scratch func(BucketKey) int
 	warmups map[specKey]int // eager forwards on a lease, per spec
+	// stager, if set, makes Prepare stage the plan asynchronously on the
+	// stream it is given, as a real resource does, instead of a synchronous
+	// accel.Upload (which waits for everything on that stream).
+	stager *accel.Stager
 }
 
 const fakeSlots = 16384
@@ -182,7 +186,13 @@ func (n *fakeNode) Prepare(s accel.Stream, lease *Lease, rows []Row) (Inputs, er
 		pt := n.plan[lease.SlotKey("kv")]
 		full := make([]int32, lease.Bucket.Tokens)
 		copy(full, slots)
-		if err := accel.Upload(s, pt.Buf, accel.I32Bytes(full)); err != nil {
+		var err error
+		if n.stager != nil {
+			err = n.stager.Stage(s, pt.Buf, accel.I32Bytes(full))
+		} else {
+			err = accel.Upload(s, pt.Buf, accel.I32Bytes(full))
+		}
+		if err != nil {
 			return nil, err
 		}
 	} else {

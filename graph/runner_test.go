@@ -419,4 +419,38 @@ func TestMetadataAndDeclareInputs(t *testing.T) {
 	if len(padded) != 4 || !IsPadding(padded[1].ID) || len(padded[1].Tokens) != 1 {
 		t.Fatalf("padded %v", padded)
 	}
+
+	// Packed: padding rows declare no tokens (they add nothing to the
+	// step's token count and take no storage); real rows keep theirs.
+	t.Run("packed", func(t *testing.T) {
+		n := newFakeNode(t, true)
+		c := &Config{Walk: "prefill", Packed: &Packed{TokenLengths: []int{8}}, BatchSizes: []int{4}}
+		r := newRunner(t, n, []*Config{c}, Options{})
+		if err := r.Capture(context.Background(), nil); err != nil {
+			t.Fatal(err)
+		}
+		real := []Row{{ID: 7, Tokens: []int32{1, 2, 3}}, {ID: 8, Tokens: []int32{4}}}
+		l := r.LeaseSlot("prefill", len(real), 4, "", -1)
+		if l == nil || !l.Packed() {
+			t.Fatalf("lease %v, want a packed bucket", l)
+		}
+		padded, err := r.PadInputs(l, real)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(padded) != 4 {
+			t.Fatalf("padded to %d rows, want the bucket's 4", len(padded))
+		}
+		for i, row := range padded {
+			if i < len(real) {
+				if row.ID != real[i].ID || !slices.Equal(row.Tokens, real[i].Tokens) {
+					t.Errorf("row %d is %+v, want the real row %+v", i, row, real[i])
+				}
+				continue
+			}
+			if !IsPadding(row.ID) || len(row.Tokens) != 0 {
+				t.Errorf("padding row %d is %+v, want a padding handle with no tokens", i, row)
+			}
+		}
+	})
 }
