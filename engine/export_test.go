@@ -1,8 +1,12 @@
 package engine
 
 import (
+	"cmp"
 	"context"
+	"fmt"
 	"slices"
+
+	"github.com/reprise-ml/reprise/graph"
 )
 
 // OnLoop runs fn on the engine's loop goroutine, between two steps, and
@@ -17,4 +21,65 @@ func (e *Engine) PrePlanned() []int64 {
 		return nil
 	}
 	return slices.Clone(e.pre.ids)
+}
+
+// PaddingRow is a padding row's state in each of the engine's resources; -1
+// where the resource does not hold the row.
+type PaddingRow struct {
+	ID                      int64
+	PosNext, PosCommitted   int
+	KVNext, KVPages         int
+	SampNext, SampCommitted int
+}
+
+// PaddingRows is the state of every padding row open in any of the engine's
+// resources, by id. Call it from OnLoop.
+func (e *Engine) PaddingRows() []PaddingRow {
+	ids := map[int64]bool{}
+	for id := range e.pos.reqs {
+		ids[id] = true
+	}
+	for id := range e.kv.reqs {
+		ids[id] = true
+	}
+	for id := range e.samp.reqs {
+		ids[id] = true
+	}
+	var out []PaddingRow
+	for id := range ids {
+		if !graph.IsPadding(id) {
+			continue
+		}
+		r := PaddingRow{ID: id, PosNext: -1, PosCommitted: -1, KVNext: -1, KVPages: -1, SampNext: -1, SampCommitted: -1}
+		if st, ok := e.pos.reqs[id]; ok {
+			r.PosNext, r.PosCommitted = st.next, st.committed
+		}
+		if st, ok := e.kv.reqs[id]; ok {
+			r.KVNext, r.KVPages = st.next, len(st.pages)
+		}
+		if st, ok := e.samp.reqs[id]; ok {
+			r.SampNext, r.SampCommitted = st.next, st.committed
+		}
+		out = append(out, r)
+	}
+	slices.SortFunc(out, func(a, b PaddingRow) int { return cmp.Compare(a.ID, b.ID) })
+	return out
+}
+
+// UnrestPadding moves padding rows n positions away from rest in every
+// resource (positions, KV length, sampler offsets; no pages), as a capture
+// that did not clean up would leave them. Call it from OnLoop.
+func (e *Engine) UnrestPadding(ids []int64, n int) error {
+	for _, id := range ids {
+		p, ok1 := e.pos.reqs[id]
+		k, ok2 := e.kv.reqs[id]
+		s, ok3 := e.samp.reqs[id]
+		if !graph.IsPadding(id) || !ok1 || !ok2 || !ok3 {
+			return fmt.Errorf("row %d is not a padding row open in every resource", id)
+		}
+		p.next, p.committed = n, n
+		k.next = n
+		s.next, s.committed = n, n
+	}
+	return nil
 }
