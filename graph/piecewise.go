@@ -118,5 +118,12 @@ func (r *Runner) RunRegion(l *Lease, in map[string]accel.Tensor, n int, plan fun
 		return nil, err
 	}
 	r.tele.replay(l.Bucket, time.Since(t0))
+	// A region has no Release: its real and padding rows (tokens, for a
+	// packed one) are counted here, against its outputs' rows.
+	rows := 0
+	for _, o := range s.outputs {
+		rows = max(rows, o.Rows)
+	}
+	r.tele.release(l.Bucket, n, max(rows-n, 0))
 	return &RegionOutput{outs: s.outputs, n: n, s: r.stream}, nil
 }

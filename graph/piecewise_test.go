@@ -108,6 +108,23 @@ func TestPiecewiseRegions(t *testing.T) {
 	if got := readF32(t, ra.Stream(), copyA); !sameBits(got, wantA) {
 		t.Fatal("Get's copy changed with the next replay")
 	}
+	// Each region replay counts its real and padding rows: A served 3 of 4
+	// rows twice, B 4 of 4 once.
+	for _, tc := range []struct {
+		r                      *Runner
+		walk                   string
+		replays, real, padding int64
+	}{{ra, "a", 2, 6, 2}, {rb, "b", 1, 4, 0}} {
+		var got *BucketStats
+		for _, b := range tc.r.Telemetry().Buckets {
+			if b.Bucket == (BucketKey{Walk: tc.walk, BatchSize: 4, Tokens: 4}).String() {
+				got = &b
+			}
+		}
+		if got == nil || got.Replays != tc.replays || got.RealRows != tc.real || got.PaddingRows != tc.padding {
+			t.Errorf("region %s telemetry %+v, want %d replays, %d real and %d padding rows", tc.walk, got, tc.replays, tc.real, tc.padding)
+		}
+	}
 	// The dropped shape serves eager: a 2-row region gets no lease... it
 	// fits the 4-row shape, the tightest left; one larger than any capture
 	// gets none.

@@ -7,7 +7,9 @@ import (
 	"time"
 )
 
-// BucketStats is one bucket's telemetry.
+// BucketStats is one bucket's telemetry. RealRows and PaddingRows count
+// the rows its replays served and padded: batch rows for a whole step, the
+// rows of its outputs (tokens, for a packed one) for a region.
 type BucketStats struct {
 	Bucket      string        `json:"bucket"`
 	Replays     int64         `json:"replays"`
