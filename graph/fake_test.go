@@ -44,6 +44,29 @@ type fakeNode struct {
 	// stream it is given, as a real resource does, instead of a synchronous
 	// accel.Upload (which waits for everything on that stream).
 	stager *accel.Stager
+	// events is what the runner asked, in order: "build <spec>" when
+	// BuildGraphBuffers first claims a spec's buffers, "warm <spec>" for an
+	// eager forward on a capture lease, "capture <spec>" for a forward
+	// inside a capture.
+	events []string
+	// padLen is each padding row's length: the positions its steps have
+	// admitted since it was last at rest. Prepare advances it by the row's
+	// tokens (as a real KV cache admits them); ResetPadding puts it back
+	// to 0.
+	padLen map[int64]int
+	// stepStart is, per slot, where each padding row of the step last
+	// prepared on it started. A forward on a capture lease (a warm-up or
+	// the capture) of a step whose padding rows did not start at rest
+	// fails, and is listed in offRest.
+	stepStart map[SlotKey]map[int64]int
+	offRest   []string
+	// refuse makes Prepare on a capture lease for a spec (bucket and slot)
+	// answer ErrNotAdmitted that many more times, as resources busy with
+	// real requests do.
+	refuse map[SlotSpec]int
+	// onCapture, if set, is called (without the node's lock) from each
+	// forward run inside a capture.
+	onCapture func(SlotSpec)
 }
 
 const fakeSlots = 16384
@@ -64,7 +87,8 @@ func newFakeNode(t testing.TB, double bool) *fakeNode {
 	r := rand.New(rand.NewPCG(1, 1))
 	n := &fakeNode{t: t, dev: dev, s: s, d: 16, v: 32, double: double,
 		reqs: map[int64][]int32{}, padding: map[int64]bool{}, plan: map[SlotKey]accel.Tensor{},
-		fail: map[SlotSpec]string{}, failWarm: map[SlotSpec]bool{}, warmups: map[specKey]int{}}
+		fail: map[SlotSpec]string{}, failWarm: map[SlotSpec]bool{}, warmups: map[specKey]int{},
+		padLen: map[int64]int{}, stepStart: map[SlotKey]map[int64]int{}, refuse: map[SlotSpec]int{}}
 	upload := func(v []float32, rows, cols int) accel.Tensor {
 		x, err := accel.UploadF32(s, v, rows, cols)
 		if err != nil {
@@ -106,6 +130,7 @@ func (n *fakeNode) BuildGraphBuffers(specs []SlotSpec) error {
 		}
 		n.plan[k] = accel.Tensor{Buf: b, DType: accel.I32, Rows: 1, Cols: sp.Bucket.Tokens}
 		n.built = append(n.built, sp)
+		n.events = append(n.events, "build "+sp.String())
 	}
 	return nil
 }
@@ -129,6 +154,7 @@ func (n *fakeNode) ResetPadding(ids []int64, free bool) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	for _, id := range ids {
+		n.padLen[id] = 0
 		if free {
 			n.free = append(n.free, n.reqs[id]...)
 			delete(n.reqs, id)
@@ -155,6 +181,23 @@ func (n *fakeNode) heldByPadding() int {
 // every token of the bucket (the tail past the real tokens goes to the sink).
 func (n *fakeNode) Prepare(s accel.Stream, lease *Lease, rows []Row) (Inputs, error) {
 	n.mu.Lock()
+	if lease != nil && lease.Capture {
+		if k := (SlotSpec{Bucket: lease.Bucket, Slot: lease.Slot}); n.refuse[k] > 0 {
+			n.refuse[k]--
+			n.mu.Unlock()
+			return nil, fmt.Errorf("fake kv busy with real requests: %w", ErrNotAdmitted)
+		}
+	}
+	start := map[int64]int{}
+	for _, r := range rows {
+		if IsPadding(r.ID) {
+			start[r.ID] = n.padLen[r.ID]
+			n.padLen[r.ID] += len(r.Tokens)
+		}
+	}
+	if lease != nil {
+		n.stepStart[lease.SlotKey("")] = start
+	}
 	var toks, slots []int32
 	for _, r := range rows {
 		for range r.Tokens {
@@ -214,7 +257,30 @@ func (n *fakeNode) Forward(l *accel.Launcher, lease *Lease, in map[string]accel.
 	if lease != nil && lease.Capture {
 		spec := SlotSpec{Bucket: lease.Bucket, Slot: lease.Slot, Config: lease.cfg, ConfigIdx: lease.cfgIdx}
 		key := SlotSpec{Bucket: lease.Bucket, Slot: lease.Slot}
+		n.mu.Lock()
+		var off []string
+		for id, at := range n.stepStart[lease.SlotKey("")] {
+			if at != 0 {
+				off = append(off, fmt.Sprintf("padding row %d at position %d", id, at))
+			}
+		}
+		slices.Sort(off)
+		what := "warm"
 		if capturing {
+			what = "capture"
+		}
+		n.events = append(n.events, what+" "+key.String())
+		if len(off) > 0 {
+			n.offRest = append(n.offRest, fmt.Sprintf("%s %v: %v", what, key, off))
+		}
+		n.mu.Unlock()
+		if len(off) > 0 {
+			return nil, fmt.Errorf("%s of %v prepared with its padding rows off rest: %v", what, key, off)
+		}
+		if capturing {
+			if n.onCapture != nil {
+				n.onCapture(key)
+			}
 			n.mu.Lock()
 			n.captures = append(n.captures, spec)
 			mode := n.fail[key]

@@ -2,6 +2,7 @@ package graph
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 
@@ -55,7 +56,9 @@ func (r *Runner) Size(ctx context.Context) (map[BucketKey]CaptureCost, error) {
 		return nil, err
 	}
 	for {
-		spec, more := r.WarmNext()
+		// Nothing else runs meanwhile: a refusal will not pass, so it fails
+		// the bucket.
+		spec, more := r.warmNext(false)
 		if !more {
 			break
 		}
@@ -70,8 +73,12 @@ func (r *Runner) Size(ctx context.Context) (map[BucketKey]CaptureCost, error) {
 
 // WarmNext warms the next spec, largest first, unless it is warmed already;
 // more is false once every spec was. A spec that fails to warm is logged and
-// its bucket will not be planned.
-func (r *Runner) WarmNext() (spec SlotSpec, more bool) {
+// its bucket will not be planned, except when the step's resources refused
+// it for now (ErrNotAdmitted: real requests hold the memory its padding rows
+// need, as while serving): that spec stays next, for a later call to retry.
+func (r *Runner) WarmNext() (spec SlotSpec, more bool) { return r.warmNext(true) }
+
+func (r *Runner) warmNext(retry bool) (spec SlotSpec, more bool) {
 	for r.warmIdx < len(r.specs) {
 		spec = r.specs[r.warmIdx]
 		r.warmIdx++
@@ -79,6 +86,12 @@ func (r *Runner) WarmNext() (spec SlotSpec, more bool) {
 			continue
 		}
 		w, err := r.warm(spec)
+		if retry && errors.Is(err, ErrNotAdmitted) {
+			r.warmIdx--
+			r.log.Info("accelerator graph warm-up deferred: resources busy", "runner", r.name,
+				"bucket", spec.Bucket.String(), "slot", spec.Slot)
+			return spec, true
+		}
 		if err != nil {
 			r.warmFailed[spec.Bucket] = true
 			r.log.Error("accelerator graph warm-up failed; the bucket will not be planned", "runner", r.name,
