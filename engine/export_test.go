@@ -83,3 +83,37 @@ func (e *Engine) UnrestPadding(ids []int64, n int) error {
 	}
 	return nil
 }
+
+// SlotBufferKeys lists, by resource name (KVName, PositionsName,
+// SamplerName), the per-slot keys each resource has built graph buffers for.
+// Call it from the goroutine that owns the resources: OnLoop once started,
+// or a forward the graph runners call during Start (warm-ups and captures
+// run on Start's goroutine).
+func (e *Engine) SlotBufferKeys() map[string][]graph.SlotKey {
+	out := map[string][]graph.SlotKey{}
+	for name, st := range map[string]*slotTensors{KVName: e.kv.slots, PositionsName: e.pos.slots, SamplerName: e.samp.slots} {
+		out[name] = []graph.SlotKey{}
+		for k := range st.bufs {
+			out[name] = append(out[name], k)
+		}
+	}
+	return out
+}
+
+// RunnerResources lists, by pool name (as Runners names them: "graphs", then
+// each region's label), the resources whose per-slot buffers that runner's
+// captures read, in sweep order.
+func (e *Engine) RunnerResources() map[string][]string {
+	names := func(sr *StepRunner) []string {
+		var ns []string
+		for _, r := range sr.Resources() {
+			ns = append(ns, r.Name())
+		}
+		return ns
+	}
+	out := map[string][]string{"graphs": names(e.sr)}
+	for label, rr := range e.regions {
+		out[label] = names(rr.sr)
+	}
+	return out
+}

@@ -131,3 +131,33 @@ func TestBlockedResources(t *testing.T) {
 		t.Fatalf("blocked %v", got)
 	}
 }
+
+// prePlanRes is a fakeRes whose plan for step N+1 may run while step N
+// replays.
+type prePlanRes struct{ *fakeRes }
+
+func (prePlanRes) SupportsPrePlan() bool { return true }
+
+// Buckets get two slots (DoubleBuffer) when some resource forces a double
+// buffer or supports pre-planning, and one otherwise.
+func TestStepRunnerDoubleBuffer(t *testing.T) {
+	var log []string
+	mk := func(name string) *fakeRes { return &fakeRes{name: name, log: &log} } // only "c" forces a double buffer
+	for _, c := range []struct {
+		what string
+		rs   []Resource
+		want bool
+	}{
+		{"a resource forcing a double buffer", []Resource{mk("a"), mk("c")}, true},
+		{"a resource supporting pre-planning", []Resource{mk("a"), prePlanRes{mk("b")}}, true},
+		{"neither", []Resource{mk("a"), mk("b")}, false},
+	} {
+		sr, err := NewStepRunner(c.rs...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := sr.DoubleBuffer(); got != c.want {
+			t.Errorf("%s: double buffer %v, want %v", c.what, got, c.want)
+		}
+	}
+}
