@@ -3,6 +3,7 @@ package engine_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -184,16 +185,32 @@ func runAll(t *testing.T, e *engine.Engine, js []job) [][]int32 {
 		}
 		hs[i] = h
 	}
-	out := make([][]int32, len(js))
-	for i, h := range hs {
-		for o := range h.Outputs() {
-			if o.Done {
-				if o.Err != nil {
-					t.Fatalf("request %d: %v", i, o.Err)
-				}
-				break
+	return tokensOf(t, hs)
+}
+
+// drain reads a request's tokens to its end, and its error.
+func drain(h *engine.Handle) ([]int32, error) {
+	var toks []int32
+	for o := range h.Outputs() {
+		if o.Done {
+			if o.Err != nil {
+				return toks, fmt.Errorf("%s: %w", o.Reason, o.Err)
 			}
-			out[i] = append(out[i], o.Token)
+			break
+		}
+		toks = append(toks, o.Token)
+	}
+	return toks, nil
+}
+
+// tokensOf drains every request, failing the test on an error.
+func tokensOf(t *testing.T, hs []*engine.Handle) [][]int32 {
+	t.Helper()
+	out := make([][]int32, len(hs))
+	for i, h := range hs {
+		var err error
+		if out[i], err = drain(h); err != nil {
+			t.Fatalf("request %d: %v", i, err)
 		}
 	}
 	return out

@@ -18,6 +18,12 @@ import (
 // step sees them all at once, and collects each one's tokens.
 func submitTogether(t *testing.T, e *engine.Engine, reqs []engine.Request) [][]int32 {
 	t.Helper()
+	return tokensOf(t, submitOnLoop(t, e, reqs))
+}
+
+// submitOnLoop submits reqs from the loop, between two steps.
+func submitOnLoop(t *testing.T, e *engine.Engine, reqs []engine.Request) []*engine.Handle {
+	t.Helper()
 	ctx := context.Background()
 	hs := make([]*engine.Handle, len(reqs))
 	var serr error
@@ -30,19 +36,7 @@ func submitTogether(t *testing.T, e *engine.Engine, reqs []engine.Request) [][]i
 	}); err != nil || serr != nil {
 		t.Fatalf("submit: %v %v", err, serr)
 	}
-	out := make([][]int32, len(reqs))
-	for i, h := range hs {
-		for o := range h.Outputs() {
-			if o.Done {
-				if o.Err != nil {
-					t.Fatalf("request %d: %v", i, o.Err)
-				}
-				break
-			}
-			out[i] = append(out[i], o.Token)
-		}
-	}
-	return out
+	return hs
 }
 
 // stepCount is the steps of walk that ran in mode (replayed or eager).

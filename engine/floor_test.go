@@ -2,7 +2,6 @@ package engine_test
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"testing"
 
@@ -169,29 +168,10 @@ type result struct {
 // error, without stopping at the first error.
 func collect(t *testing.T, e *engine.Engine, reqs []engine.Request) []result {
 	t.Helper()
-	ctx := context.Background()
-	hs := make([]*engine.Handle, len(reqs))
-	var serr error
-	if err := e.OnLoop(ctx, func() {
-		for i, req := range reqs {
-			if hs[i], serr = e.Submit(ctx, req); serr != nil {
-				return
-			}
-		}
-	}); err != nil || serr != nil {
-		t.Fatalf("submit: %v %v", err, serr)
-	}
+	hs := submitOnLoop(t, e, reqs)
 	out := make([]result, len(reqs))
 	for i, h := range hs {
-		for o := range h.Outputs() {
-			if o.Done {
-				if o.Err != nil {
-					out[i].err = fmt.Errorf("%s: %w", o.Reason, o.Err)
-				}
-				break
-			}
-			out[i].toks = append(out[i].toks, o.Token)
-		}
+		out[i].toks, out[i].err = drain(h)
 	}
 	return out
 }

@@ -17,43 +17,7 @@ func TestGraphBuffersBuiltBeforeAnyWarmupOrCapture(t *testing.T) {
 	cfgs := func() []*Config {
 		return []*Config{small(), {Walk: "prefill", Packed: &Packed{TokenLengths: []int{8, 4}}, BatchSizes: []int{2}}}
 	}
-	paths := []struct {
-		name string
-		run  func(t *testing.T, r *Runner)
-	}{
-		{"Capture", func(t *testing.T, r *Runner) {
-			if err := r.Capture(context.Background(), nil); err != nil {
-				t.Fatal(err)
-			}
-		}},
-		{"Size then Capture", func(t *testing.T, r *Runner) {
-			if _, err := r.Size(context.Background()); err != nil {
-				t.Fatal(err)
-			}
-			if err := r.Capture(context.Background(), nil); err != nil {
-				t.Fatal(err)
-			}
-		}},
-		{"background", func(t *testing.T, r *Runner) {
-			specs, err := r.Prepare()
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, more := r.WarmNext(); more; _, more = r.WarmNext() {
-			}
-			for _, sp := range specs {
-				if sp.Slot == 0 {
-					if err := r.CaptureBucket(sp.Bucket); err != nil {
-						t.Fatal(err)
-					}
-				}
-			}
-			if err := r.ReleasePadding(); err != nil {
-				t.Fatal(err)
-			}
-		}},
-	}
-	for _, p := range paths {
+	for _, p := range capturePaths {
 		t.Run(p.name, func(t *testing.T) {
 			n := newFakeNode(t, true)
 			r := newRunner(t, n, cfgs(), Options{})
@@ -97,4 +61,44 @@ func TestGraphBuffersBuiltBeforeAnyWarmupOrCapture(t *testing.T) {
 			}
 		})
 	}
+}
+
+// capturePaths are the three ways a runner gets its buckets captured:
+// Capture alone (it sizes as it goes), sizing then Capture, and the engine's
+// background path (WarmNext over every spec, then CaptureBucket per bucket).
+var capturePaths = []struct {
+	name string
+	run  func(t *testing.T, r *Runner)
+}{
+	{"Capture", func(t *testing.T, r *Runner) {
+		if err := r.Capture(context.Background(), nil); err != nil {
+			t.Fatal(err)
+		}
+	}},
+	{"Size then Capture", func(t *testing.T, r *Runner) {
+		if _, err := r.Size(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.Capture(context.Background(), nil); err != nil {
+			t.Fatal(err)
+		}
+	}},
+	{"background", func(t *testing.T, r *Runner) {
+		specs, err := r.Prepare()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, more := r.WarmNext(); more; _, more = r.WarmNext() {
+		}
+		for _, sp := range specs {
+			if sp.Slot == 0 {
+				if err := r.CaptureBucket(sp.Bucket); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		if err := r.ReleasePadding(); err != nil {
+			t.Fatal(err)
+		}
+	}},
 }

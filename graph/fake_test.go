@@ -390,3 +390,23 @@ func decodeConfig() *Config {
 func sameBits(a, b []float32) bool {
 	return slices.Equal(accel.F32Bytes(a), accel.F32Bytes(b))
 }
+
+// replayRows replays rows on the lease the way the engine does on the
+// runner's stream: pad them to the bucket, prepare, run. It returns the
+// outputs.
+func replayRows(t *testing.T, r *Runner, n *fakeNode, l *Lease, rows []Row) map[string]accel.Tensor {
+	t.Helper()
+	padded, err := r.PadInputs(l, rows)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, err := n.Prepare(r.Stream(), l, padded)
+	if err != nil {
+		t.Fatal(err)
+	}
+	outs, err := r.RunForward(l, in, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return outs
+}

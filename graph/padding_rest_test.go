@@ -1,7 +1,6 @@
 package graph
 
 import (
-	"context"
 	"fmt"
 	"slices"
 	"testing"
@@ -16,43 +15,7 @@ import (
 // prepared with a padding row off rest, so the buckets would be dropped.
 // Covered for Capture, for sizing then Capture, and for the background path.
 func TestCapturesStartFromPaddingAtRest(t *testing.T) {
-	paths := []struct {
-		name string
-		run  func(t *testing.T, r *Runner)
-	}{
-		{"Capture", func(t *testing.T, r *Runner) {
-			if err := r.Capture(context.Background(), nil); err != nil {
-				t.Fatal(err)
-			}
-		}},
-		{"Size then Capture", func(t *testing.T, r *Runner) {
-			if _, err := r.Size(context.Background()); err != nil {
-				t.Fatal(err)
-			}
-			if err := r.Capture(context.Background(), nil); err != nil {
-				t.Fatal(err)
-			}
-		}},
-		{"background", func(t *testing.T, r *Runner) {
-			specs, err := r.Prepare()
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, more := r.WarmNext(); more; _, more = r.WarmNext() {
-			}
-			for _, sp := range specs {
-				if sp.Slot == 0 {
-					if err := r.CaptureBucket(sp.Bucket); err != nil {
-						t.Fatal(err)
-					}
-				}
-			}
-			if err := r.ReleasePadding(); err != nil {
-				t.Fatal(err)
-			}
-		}},
-	}
-	for _, p := range paths {
+	for _, p := range capturePaths {
 		t.Run(p.name, func(t *testing.T) {
 			n := newFakeNode(t, true)
 			// Two tokens a padding row: each prepare moves a row two

@@ -79,18 +79,7 @@ func TestReplayWaitsOnPlanEvent(t *testing.T) {
 	// Step A replays normally: its plan is prepared on the replay stream.
 	a := rowsOf(100, toksA...)
 	la := r.LeaseSlot("decode", len(a), len(a), "", -1)
-	padded, err := r.PadInputs(la, a)
-	if err != nil {
-		t.Fatal(err)
-	}
-	in, err := n.Prepare(r.Stream(), la, padded)
-	if err != nil {
-		t.Fatal(err)
-	}
-	outs, err := r.RunForward(la, in, nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	outs := replayRows(t, r, n, la, a)
 	if got, err := accel.DownloadI32(r.Stream(), outs["next"]); err != nil || !slices.Equal(got[:len(a)], wantNextA) {
 		t.Fatalf("step A: next %v (%v), want %v", got, err, wantNextA)
 	}
@@ -109,10 +98,12 @@ func TestReplayWaitsOnPlanEvent(t *testing.T) {
 	if lb.Bucket != la.Bucket || lb.Slot != la.Slot {
 		t.Fatalf("step B leased %v slot %d, step A %v slot %d: want the same slot", lb.Bucket, lb.Slot, la.Bucket, la.Slot)
 	}
-	if padded, err = r.PadInputs(lb, b); err != nil {
+	padded, err := r.PadInputs(lb, b)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if in, err = n.Prepare(plan, lb, padded); err != nil {
+	in, err := n.Prepare(plan, lb, padded)
+	if err != nil {
 		t.Fatal(err)
 	}
 	planDone, err := n.dev.NewEvent()

@@ -143,18 +143,7 @@ func TestReplayEqualsEager(t *testing.T) {
 		if lease == nil {
 			t.Fatalf("bs=%d: no bucket", bs)
 		}
-		padded, err := r.PadInputs(lease, real)
-		if err != nil {
-			t.Fatal(err)
-		}
-		in, err := n.Prepare(r.Stream(), lease, padded)
-		if err != nil {
-			t.Fatal(err)
-		}
-		outs, err := r.RunForward(lease, in, nil, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
+		outs := replayRows(t, r, n, lease, real)
 		gotY, err := accel.DownloadF32(r.Stream(), outs["y"])
 		if err != nil {
 			t.Fatal(err)

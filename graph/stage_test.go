@@ -21,17 +21,7 @@ func TestStaticInputTailZeroed(t *testing.T) {
 		run  func(t *testing.T, r *Runner, n *fakeNode, l *Lease, rows []Row)
 	}{
 		{"RunForward", func(t *testing.T, r *Runner, n *fakeNode, l *Lease, rows []Row) {
-			padded, err := r.PadInputs(l, rows)
-			if err != nil {
-				t.Fatal(err)
-			}
-			in, err := n.Prepare(r.Stream(), l, padded)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := r.RunForward(l, in, nil, nil); err != nil {
-				t.Fatal(err)
-			}
+			replayRows(t, r, n, l, rows)
 		}},
 		{"RunRegion", func(t *testing.T, r *Runner, n *fakeNode, l *Lease, rows []Row) {
 			var toks []int32
