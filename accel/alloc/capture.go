@@ -64,3 +64,40 @@ func (c *Capture[N]) End() (accel.GraphMemory, error) {
 // Abort stops routing the stream's allocations and gives the blocks the
 // capture allocated, and did not free, back to the pool.
 func (c *Capture[N]) Abort() { c.a.AbortCapture(c.stream) }
+
+// BeginOn starts a capture into p on a stream whose capture state is *cur
+// (nil when not capturing), for a backend that records its own nodes:
+// refused with accel.ErrAlreadyCapturing while one is in progress. backend
+// and stream name the stream in errors.
+func BeginOn[N any](cur **Capture[N], a *Caching, backend string, stream int64, p accel.Pool) error {
+	if *cur != nil {
+		return fmt.Errorf("%s: stream %d: %w", backend, stream, accel.ErrAlreadyCapturing)
+	}
+	c, err := StartCapture[N](a, stream, p)
+	if err != nil {
+		return fmt.Errorf("%s: stream %d: %w", backend, stream, err)
+	}
+	*cur = c
+	return nil
+}
+
+// EndOn ends the capture *cur (accel.ErrNotCapturing without one) and clears
+// it; the caller makes its graph from the capture's pool and nodes and the
+// memory returned.
+func EndOn[N any](cur **Capture[N], backend string, stream int64) (*Capture[N], accel.GraphMemory, error) {
+	c := *cur
+	if c == nil {
+		return nil, accel.GraphMemory{}, fmt.Errorf("%s: stream %d: %w", backend, stream, accel.ErrNotCapturing)
+	}
+	*cur = nil
+	mem, err := c.End()
+	return c, mem, err
+}
+
+// AbortOn aborts the capture *cur, if any, and clears it.
+func AbortOn[N any](cur **Capture[N]) {
+	if c := *cur; c != nil {
+		*cur = nil
+		c.Abort()
+	}
+}

@@ -275,36 +275,18 @@ func (s *stream) Free(b accel.Buffer) error {
 }
 
 func (s *stream) BeginCapture(p accel.Pool) error {
-	if s.cap != nil {
-		return fmt.Errorf("cpu: stream %d: %w", s.id, accel.ErrAlreadyCapturing)
-	}
-	c, err := alloc.StartCapture[node](s.d.Caching(), s.id, p)
-	if err != nil {
-		return fmt.Errorf("cpu: stream %d: %w", s.id, err)
-	}
-	s.cap = c
-	return nil
+	return alloc.BeginOn(&s.cap, s.d.Caching(), "cpu", s.id, p)
 }
 
 func (s *stream) EndCapture() (accel.Graph, error) {
-	c := s.cap
-	if c == nil {
-		return nil, fmt.Errorf("cpu: stream %d: %w", s.id, accel.ErrNotCapturing)
-	}
-	s.cap = nil
-	mem, err := c.End()
+	c, mem, err := alloc.EndOn(&s.cap, "cpu", s.id)
 	if err != nil {
 		return nil, err
 	}
 	return &graph{d: s.d, pool: c.Pool, nodes: c.Nodes, mem: mem}, nil
 }
 
-func (s *stream) AbortCapture() {
-	if c := s.cap; c != nil {
-		s.cap = nil
-		c.Abort()
-	}
-}
+func (s *stream) AbortCapture() { alloc.AbortOn(&s.cap) }
 
 func (s *stream) Capturing() bool { return s.cap != nil }
 

@@ -247,36 +247,18 @@ func (s *stream) BeginCapture(p accel.Pool) error {
 	if !s.d.capab.GraphCapture {
 		return fmt.Errorf("opencl: %s does not offer cl_khr_command_buffer: %w", s.d.info.Name, accel.ErrUnsupported)
 	}
-	if s.cap != nil {
-		return fmt.Errorf("opencl: stream %d: %w", s.id, accel.ErrAlreadyCapturing)
-	}
-	c, err := alloc.StartCapture[node](s.d.Caching(), s.id, p)
-	if err != nil {
-		return fmt.Errorf("opencl: stream %d: %w", s.id, err)
-	}
-	s.cap = c
-	return nil
+	return alloc.BeginOn(&s.cap, s.d.Caching(), "opencl", s.id, p)
 }
 
 func (s *stream) EndCapture() (accel.Graph, error) {
-	c := s.cap
-	if c == nil {
-		return nil, fmt.Errorf("opencl: stream %d: %w", s.id, accel.ErrNotCapturing)
-	}
-	s.cap = nil
-	mem, err := c.End()
+	c, mem, err := alloc.EndOn(&s.cap, "opencl", s.id)
 	if err != nil {
 		return nil, err
 	}
 	return &graph{d: s.d, pool: c.Pool, nodes: c.Nodes, mem: mem}, nil
 }
 
-func (s *stream) AbortCapture() {
-	if c := s.cap; c != nil {
-		s.cap = nil
-		c.Abort()
-	}
-}
+func (s *stream) AbortCapture() { alloc.AbortOn(&s.cap) }
 
 func (s *stream) Capturing() bool { return s.cap != nil }
 
