@@ -1,0 +1,58 @@
+package mapped
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"runtime"
+	"testing"
+)
+
+func TestOpen(t *testing.T) {
+	dir := t.TempDir()
+	want := bytes.Repeat([]byte("reprise"), 1000)
+	p := filepath.Join(dir, "f")
+	if err := os.WriteFile(p, want, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f, err := Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(f.Data, want) {
+		t.Fatal("mapped bytes differ from the file")
+	}
+	if runtime.GOOS == "linux" && !f.Mapped() {
+		t.Error("not memory-mapped on linux")
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if f.Data != nil || f.Close() != nil {
+		t.Error("Close is not idempotent or leaves Data")
+	}
+
+	empty := filepath.Join(dir, "empty")
+	if err := os.WriteFile(empty, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if f, err := Open(empty); err != nil || len(f.Data) != 0 {
+		t.Fatalf("empty file: %v", err)
+	}
+	if _, err := Open(dir); err == nil {
+		t.Error("a directory opened")
+	}
+	if _, err := Open(filepath.Join(dir, "missing")); !os.IsNotExist(err) {
+		t.Errorf("missing file: %v", err)
+	}
+}
+
+func TestOpenDevZero(t *testing.T) {
+	if _, err := os.Stat("/dev/zero"); err != nil {
+		t.Skip("no /dev/zero")
+	}
+	// A device reports size 0 and reads forever: refused, never read.
+	if _, err := Open("/dev/zero"); err == nil {
+		t.Fatal("/dev/zero opened")
+	}
+}

@@ -1,0 +1,12 @@
+//go:build !unix
+
+package mapped
+
+import (
+	"errors"
+	"os"
+)
+
+func mmap(*os.File, int) ([]byte, func([]byte) error, error) {
+	return nil, nil, errors.New("no memory mapping on this platform")
+}
