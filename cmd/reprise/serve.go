@@ -1,9 +1,7 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -14,14 +12,11 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
-
-	"go.yaml.in/yaml/v3"
 
 	"github.com/reprise-ml/reprise/accel/cpu"
 	"github.com/reprise-ml/reprise/engine"
@@ -141,42 +136,31 @@ func (f *serveFlags) applyConfig(fs *flag.FlagSet) error {
 	if f.config == "" {
 		return nil
 	}
-	data, err := os.ReadFile(f.config)
+	data, err := readConfig(f.config)
 	if err != nil {
 		return fmt.Errorf("%w: --config: %v", errUsage, err)
 	}
-	var kv map[string]any
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	if err := dec.Decode(&kv); err != nil && !errors.Is(err, io.EOF) {
+	settings, err := parseConfig(data)
+	if err != nil {
 		return fmt.Errorf("%w: --config %s: %v", errUsage, f.config, err)
 	}
-	keys := make([]string, 0, len(kv))
-	for k := range kv {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	for _, key := range keys {
-		name := strings.ReplaceAll(key, "_", "-")
+	for _, st := range settings {
+		name := strings.ReplaceAll(st.key, "_", "-")
 		if name == "verbose" {
 			name = "v"
 		}
 		if name == "config" || fs.Lookup(name) == nil {
-			return fmt.Errorf("%w: --config %s: unknown setting %q", errUsage, f.config, key)
+			msg := fmt.Sprintf("line %d: unknown setting %q", st.line, st.key)
+			if best := closestFlag(fs, name); best != "" && best != "config" {
+				msg += fmt.Sprintf("; did you mean %s?", strings.ReplaceAll(best, "-", "_"))
+			}
+			return fmt.Errorf("%w: --config %s: %s", errUsage, f.config, msg)
 		}
-		var val string
-		switch v := kv[key].(type) {
-		case nil:
-			continue
-		case string, bool, int, int64, uint64, float64:
-			val = fmt.Sprint(v)
-		default:
-			return fmt.Errorf("%w: --config %s: %s: want a single value, not %T", errUsage, f.config, key, v)
-		}
-		if set[name] {
+		if st.null || set[name] {
 			continue
 		}
-		if err := fs.Set(name, val); err != nil {
-			return fmt.Errorf("%w: --config %s: %s: %v", errUsage, f.config, key, err)
+		if err := setFlag(fs, name, st.value); err != nil {
+			return fmt.Errorf("%w: --config %s: line %d: %s: %v", errUsage, f.config, st.line, st.key, err)
 		}
 	}
 	return nil
@@ -210,7 +194,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs := newFlags("serve", stderr)
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), serveUsage)
-		fs.PrintDefaults()
+		printFlags(fs)
 	}
 	var f serveFlags
 	f.register(fs)
