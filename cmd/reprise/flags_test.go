@@ -102,3 +102,33 @@ func TestConfigErrors(t *testing.T) {
 		}
 	}
 }
+
+// --host and --port replace --listen's parts, as vLLM's and llama.cpp's
+// users type them.
+func TestServeHostPort(t *testing.T) {
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{nil, "127.0.0.1:8080"},
+		{[]string{"--port", "9000"}, "127.0.0.1:9000"},
+		{[]string{"--host", "0.0.0.0"}, "0.0.0.0:8080"},
+		{[]string{"--host", "::1", "--port", "0"}, "[::1]:0"},
+		{[]string{"--listen", "localhost:1234", "--port", "99"}, "localhost:99"},
+		{[]string{"--listen", "10.0.0.1:5"}, "10.0.0.1:5"},
+	}
+	for _, tc := range cases {
+		fs := newFlags("serve", nil)
+		var f serveFlags
+		f.register(fs)
+		if err := parse(fs, tc.args); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := f.address(fs); err != nil || got != tc.want {
+			t.Errorf("%q: %q %v, want %q", tc.args, got, err, tc.want)
+		}
+	}
+	if code, _, errs := runCLI(t, "serve", "--port", "70000"); code != 2 || !strings.Contains(errs, "--port 70000: want 0 to 65535") {
+		t.Errorf("--port 70000: %d %q", code, errs)
+	}
+}

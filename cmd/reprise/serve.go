@@ -82,6 +82,8 @@ func (b *byteSize) Set(s string) error {
 type serveFlags struct {
 	df              deviceFlags
 	listen          string
+	host            string
+	port            int
 	apiKey          string
 	config          string
 	graphs          onOff
@@ -102,6 +104,8 @@ type serveFlags struct {
 func (f *serveFlags) register(fs *flag.FlagSet) {
 	f.df.register(fs, false)
 	fs.StringVar(&f.listen, "listen", "127.0.0.1:8080", "`address` to listen on (host:port; port 0 picks a free one)")
+	fs.StringVar(&f.host, "host", "", "`host` to listen on: replaces --listen's host (0.0.0.0 for every interface)")
+	fs.IntVar(&f.port, "port", -1, "`port` to listen on: replaces --listen's port (0 picks a free one)")
 	fs.StringVar(&f.apiKey, "api-key", "", "API key required on /v1/* as \"Authorization: Bearer KEY\" (default $"+EnvAPIKey+"; none: open)")
 	fs.StringVar(&f.config, "config", "", "YAML `file` of settings (keys: the flags' names with _ for -); flags override it")
 	f.graphs = true
@@ -166,6 +170,30 @@ func (f *serveFlags) applyConfig(fs *flag.FlagSet) error {
 	return nil
 }
 
+// address is where to listen: --listen with --host and --port, when
+// given, in place of its host and port.
+func (f *serveFlags) address(fs *flag.FlagSet) (string, error) {
+	set := map[string]bool{}
+	fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
+	if !set["host"] && !set["port"] {
+		return f.listen, nil
+	}
+	host, port, err := net.SplitHostPort(f.listen)
+	if err != nil {
+		return "", fmt.Errorf("%w: --listen %q: %v", errUsage, f.listen, err)
+	}
+	if set["host"] {
+		host = f.host
+	}
+	if set["port"] {
+		if f.port < 0 || f.port > 65535 {
+			return "", fmt.Errorf("%w: --port %d: want 0 to 65535", errUsage, f.port)
+		}
+		port = strconv.Itoa(f.port)
+	}
+	return net.JoinHostPort(host, port), nil
+}
+
 func (f *serveFlags) check() error {
 	switch {
 	case f.maxBatch < 1:
@@ -207,6 +235,11 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := f.check(); err != nil {
 		return err
 	}
+	addr, err := f.address(fs)
+	if err != nil {
+		return err
+	}
+	f.listen = addr
 	lg := logger(stderr)
 
 	name := f.modelName
