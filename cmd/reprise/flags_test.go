@@ -132,3 +132,11 @@ func TestServeHostPort(t *testing.T) {
 		t.Errorf("--port 70000: %d %q", code, errs)
 	}
 }
+
+func TestRedactArgs(t *testing.T) {
+	got := redactArgs([]string{"reprise", "serve", "--api-key", "sekrit", "-api-key=two", "--listen", "x", "--api-key"})
+	want := []string{"reprise", "serve", "--api-key", "REDACTED", "-api-key=REDACTED", "--listen", "x", "--api-key"}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("got %q, want %q", got, want)
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -362,11 +363,36 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 func debugMux() *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/cmdline", func(w http.ResponseWriter, r *http.Request) {
+		// pprof.Cmdline, with the API key's value blanked out.
+		w.Header().Set("X-Content-Type-Options", "nosniff")
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		io.WriteString(w, strings.Join(redactArgs(os.Args), "\x00"))
+	})
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	return mux
+}
+
+// redactArgs is args with the value of --api-key (however written)
+// replaced: the profiler's /debug/pprof/cmdline would show it otherwise.
+// The key is safer in $REPRISE_API_KEY, which no process listing shows.
+func redactArgs(args []string) []string {
+	out := slices.Clone(args)
+	for i := 0; i < len(out); i++ {
+		name, _, hasValue := strings.Cut(strings.TrimLeft(out[i], "-"), "=")
+		if !strings.HasPrefix(out[i], "-") || name != "api-key" {
+			continue
+		}
+		if hasValue {
+			out[i] = out[i][:strings.Index(out[i], "=")+1] + "REDACTED"
+		} else if i+1 < len(out) {
+			out[i+1] = "REDACTED"
+			i++
+		}
+	}
+	return out
 }
 
 // captureProgress shows graph capture: a progress bar when stderr is a
