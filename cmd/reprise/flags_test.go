@@ -140,3 +140,24 @@ func TestRedactArgs(t *testing.T) {
 		t.Errorf("got %q, want %q", got, want)
 	}
 }
+
+// The progress bar is for terminals: /dev/null (a character device) and
+// files get log lines.
+func TestCaptureProgressTTY(t *testing.T) {
+	null, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+	if err != nil {
+		t.Skip(err)
+	}
+	defer null.Close()
+	if p := newCaptureProgress(null, nil); p.tty {
+		t.Errorf("%s is taken for a terminal", os.DevNull)
+	}
+	f, err := os.Create(filepath.Join(t.TempDir(), "log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if p := newCaptureProgress(f, nil); p.tty {
+		t.Error("a file is taken for a terminal")
+	}
+}

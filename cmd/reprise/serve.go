@@ -19,6 +19,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/term"
+
 	"github.com/reprise-ml/reprise/accel/cpu"
 	"github.com/reprise-ml/reprise/engine"
 	"github.com/reprise-ml/reprise/graph"
@@ -406,10 +408,9 @@ type captureProgress struct {
 
 func newCaptureProgress(w io.Writer, lg *slog.Logger) *captureProgress {
 	p := &captureProgress{w: w, log: lg}
-	if f, ok := w.(*os.File); ok {
-		if st, err := f.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
-			p.tty = true
-		}
+	// A terminal, not just a character device: /dev/null is one too.
+	if f, ok := w.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+		p.tty = true
 	}
 	return p
 }
