@@ -161,3 +161,15 @@ func TestCaptureProgressTTY(t *testing.T) {
 		t.Error("a file is taken for a terminal")
 	}
 }
+
+// generate says when it has no prompt.
+func TestGenerateNoPrompt(t *testing.T) {
+	t.Setenv("REPRISE_PLAN_CACHE", "off")
+	code, out, errs := runCLI(t, "generate", "--steps", "4", "--graphs", "off", "--device-memory", "64MiB")
+	if code != 0 || !strings.Contains(errs, "no --prompt: generating from an empty prompt") || out == "" {
+		t.Errorf("exit %d, stdout %q, stderr %q", code, out, errs)
+	}
+	if _, _, errs := runCLI(t, "generate", "--prompt", "", "--steps", "2", "--graphs", "off", "--device-memory", "64MiB"); strings.Contains(errs, "no --prompt") {
+		t.Errorf("an empty --prompt given is noted: %q", errs)
+	}
+}
