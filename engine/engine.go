@@ -522,7 +522,9 @@ func (e *Engine) Submit(ctx context.Context, req Request) (*Handle, error) {
 		e.mu.Unlock()
 		return nil, ErrClosed
 	}
-	if e.opts.MaxQueue > 0 && len(e.queue)+int(e.stats.waiting.Load()) >= e.opts.MaxQueue {
+	// stats.waiting counts every request not yet admitted: those in the
+	// queue the loop has not seen and those it holds waiting.
+	if e.opts.MaxQueue > 0 && int(e.stats.waiting.Load()) >= e.opts.MaxQueue {
 		e.mu.Unlock()
 		return nil, ErrQueueFull
 	}

@@ -68,14 +68,18 @@ func (p *slotSteps) get(lease *graph.Lease) (*Step, error) {
 }
 
 // notAdmitted marks an admission refusal during a capture as backpressure
-// (graph.ErrNotAdmitted): the resources are busy with real requests, and
-// the capture is tried again later rather than dropped.
-func notAdmitted(err error) error {
+// (graph.ErrNotAdmitted) while real requests hold resources: the capture is
+// tried again later rather than dropped. With no request open, nothing can
+// free what the step lacks: the refusal is final, and says so.
+func notAdmitted(sr *StepRunner, err error) error {
 	var ae *AdmitError
-	if errors.As(err, &ae) {
-		return fmt.Errorf("%w: %w", graph.ErrNotAdmitted, err)
+	if !errors.As(err, &ae) {
+		return err
 	}
-	return err
+	if sr.Requests() == 0 {
+		return fmt.Errorf("%w, even with the engine idle: the bucket can never be admitted", err)
+	}
+	return fmt.Errorf("%w: %w", graph.ErrNotAdmitted, err)
 }
 
 func (n *node) DoubleBuffer() bool                             { return n.sr.DoubleBuffer() }
@@ -101,7 +105,7 @@ func (n *node) Prepare(s accel.Stream, lease *graph.Lease, rows []graph.Row) (gr
 	}
 	step := NewStep(lease.Bucket.Walk, lease.Bucket.Key, rows, real, lease)
 	if err := n.prepare(s, step); err != nil {
-		return nil, notAdmitted(err)
+		return nil, notAdmitted(n.sr, err)
 	}
 	return n.model.Preprocess(step), nil
 }

@@ -52,7 +52,7 @@ func (n *regionNode) ResetPadding(ids []int64, free bool) error { return n.e.sr.
 func (n *regionNode) Prepare(s accel.Stream, lease *graph.Lease, rows []graph.Row) (graph.Inputs, error) {
 	step := NewStep(lease.Bucket.Walk, lease.Bucket.Key, rows, 0, lease)
 	if err := n.slots.prepare(n.rr.sr, s, n.e.stager, step); err != nil {
-		return nil, notAdmitted(err)
+		return nil, notAdmitted(n.e.sr, err)
 	}
 	return n.rr.reg.Inputs(step), nil
 }

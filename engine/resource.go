@@ -157,6 +157,8 @@ type Resource interface {
 // among equals) through declare -> admit -> plan -> (forward) -> commit.
 type StepRunner struct {
 	res []Resource
+	// requests are the real requests open (padding rows aside).
+	requests map[int64]bool
 }
 
 // NewStepRunner orders the resources. Unknown dependencies, a resource that
@@ -212,7 +214,7 @@ func NewStepRunner(rs ...Resource) (*StepRunner, error) {
 		done[name] = true
 		order = append(order, byName[name])
 	}
-	return &StepRunner{res: order}, nil
+	return &StepRunner{res: order, requests: map[int64]bool{}}, nil
 }
 
 // Resources in sweep order.
@@ -239,12 +241,19 @@ func (sr *StepRunner) Ingest(id int64, info RequestInfo) error {
 			return fmt.Errorf("engine: ingest %d into %s: %w", id, r.Name(), err)
 		}
 	}
+	if !graph.IsPadding(id) {
+		sr.requests[id] = true
+	}
 	return nil
 }
+
+// Requests is the number of real requests open.
+func (sr *StepRunner) Requests() int { return len(sr.requests) }
 
 // Remove reaches every resource even if some fail; it returns the first
 // error.
 func (sr *StepRunner) Remove(id int64) error {
+	delete(sr.requests, id)
 	var first error
 	for _, r := range sr.res {
 		if err := r.Remove(id); err != nil && first == nil {

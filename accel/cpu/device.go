@@ -39,7 +39,7 @@ func (b backend) Devices() ([]accel.DeviceInfo, error) {
 }
 
 func info(ord int) accel.DeviceInfo {
-	return accel.DeviceInfo{Backend: "cpu", Ordinal: ord, Name: cpuName(), Vendor: runtime.GOARCH,
+	return accel.DeviceInfo{Backend: "cpu", Ordinal: ord, Name: cpuName(), Vendor: cpuVendor(),
 		Detail: fmt.Sprintf("pure Go, %s kernels, %s/%s, %d threads", KernelSet(), runtime.GOOS, runtime.GOARCH, runtime.GOMAXPROCS(0))}
 }
 
@@ -137,19 +137,54 @@ func physicalMemory() int64 {
 }
 
 func cpuName() string {
-	f, err := os.Open("/proc/cpuinfo")
-	if err == nil {
-		defer f.Close()
-		sc := bufio.NewScanner(f)
-		for sc.Scan() {
-			if rest, ok := strings.CutPrefix(sc.Text(), "model name"); ok {
-				if _, v, ok := strings.Cut(rest, ":"); ok {
-					return strings.TrimSpace(v)
-				}
-			}
-		}
+	if v := cpuinfo("model name"); v != "" {
+		return v
 	}
 	return runtime.GOARCH + " CPU"
+}
+
+// cpuVendor is who made the CPU (Intel, AMD, ...), from /proc/cpuinfo;
+// "unknown" where it does not say. Not the architecture: the Detail says that.
+func cpuVendor() string {
+	switch v := cpuinfo("vendor_id"); v {
+	case "GenuineIntel":
+		return "Intel"
+	case "AuthenticAMD":
+		return "AMD"
+	case "":
+	default:
+		return v
+	}
+	// ARM CPUs name their implementer by code.
+	switch cpuinfo("CPU implementer") {
+	case "0x41":
+		return "ARM"
+	case "0x61":
+		return "Apple"
+	case "0x51":
+		return "Qualcomm"
+	case "0x48":
+		return "HiSilicon"
+	case "0xc0":
+		return "Ampere"
+	}
+	return "unknown"
+}
+
+// cpuinfo is the first value of a /proc/cpuinfo field, or "".
+func cpuinfo(field string) string {
+	f, err := os.Open("/proc/cpuinfo")
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if k, v, ok := strings.Cut(sc.Text(), ":"); ok && strings.TrimSpace(k) == field {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
 }
 
 // ParseBytes reads a byte count: "1073741824", "512MiB", "2G", "1.5GiB".

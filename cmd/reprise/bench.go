@@ -7,8 +7,10 @@ import (
 	"io"
 	"math"
 	"os"
+	"path/filepath"
 	"runtime/pprof"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -72,6 +74,10 @@ type PrefillRow struct {
 type BenchRoof struct {
 	WeightBytesPerS float64 `json:"weight_bytes_per_s"`
 	Fraction        float64 `json:"fraction_of_bandwidth"`
+	// LastLevelCache is the CPU's largest cache in bytes (0: unknown).
+	// Weights that fit in it are read from the cache, not from memory, so
+	// Fraction may pass 1 without breaking the roofline.
+	LastLevelCache int64 `json:"last_level_cache_bytes,omitempty"`
 }
 
 // BenchCapture is how long capturing took and how many buckets it made.
@@ -179,7 +185,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	for _, r := range rep.Rows {
 		if r.BatchSize == 1 && r.ReplayStep > 0 {
 			bw := float64(info.WeightBytes) / (float64(r.ReplayStep) / 1e9)
-			rep.Roofline = &BenchRoof{WeightBytesPerS: bw, Fraction: bw / rep.MemoryBandwidth}
+			rep.Roofline = &BenchRoof{WeightBytesPerS: bw, Fraction: bw / rep.MemoryBandwidth, LastLevelCache: lastLevelCache()}
 		}
 	}
 	if *plot != "" {
@@ -383,8 +389,8 @@ func benchPrefill(ctx context.Context, e *engine.Engine, n, runs int, params int
 func printBench(w io.Writer, r BenchReport) {
 	fmt.Fprintf(w, "model %s: %.1fM parameters, %s weights (%s), on %s\n", r.Model, float64(r.Params)/1e6,
 		humanBytes(r.WeightBytes), r.Weights, r.Device)
-	fmt.Fprintf(w, "graph capture: %d buckets in %.2f s; memory read bandwidth: %.1f GB/s\n",
-		r.Capture.Buckets, r.Capture.Seconds, r.MemoryBandwidth/1e9)
+	fmt.Fprintf(w, "graph capture: %s in %.2f s; memory read bandwidth: %.1f GB/s\n",
+		plural(r.Capture.Buckets, "bucket"), r.Capture.Seconds, r.MemoryBandwidth/1e9)
 	fmt.Fprintf(w, "\n%5s %14s %14s %7s %14s %14s %9s\n", "batch", "eager step", "replay step", "ratio", "eager tok/s", "replay tok/s", "GFLOP/s")
 	for _, row := range r.Rows {
 		replay, ratio, rtok := "-", "-", "-"
@@ -406,6 +412,44 @@ func printBench(w io.Writer, r BenchReport) {
 		}
 	}
 	if rf := r.Roofline; rf != nil {
-		fmt.Fprintf(w, "\nbatch 1 replayed: weights read at %.2f GB/s, %.0f%% of the measured bandwidth\n", rf.WeightBytesPerS/1e9, 100*rf.Fraction)
+		if rf.LastLevelCache > 0 && r.WeightBytes <= rf.LastLevelCache {
+			fmt.Fprintf(w, "\nbatch 1 replayed: weights read at %.2f GB/s; the weights (%s) fit in the CPU's last-level cache (%s),\n"+
+				"so they are read from the cache, not memory: no memory roofline applies (%.0f%% of the memory bandwidth)\n",
+				rf.WeightBytesPerS/1e9, humanBytes(r.WeightBytes), humanBytes(rf.LastLevelCache), 100*rf.Fraction)
+		} else {
+			fmt.Fprintf(w, "\nbatch 1 replayed: weights read at %.2f GB/s, %.0f%% of the measured bandwidth\n", rf.WeightBytesPerS/1e9, 100*rf.Fraction)
+		}
 	}
+}
+
+// plural is "1 bucket", "2 buckets".
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
+}
+
+// lastLevelCache is the size of the CPU's largest data or unified cache in
+// bytes, from Linux's sysfs (0 where it does not say).
+func lastLevelCache() int64 {
+	dirs, _ := filepath.Glob("/sys/devices/system/cpu/cpu0/cache/index*")
+	var best, level int64
+	for _, d := range dirs {
+		typ, _ := os.ReadFile(filepath.Join(d, "type"))
+		if t := strings.TrimSpace(string(typ)); t != "Unified" && t != "Data" {
+			continue
+		}
+		lv, err1 := os.ReadFile(filepath.Join(d, "level"))
+		sz, err2 := os.ReadFile(filepath.Join(d, "size"))
+		if err1 != nil || err2 != nil {
+			continue
+		}
+		l, err1 := strconv.ParseInt(strings.TrimSpace(string(lv)), 10, 64)
+		n, err2 := cpu.ParseBytes(strings.TrimSpace(string(sz))) // "32768K"
+		if err1 == nil && err2 == nil && l >= level {
+			best, level = n, l
+		}
+	}
+	return best
 }

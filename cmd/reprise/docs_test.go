@@ -33,7 +33,7 @@ func docsText(t *testing.T) string {
 // (as --name), so that a flag added in code is documented too.
 func TestFlagsDocumented(t *testing.T) {
 	docs := docsText(t)
-	flagLine := regexp.MustCompile(`(?m)^  -([a-z0-9-]+)`)
+	help := regexp.MustCompile(`(?m)^  --?([a-z0-9-]+)`)
 	names := make([]string, 0, len(commands))
 	for n := range commands {
 		names = append(names, n)
@@ -41,7 +41,7 @@ func TestFlagsDocumented(t *testing.T) {
 	slices.Sort(names)
 	for _, cmd := range names {
 		_, out, errs := runCLI(t, cmd, "-h")
-		flags := flagLine.FindAllStringSubmatch(out+errs, -1)
+		flags := help.FindAllStringSubmatch(out+errs, -1)
 		if len(flags) == 0 {
 			t.Errorf("%s -h lists no flags: %q", cmd, out+errs)
 		}

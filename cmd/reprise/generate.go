@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"time"
@@ -18,7 +19,7 @@ func runGenerate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	fs := newFlags("generate", stderr)
 	var df deviceFlags
 	df.register(fs, false)
-	prompt := fs.String("prompt", "", "the text to continue")
+	prompt := fs.String("prompt", "", "the text to continue (none: the model starts a text of its own, from BOS alone)")
 	steps := fs.Int("steps", 256, "positions in all, prompt included (0: the model's length)")
 	temp := fs.Float64("temperature", 0, "sampling temperature; 0 is greedy")
 	topP := fs.Float64("top-p", 1, "nucleus sampling: keep the smallest set of tokens whose probability reaches p (1: off)")
@@ -28,6 +29,13 @@ func runGenerate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	fs.Var(&graphs, "graphs", "capture and replay graphs: on or off (off runs every step eager)")
 	if err := parse(fs, args); err != nil {
 		return err
+	}
+	promptSet := false
+	fs.Visit(func(f *flag.Flag) { promptSet = promptSet || f.Name == "prompt" })
+	if !promptSet {
+		// The reference program does the same, but a user who forgot the
+		// flag should not have to guess why the text is about something else.
+		fmt.Fprintln(stderr, "reprise generate: no --prompt: generating from an empty prompt")
 	}
 	if *temp < 0 || *topP <= 0 || *topP > 1 || *topK < 0 || *steps < 0 {
 		return fmt.Errorf("%w: --temperature >= 0, 0 < --top-p <= 1, --top-k >= 0, --steps >= 0", errUsage)

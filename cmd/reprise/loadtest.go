@@ -307,7 +307,7 @@ func runLoadtest(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	fs := newFlags("loadtest", stderr)
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), loadtestUsage)
-		fs.PrintDefaults()
+		printFlags(fs)
 	}
 	url := fs.String("url", "http://127.0.0.1:8080", "the server's `URL` (with or without /v1)")
 	levels := intList{1, 8, 64}

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"sort"
+	"strings"
 	"syscall"
 )
 
@@ -51,7 +52,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
-		fmt.Fprintf(stderr, "reprise %s: %v\n", c.name, err)
+		// errUsage only sets the exit status; it is not part of the message.
+		fmt.Fprintf(stderr, "reprise %s: %s\n", c.name, strings.TrimPrefix(err.Error(), errUsage.Error()+": "))
 		if errors.Is(err, errUsage) {
 			return 2
 		}
@@ -72,27 +74,6 @@ func usage(w io.Writer) {
 		fmt.Fprintf(w, "  %-10s %s\n", n, commands[n].summary)
 	}
 	fmt.Fprintln(w, "\nRun \"reprise <command> -h\" for a command's flags.")
-}
-
-// newFlags makes a subcommand's flag set that reports errors instead of
-// exiting, so tests can drive run().
-func newFlags(name string, stderr io.Writer) *flag.FlagSet {
-	fs := flag.NewFlagSet("reprise "+name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	return fs
-}
-
-func parse(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return fmt.Errorf("%w: %v", errUsage, err)
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("%w: unexpected arguments %q", errUsage, fs.Args())
-	}
-	return nil
 }
 
 // logger writes text logs to stderr at the level REPRISE_LOG asks (debug,

@@ -97,7 +97,13 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error
 
 func printPlan(w io.Writer, p planOutput) {
 	fmt.Fprintf(w, "plan for %s on %s (costs %s)\n\n", p.Model, p.Device, map[bool]string{true: "from the plan cache", false: "measured"}[p.FromCache])
-	fmt.Fprintf(w, "%-34s %10s %10s %10s %10s %6s  %s\n", "bucket", "peak", "graph", "outside", "exec", "slots", "chosen")
+	// The bucket column is as wide as its longest name
+	// (prefill.blocks[bs=8,tokens=512,key=] and longer).
+	nameW := len("bucket")
+	for _, b := range p.Buckets {
+		nameW = max(nameW, len(b.Name))
+	}
+	fmt.Fprintf(w, "%-*s %10s %10s %10s %10s %6s  %s\n", nameW, "bucket", "peak", "graph", "outside", "exec", "slots", "chosen")
 	bs := slices.Clone(p.Buckets)
 	for _, b := range bs {
 		chosen := "yes"
@@ -110,7 +116,7 @@ func printPlan(w io.Writer, p planOutput) {
 		} else if b.Lender != nil {
 			graphCol += "*"
 		}
-		fmt.Fprintf(w, "%-34s %10s %10s %10s %10s %6d  %s\n", b.Name, humanBytes(b.Peak), graphCol,
+		fmt.Fprintf(w, "%-*s %10s %10s %10s %10s %6d  %s\n", nameW, b.Name, humanBytes(b.Peak), graphCol,
 			humanBytes(b.Outside), humanBytes(b.Executable), b.Slots, chosen)
 	}
 	fmt.Fprintf(w, "\n* costed from a larger bucket's throwaway capture\n")

@@ -1,9 +1,7 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -21,7 +19,7 @@ import (
 	"syscall"
 	"time"
 
-	"go.yaml.in/yaml/v3"
+	"golang.org/x/term"
 
 	"github.com/reprise-ml/reprise/accel/cpu"
 	"github.com/reprise-ml/reprise/engine"
@@ -87,6 +85,8 @@ func (b *byteSize) Set(s string) error {
 type serveFlags struct {
 	df              deviceFlags
 	listen          string
+	host            string
+	port            int
 	apiKey          string
 	config          string
 	graphs          onOff
@@ -107,6 +107,8 @@ type serveFlags struct {
 func (f *serveFlags) register(fs *flag.FlagSet) {
 	f.df.register(fs, false)
 	fs.StringVar(&f.listen, "listen", "127.0.0.1:8080", "`address` to listen on (host:port; port 0 picks a free one)")
+	fs.StringVar(&f.host, "host", "", "`host` to listen on: replaces --listen's host (0.0.0.0 for every interface)")
+	fs.IntVar(&f.port, "port", -1, "`port` to listen on: replaces --listen's port (0 picks a free one)")
 	fs.StringVar(&f.apiKey, "api-key", "", "API key required on /v1/* as \"Authorization: Bearer KEY\" (default $"+EnvAPIKey+"; none: open)")
 	fs.StringVar(&f.config, "config", "", "YAML `file` of settings (keys: the flags' names with _ for -); flags override it")
 	f.graphs = true
@@ -141,45 +143,58 @@ func (f *serveFlags) applyConfig(fs *flag.FlagSet) error {
 	if f.config == "" {
 		return nil
 	}
-	data, err := os.ReadFile(f.config)
+	data, err := readConfig(f.config)
 	if err != nil {
 		return fmt.Errorf("%w: --config: %v", errUsage, err)
 	}
-	var kv map[string]any
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	if err := dec.Decode(&kv); err != nil && !errors.Is(err, io.EOF) {
+	settings, err := parseConfig(data)
+	if err != nil {
 		return fmt.Errorf("%w: --config %s: %v", errUsage, f.config, err)
 	}
-	keys := make([]string, 0, len(kv))
-	for k := range kv {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	for _, key := range keys {
-		name := strings.ReplaceAll(key, "_", "-")
+	for _, st := range settings {
+		name := strings.ReplaceAll(st.key, "_", "-")
 		if name == "verbose" {
 			name = "v"
 		}
 		if name == "config" || fs.Lookup(name) == nil {
-			return fmt.Errorf("%w: --config %s: unknown setting %q", errUsage, f.config, key)
+			msg := fmt.Sprintf("line %d: unknown setting %q", st.line, st.key)
+			if best := closestFlag(fs, name); best != "" && best != "config" {
+				msg += fmt.Sprintf("; did you mean %s?", strings.ReplaceAll(best, "-", "_"))
+			}
+			return fmt.Errorf("%w: --config %s: %s", errUsage, f.config, msg)
 		}
-		var val string
-		switch v := kv[key].(type) {
-		case nil:
-			continue
-		case string, bool, int, int64, uint64, float64:
-			val = fmt.Sprint(v)
-		default:
-			return fmt.Errorf("%w: --config %s: %s: want a single value, not %T", errUsage, f.config, key, v)
-		}
-		if set[name] {
+		if st.null || set[name] {
 			continue
 		}
-		if err := fs.Set(name, val); err != nil {
-			return fmt.Errorf("%w: --config %s: %s: %v", errUsage, f.config, key, err)
+		if err := setFlag(fs, name, st.value); err != nil {
+			return fmt.Errorf("%w: --config %s: line %d: %s: %v", errUsage, f.config, st.line, st.key, err)
 		}
 	}
 	return nil
+}
+
+// address is where to listen: --listen with --host and --port, when
+// given, in place of its host and port.
+func (f *serveFlags) address(fs *flag.FlagSet) (string, error) {
+	set := map[string]bool{}
+	fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
+	if !set["host"] && !set["port"] {
+		return f.listen, nil
+	}
+	host, port, err := net.SplitHostPort(f.listen)
+	if err != nil {
+		return "", fmt.Errorf("%w: --listen %q: %v", errUsage, f.listen, err)
+	}
+	if set["host"] {
+		host = f.host
+	}
+	if set["port"] {
+		if f.port < 0 || f.port > 65535 {
+			return "", fmt.Errorf("%w: --port %d: want 0 to 65535", errUsage, f.port)
+		}
+		port = strconv.Itoa(f.port)
+	}
+	return net.JoinHostPort(host, port), nil
 }
 
 func (f *serveFlags) check() error {
@@ -210,7 +225,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs := newFlags("serve", stderr)
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), serveUsage)
-		fs.PrintDefaults()
+		printFlags(fs)
 	}
 	var f serveFlags
 	f.register(fs)
@@ -223,6 +238,11 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := f.check(); err != nil {
 		return err
 	}
+	addr, err := f.address(fs)
+	if err != nil {
+		return err
+	}
+	f.listen = addr
 	lg := logger(stderr)
 
 	name := f.modelName
@@ -345,11 +365,36 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 func debugMux() *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/cmdline", func(w http.ResponseWriter, r *http.Request) {
+		// pprof.Cmdline, with the API key's value blanked out.
+		w.Header().Set("X-Content-Type-Options", "nosniff")
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		io.WriteString(w, strings.Join(redactArgs(os.Args), "\x00"))
+	})
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	return mux
+}
+
+// redactArgs is args with the value of --api-key (however written)
+// replaced: the profiler's /debug/pprof/cmdline would show it otherwise.
+// The key is safer in $REPRISE_API_KEY, which no process listing shows.
+func redactArgs(args []string) []string {
+	out := slices.Clone(args)
+	for i := 0; i < len(out); i++ {
+		name, _, hasValue := strings.Cut(strings.TrimLeft(out[i], "-"), "=")
+		if !strings.HasPrefix(out[i], "-") || name != "api-key" {
+			continue
+		}
+		if hasValue {
+			out[i] = out[i][:strings.Index(out[i], "=")+1] + "REDACTED"
+		} else if i+1 < len(out) {
+			out[i+1] = "REDACTED"
+			i++
+		}
+	}
+	return out
 }
 
 // captureProgress shows graph capture: a progress bar when stderr is a
@@ -363,10 +408,9 @@ type captureProgress struct {
 
 func newCaptureProgress(w io.Writer, lg *slog.Logger) *captureProgress {
 	p := &captureProgress{w: w, log: lg}
-	if f, ok := w.(*os.File); ok {
-		if st, err := f.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
-			p.tty = true
-		}
+	// A terminal, not just a character device: /dev/null is one too.
+	if f, ok := w.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+		p.tty = true
 	}
 	return p
 }

@@ -1,6 +1,7 @@
 package llama
 
 import (
+	"errors"
 	"fmt"
 	"math"
 
@@ -97,12 +98,21 @@ func New(dev accel.Device, s accel.Stream, ck *llama2c.Checkpoint, opts Options)
 		return nil, fmt.Errorf("llama: weights must be f32 or bf16, not %s", opts.Weights)
 	}
 	m := &Model{cfg: cfg, opts: opts, dev: dev, params: ck.Params()}
+	before := dev.MemInfo()
 	up := func(v []float32, rows, cols int, dt accel.DType) (accel.Tensor, error) {
 		data := accel.F32Bytes(v)
 		if dt == accel.BF16 {
 			data = BF16Bytes(v)
 		}
 		b, err := dev.Alloc(int64(len(data)))
+		if errors.Is(err, accel.ErrOutOfMemory) {
+			// Said in the user's terms, not the allocator's.
+			now := dev.MemInfo()
+			return accel.Tensor{}, fmt.Errorf("llama: the weights need %s (%s, %s weights); the device's memory is %s, "+
+				"%s of it free before loading, and it ran out after %s of them were loaded, holding %s: %w",
+				mib(weightBytes(ck, opts.Weights)), opts.Name, opts.Weights, mib(before.Total), mib(before.Free),
+				mib(m.wbytes), mib(before.Free-now.Free), accel.ErrOutOfMemory)
+		}
 		if err != nil {
 			return accel.Tensor{}, fmt.Errorf("llama: weights: %w", err)
 		}
@@ -166,6 +176,26 @@ func New(dev accel.Device, s accel.Stream, ck *llama2c.Checkpoint, opts Options)
 	m.configs = m.graphConfigs()
 	return m, nil
 }
+
+// weightBytes is what New uploads for ck with matrices stored as wdt: the
+// embedding and the norms stay float32.
+func weightBytes(ck *llama2c.Checkpoint, wdt accel.DType) int64 {
+	cfg := ck.Config
+	per := int64(4)
+	if wdt == accel.BF16 {
+		per = 2
+	}
+	d, h, kvd, v := int64(cfg.Dim), int64(cfg.Hidden), int64(cfg.KVDim()), int64(cfg.Vocab)
+	matrices := int64(cfg.Layers) * (2*d*d + 2*kvd*d + 3*h*d)
+	n := 4*v*d + per*matrices + 4*(int64(cfg.Layers)*2*d+d)
+	if !cfg.SharedClassifier {
+		n += per*v*d - 4*v*d + per*v*d // embedding and classifier both as wdt
+	}
+	return n
+}
+
+// mib formats a byte count for messages: MiB with one decimal.
+func mib(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }
 
 // Close frees the weights.
 func (m *Model) Close() {
