@@ -1,0 +1,136 @@
+package tokenizer
+
+// spm is the SentencePiece-style BPE of llama.cpp's "llama" vocabularies:
+// the text is split into UTF-8 characters, and the adjacent pair whose
+// concatenation is a token with the highest score merges first (the
+// leftmost among equal scores), until no pair is a token. A character that
+// never became a token is written as its bytes' <0xXX> tokens.
+type spm struct {
+	ids    map[string]int32
+	scores []float32
+	bytes  [256]int32 // <0xXX> tokens, else the one-byte token; -1: none
+	unk    int32
+}
+
+// spmSym is a symbol: the bytes text[start:end], linked to its neighbours.
+type spmSym struct {
+	start, end int32
+	prev, next int32
+}
+
+// spmCand is a pair that may merge: the symbols left and right, whose
+// concatenation was len bytes long when pushed.
+type spmCand struct {
+	score       float32
+	left, right int32
+	size        int32
+}
+
+// before orders candidates: higher score first, then the leftmost.
+func (a spmCand) before(b spmCand) bool {
+	return a.score > b.score || a.score == b.score && a.left < b.left
+}
+
+// utf8Len is llama.cpp's unicode_len_utf8: the length a lead byte
+// announces (a stray continuation byte is one character).
+func utf8Len(b byte) int {
+	switch b >> 4 {
+	case 0xC, 0xD:
+		return 2
+	case 0xE:
+		return 3
+	case 0xF:
+		return 4
+	}
+	return 1
+}
+
+func (m *spm) encode(dst []int, text string) []int {
+	if text == "" {
+		return dst
+	}
+	syms := make([]spmSym, 0, len(text))
+	for i := 0; i < len(text); {
+		n := min(utf8Len(text[i]), len(text)-i)
+		syms = append(syms, spmSym{start: int32(i), end: int32(i + n), prev: int32(len(syms) - 1), next: int32(len(syms) + 1)})
+		i += n
+	}
+	syms[len(syms)-1].next = -1
+	var h []spmCand
+	push := func(l, r int32) {
+		if l < 0 || r < 0 {
+			return
+		}
+		s := text[syms[l].start:syms[r].end]
+		id, ok := m.ids[s]
+		if !ok {
+			return
+		}
+		c := spmCand{score: m.scores[id], left: l, right: r, size: int32(len(s))}
+		h = append(h, c)
+		for i := len(h) - 1; i > 0; {
+			p := (i - 1) / 2
+			if !h[i].before(h[p]) {
+				break
+			}
+			h[i], h[p] = h[p], h[i]
+			i = p
+		}
+	}
+	pop := func() spmCand {
+		top := h[0]
+		n := len(h) - 1
+		h[0] = h[n]
+		h = h[:n]
+		for i := 0; ; {
+			l, r, m := 2*i+1, 2*i+2, i
+			if l < n && h[l].before(h[m]) {
+				m = l
+			}
+			if r < n && h[r].before(h[m]) {
+				m = r
+			}
+			if m == i {
+				break
+			}
+			h[i], h[m] = h[m], h[i]
+			i = m
+		}
+		return top
+	}
+	for i := 1; i < len(syms); i++ {
+		push(int32(i-1), int32(i))
+	}
+	for len(h) > 0 {
+		c := pop()
+		l, r := &syms[c.left], &syms[c.right]
+		// Stale when either side has merged since (an empty symbol, or a
+		// different total length).
+		if l.end == l.start || r.end == r.start || (l.end-l.start)+(r.end-r.start) != c.size || l.next != c.right {
+			continue
+		}
+		l.end = r.end
+		r.end = r.start
+		l.next = r.next
+		if r.next >= 0 {
+			syms[r.next].prev = c.left
+		}
+		push(l.prev, c.left)
+		push(c.left, l.next)
+	}
+	for i := int32(0); i >= 0; i = syms[i].next {
+		s := text[syms[i].start:syms[i].end]
+		if id, ok := m.ids[s]; ok {
+			dst = append(dst, int(id))
+			continue
+		}
+		for j := 0; j < len(s); j++ {
+			if id := m.bytes[s[j]]; id >= 0 {
+				dst = append(dst, int(id))
+			} else if m.unk >= 0 {
+				dst = append(dst, int(m.unk))
+			}
+		}
+	}
+	return dst
+}
