@@ -117,7 +117,7 @@ func compileRegexp(pat string) (*regexpMatcher, error) {
 		case c == '(' && !inClass && i+2 < len(body) && body[i+1] == '?' &&
 			(body[i+2] == '=' || body[i+2] == '!' || body[i+2] == '<' || body[i+2] == '>'):
 			return nil, fmt.Errorf("pattern %q: look-around and atomic groups are not supported (only a final \\s+(?!\\S) alternative)", pat)
-		case (c == '+' || c == '*' || c == '?' || c == '}') && !inClass && i+1 < len(body) && body[i+1] == '+':
+		case (c == '+' || c == '*' || c == '?') && !inClass && i+1 < len(body) && body[i+1] == '+':
 			return nil, fmt.Errorf("pattern %q: possessive quantifiers are not supported", pat)
 		default:
 			b.WriteByte(c)
