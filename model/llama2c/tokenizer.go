@@ -182,9 +182,11 @@ func (t *Tokenizer) Encode(text string, bos, eos bool) []int {
 	return tokens
 }
 
-// merge applies the BPE merges of Encode to tokens in place. pair[i] caches
-// the id of the token tokens[i]+tokens[i+1] (or -1), so each round is one
-// scan plus two lookups.
+// merge applies the BPE merges of Encode to tokens: the pair with the
+// highest score merges first, the leftmost among equal scores, as the C
+// code's rescan does, but through a heap of candidate pairs over a linked
+// list, so a text of n tokens takes O(n log n) instead of O(n^2). A
+// candidate is stale once either of its symbols has changed (versions).
 func (t *Tokenizer) merge(tokens []int) []int {
 	if len(tokens) < 2 {
 		return tokens
@@ -194,30 +196,105 @@ func (t *Tokenizer) merge(tokens []int) []int {
 		buf = append(append(buf[:0], t.pieces[a]...), t.pieces[b]...)
 		return t.lookup(buf)
 	}
-	pair := make([]int, len(tokens)-1)
-	for i := range pair {
-		pair[i] = pairID(tokens[i], tokens[i+1])
+	type sym struct {
+		id, prev, next int32
+		version        int32
+		alive          bool
 	}
-	for {
-		best, bestScore := -1, float32(-1e10)
-		for i, id := range pair {
-			if id >= 0 && t.scores[id] > bestScore {
-				best, bestScore = i, t.scores[id]
-			}
-		}
-		if best < 0 {
-			return tokens
-		}
-		tokens[best] = pair[best]
-		tokens = append(tokens[:best+1], tokens[best+2:]...)
-		pair = append(pair[:best], pair[best+1:]...)
-		if best > 0 {
-			pair[best-1] = pairID(tokens[best-1], tokens[best])
-		}
-		if best < len(pair) {
-			pair[best] = pairID(tokens[best], tokens[best+1])
-		}
+	syms := make([]sym, len(tokens))
+	for i, id := range tokens {
+		syms[i] = sym{id: int32(id), prev: int32(i - 1), next: int32(i + 1), alive: true}
 	}
+	syms[len(syms)-1].next = -1
+	var h mergeHeap
+	push := func(l int32) {
+		if l < 0 || syms[l].next < 0 {
+			return
+		}
+		r := syms[l].next
+		id := pairID(int(syms[l].id), int(syms[r].id))
+		if id < 0 || !(t.scores[id] > -1e10) {
+			return
+		}
+		h.push(mergeCand{score: t.scores[id], left: l, right: r, id: int32(id), lv: syms[l].version, rv: syms[r].version})
+	}
+	for i := range len(syms) - 1 {
+		push(int32(i))
+	}
+	for len(h) > 0 {
+		c := h.pop()
+		l, r := &syms[c.left], &syms[c.right]
+		if !l.alive || !r.alive || l.next != c.right || l.version != c.lv || r.version != c.rv {
+			continue
+		}
+		l.id = c.id
+		l.version++
+		r.alive = false
+		l.next = r.next
+		if r.next >= 0 {
+			syms[r.next].prev = c.left
+		}
+		push(l.prev)
+		push(c.left)
+	}
+	out := tokens[:0]
+	for i := int32(0); i >= 0; i = syms[i].next {
+		out = append(out, int(syms[i].id))
+	}
+	return out
+}
+
+// mergeCand is a pair that may merge: symbols left and right (at versions
+// lv and rv) into token id with the given score.
+type mergeCand struct {
+	score           float32
+	left, right, id int32
+	lv, rv          int32
+}
+
+// before orders candidates: the higher score first, then the leftmost.
+func (a mergeCand) before(b mergeCand) bool {
+	return a.score > b.score || a.score == b.score && a.left < b.left
+}
+
+// mergeHeap is a binary heap of candidates, best first.
+type mergeHeap []mergeCand
+
+func (h *mergeHeap) push(c mergeCand) {
+	*h = append(*h, c)
+	s := *h
+	for i := len(s) - 1; i > 0; {
+		p := (i - 1) / 2
+		if !s[i].before(s[p]) {
+			break
+		}
+		s[i], s[p] = s[p], s[i]
+		i = p
+	}
+}
+
+func (h *mergeHeap) pop() mergeCand {
+	s := *h
+	top := s[0]
+	n := len(s) - 1
+	s[0] = s[n]
+	s = s[:n]
+	for i := 0; ; {
+		l, r, m := 2*i+1, 2*i+2, i
+		if l < n && s[l].before(s[m]) {
+			m = l
+		}
+		if r < n && s[r].before(s[m]) {
+			m = r
+		}
+		if m == i {
+			break
+		}
+		s[i], s[m] = s[m], s[i]
+		i = m
+	}
+	*h = s
+	return top
 }
 
 // Piece returns the decoded bytes of token when it follows prev, as

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/reprise-ml/reprise/model/llama2c"
 	"github.com/reprise-ml/reprise/model/stories260k"
+	"github.com/reprise-ml/reprise/tokenizer"
 )
 
 // defaultTokenizer parses the embedded 512-token vocabulary.
@@ -417,4 +419,105 @@ func FuzzEncode(f *testing.F) {
 			t.Fatalf("decode after BOS = %q, want %q", b, text)
 		}
 	})
+}
+
+// TestMergeMatchesRescan checks the heap merge against the C code's
+// algorithm (rescan every pair, merge the best, repeat) on random
+// vocabularies and texts, ties of equal scores included.
+func TestMergeMatchesRescan(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	alphabet := []string{"a", "b", "c", " "}
+	for trial := range 200 {
+		extra := map[string]float32{}
+		order := append([]string(nil), alphabet...)
+		for _, a := range alphabet {
+			extra[a] = 0
+		}
+		for range 30 {
+			var p string
+			for range 2 + rng.IntN(4) {
+				p += alphabet[rng.IntN(len(alphabet))]
+			}
+			if _, ok := extra[p]; !ok {
+				extra[p] = float32(rng.IntN(5)) // few distinct scores: many ties
+				order = append(order, p)
+			}
+		}
+		pieces, scores := syntheticVocab(extra, order...)
+		tok, err := llama2c.ReadTokenizer(tokenizerFile(16, pieces, scores), len(pieces))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var text string
+		for range rng.IntN(40) {
+			text += alphabet[rng.IntN(len(alphabet))]
+		}
+		ids := tok.Encode(text, false, false)
+		var got []string
+		for _, id := range ids {
+			got = append(got, pieces[id])
+		}
+		if want := rescanMerge(text, extra); !reflect.DeepEqual(got, want) {
+			t.Fatalf("trial %d: Encode(%q) = %q, want %q", trial, text, got, want)
+		}
+	}
+}
+
+// rescanMerge is llama2.c's merge loop over strings (every character of
+// text is in vocab; " " is prefixed).
+func rescanMerge(text string, vocab map[string]float32) []string {
+	if text == "" {
+		return nil
+	}
+	toks := []string{" "}
+	for _, r := range text {
+		toks = append(toks, string(r))
+	}
+	for {
+		best, bestScore := -1, float32(-1e10)
+		for i := 0; i+1 < len(toks); i++ {
+			if s, ok := vocab[toks[i]+toks[i+1]]; ok && s > bestScore {
+				best, bestScore = i, s
+			}
+		}
+		if best < 0 {
+			return toks
+		}
+		toks[best] += toks[best+1]
+		toks = append(toks[:best+1], toks[best+2:]...)
+	}
+}
+
+// BenchmarkEncodeLong encodes 100 KB and 1 MB of story text: the time per
+// byte stays flat (the merge is O(n log n), issue 15 item A).
+func BenchmarkEncodeLong(b *testing.B) {
+	tok := defaultTokenizer(b)
+	for _, n := range []int{100 << 10, 1 << 20} {
+		text := strings.Repeat("Once upon a time, Lily saw a big dog and said hello. ", n/52+1)[:n]
+		b.Run(fmt.Sprintf("%dKB", n>>10), func(b *testing.B) {
+			b.SetBytes(int64(n))
+			for b.Loop() {
+				tok.Encode(text, true, false)
+			}
+		})
+	}
+}
+
+func TestTextAdapter(t *testing.T) {
+	tok := defaultTokenizer(t)
+	var x tokenizer.Tokenizer = tok.Text()
+	text := "Once upon a time, Lily saw a dog."
+	ids := x.Encode(text, true)
+	if want := tok.Encode(text, true, false); !reflect.DeepEqual(ids, want) {
+		t.Fatalf("Encode = %v, want %v", ids, want)
+	}
+	if got := tokenizer.Decode(x, ids, true); got != text {
+		t.Errorf("Decode = %q, want %q", got, text)
+	}
+	if s := x.Special(); s.BOS != llama2c.BOS || !s.IsEOS(llama2c.EOS) || x.VocabSize() != 512 {
+		t.Errorf("Special = %+v, VocabSize = %d", s, x.VocabSize())
+	}
+	if n := len(ids); n < (len(text)+x.MaxBytesPerToken()-1)/x.MaxBytesPerToken() {
+		t.Errorf("%d tokens for %d bytes breaks MaxBytesPerToken %d", n, len(text), x.MaxBytesPerToken())
+	}
 }

@@ -1,0 +1,27 @@
+package llama2c
+
+import "github.com/reprise-ml/reprise/tokenizer"
+
+// Text adapts t to tokenizer.Tokenizer: Encode with addSpecial prepends
+// BOS, as llama2.c's generate does; pieces decode as Piece does (the space
+// after BOS dropped, <0xHH> as its byte).
+func (t *Tokenizer) Text() tokenizer.Tokenizer { return text{t} }
+
+type text struct{ t *Tokenizer }
+
+func (x text) Encode(s string, addSpecial bool) []int { return x.t.Encode(s, addSpecial, false) }
+
+func (x text) Piece(prev, id int) []byte { return x.t.Piece(prev, id) }
+
+// IsControl: <unk>, BOS and EOS.
+func (x text) IsControl(id int) bool { return id >= 0 && id < byteTokenBase && id < len(x.t.pieces) }
+
+func (x text) Special() tokenizer.Special {
+	return tokenizer.Special{BOS: BOS, EOS: []int{EOS}, EOT: -1, AddBOS: true}
+}
+
+func (x text) VocabSize() int { return len(x.t.pieces) }
+
+// MaxBytesPerToken: a token stands for at most max_token_length bytes of
+// text (the dummy prefix space only adds tokens).
+func (x text) MaxBytesPerToken() int { return max(x.t.maxLen, 1) }
