@@ -11,7 +11,14 @@ type text struct{ t *Tokenizer }
 
 func (x text) Encode(s string, addSpecial bool) []int { return x.t.Encode(s, addSpecial, false) }
 
-func (x text) Piece(prev, id int) []byte { return x.t.Piece(prev, id) }
+// Piece: a text's first token (prev < 0) decodes as after BOS, since Encode
+// puts a dummy space before every text.
+func (x text) Piece(prev, id int) []byte {
+	if prev < 0 {
+		prev = BOS
+	}
+	return x.t.Piece(prev, id)
+}
 
 // IsControl: <unk>, BOS and EOS.
 func (x text) IsControl(id int) bool { return id >= 0 && id < byteTokenBase && id < len(x.t.pieces) }
