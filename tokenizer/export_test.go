@@ -5,3 +5,40 @@ package tokenizer
 func EncodeLlamaCpp(m *Model, text string, addSpecial, parseSpecial bool) []int {
 	return m.gguf.encodeOpt(m, text, addSpecial, parseSpecial)
 }
+
+// KnownPatterns lists the split patterns with a hand-written matcher.
+func KnownPatterns() []string {
+	var out []string
+	for p := range knownPatterns {
+		out = append(out, p)
+	}
+	return out
+}
+
+// SplitBoth returns the pieces of the hand-written matcher of pat and of
+// Go's regexp on the translated pattern.
+func SplitBoth(pat string) (hand, re func(string) []string, err error) {
+	w := knownPatterns[pat]
+	r, err := compileRegexp(pat)
+	if err != nil {
+		return nil, nil, err
+	}
+	pieces := func(m matcher) func(string) []string {
+		return func(s string) []string {
+			var out []string
+			last := 0
+			m.each(s, func(start, end int) {
+				if start > last {
+					out = append(out, s[last:start])
+				}
+				out = append(out, s[start:end])
+				last = end
+			})
+			if last < len(s) {
+				out = append(out, s[last:])
+			}
+			return out
+		}
+	}
+	return pieces(w), pieces(r), nil
+}

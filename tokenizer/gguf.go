@@ -270,6 +270,9 @@ func FromVocab(v *Vocab, source string) (*Model, error) {
 	}
 	slices.SortStableFunc(g.specials, func(a, b ggufSpecial) int { return len(b.text) - len(a.text) })
 	m.maxBytes = longest
+	if g.bpe != nil && !g.bpe.complete() || g.spm != nil && g.spm.unk < 0 && slices.Contains(g.spm.bytes[:], -1) {
+		m.maxBytes = 0 // bytes without a token are dropped
+	}
 	for _, sp := range g.specials {
 		if sp.lstrip || sp.rstrip {
 			m.maxBytes = 0

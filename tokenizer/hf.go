@@ -480,9 +480,15 @@ func (m *Model) readPreTokenizer(file, field string, raw json.RawMessage) (preTo
 			if wasByteLevel {
 				return nil, formatErr(file, f, "a pre-tokenizer after ByteLevel is not supported")
 			}
+			if bl, ok := p.(byteLevelPre); ok && !bl.addPrefixSpace && !bl.useRegex {
+				continue // only marks the text as bytes: nothing to split
+			}
 			if p != nil {
 				q = append(q, p)
 			}
+		}
+		if len(q) == 1 {
+			return q[0], nil
 		}
 		return q, nil
 	}
@@ -691,6 +697,9 @@ func (m *Model) bytesBound(shrink int, added []hfAdded) int {
 	if b.unk >= 0 && b.fuseUnk {
 		return 0 // fused unknown characters can be any number of them
 	}
+	if !b.complete() {
+		return 0 // characters without a token are dropped
+	}
 	longest := 1
 	for _, t := range m.tokens {
 		n := len(t)
@@ -703,6 +712,26 @@ func (m *Model) bytesBound(shrink int, added []hfAdded) int {
 		longest = max(longest, utf8.UTFMax)
 	}
 	return longest * shrink
+}
+
+// complete reports whether every character of any text becomes at least
+// one token (none is dropped).
+func (b *bpe) complete() bool {
+	if b.unk >= 0 {
+		return true
+	}
+	all := func(ids *[256]int32) bool {
+		for _, id := range ids {
+			if id < 0 {
+				return false
+			}
+		}
+		return true
+	}
+	if b.byteLevel {
+		return all(&b.byteIDs)
+	}
+	return b.byteFallback && all(&b.fallback)
 }
 
 func (b *bpe) idOf(t string) int {

@@ -88,7 +88,8 @@ func (m *Model) Encode(text string, addSpecial bool) []int {
 	if m.gguf != nil {
 		return m.gguf.encode(m, text, addSpecial)
 	}
-	var out []int
+	// About four bytes a token for English: one allocation, not a dozen.
+	out := make([]int, 0, len(text)/4+len(m.prefix)+len(m.suffix)+1)
 	if addSpecial {
 		out = append(out, m.prefix...)
 	}
@@ -99,8 +100,25 @@ func (m *Model) Encode(text string, addSpecial bool) []int {
 	var words []string
 	first := true
 	encodeText := func(s string) {
-		words = m.pre.split(words[:0], s, first)
+		isFirst := first
 		first = false
+		if sp, ok := m.pre.(*splitPre); ok && sp.behavior == behaviorIsolated && !sp.invert {
+			// The common case (one Isolated split): words straight from
+			// the matcher, nothing materialized.
+			last := 0
+			sp.m.each(s, func(start, end int) {
+				if start > last {
+					out = m.bpe.encodeWord(out, s[last:start], sc)
+				}
+				out = m.bpe.encodeWord(out, s[start:end], sc)
+				last = end
+			})
+			if last < len(s) {
+				out = m.bpe.encodeWord(out, s[last:], sc)
+			}
+			return
+		}
+		words = m.pre.split(words[:0], s, isFirst)
 		for _, w := range words {
 			out = m.bpe.encodeWord(out, w, sc)
 		}

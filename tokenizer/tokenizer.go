@@ -2,6 +2,7 @@ package tokenizer
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"unicode/utf8"
 )
@@ -164,4 +165,14 @@ func completePrefix(b []byte) int {
 		}
 	}
 	return len(b)
+}
+
+// CheckEmbedding refuses a tokenizer whose ids reach past the rows of the
+// model's embedding (rows): such ids would index outside it. source names
+// the model in the error.
+func CheckEmbedding(t Tokenizer, rows int, source string) error {
+	if n := t.VocabSize(); n > rows {
+		return fmt.Errorf("tokenizer: %s: the vocabulary has %d tokens, more than the %d rows of the model's embedding: %w", source, n, rows, ErrFormat)
+	}
+	return nil
 }
