@@ -91,7 +91,7 @@ func (c Config) String() string {
 // a positive epsilon and theta.
 func (c Config) Validate() error {
 	for _, f := range []struct {
-		name string
+		name   string
 		v, max int
 	}{
 		{"dim", c.Dim, 1 << 20}, {"hidden", c.Hidden, 1 << 20}, {"layers", c.Layers, 1 << 12},
