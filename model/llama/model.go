@@ -89,7 +89,7 @@ func New(dev accel.Device, s accel.Stream, ck *llama2c.Checkpoint, opts Options)
 func NewFrom(dev accel.Device, s accel.Stream, ws Weights, opts Options) (*Model, error) {
 	cfg := ws.Config()
 	if err := cfg.Check(); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%s: %w", ws.Path(), err)
 	}
 	if opts.Name == "" {
 		opts.Name = "llama"
@@ -133,7 +133,7 @@ func NewFrom(dev accel.Device, s accel.Stream, ws Weights, opts Options) (*Model
 			if optional {
 				return accel.Tensor{}, nil
 			}
-			return accel.Tensor{}, fmt.Errorf("llama: %s: no tensor %s", cfg.Arch, name)
+			return accel.Tensor{}, fmt.Errorf("llama: %s: no tensor %s (architecture %s)", ws.Path(), name, cfg.Arch)
 		}
 		if w.Rows != rows || w.Cols != cols {
 			return accel.Tensor{}, fmt.Errorf("llama: %s is %d×%d, the config (%v) needs %d×%d", where(w), w.Rows, w.Cols, cfg, rows, cols)

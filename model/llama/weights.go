@@ -53,6 +53,8 @@ type Weight struct {
 // Weights is a source of a model's tensors by role: a llama2.c checkpoint,
 // a GGUF file or a Hugging Face directory.
 type Weights interface {
+	// Path is the file or directory, for errors.
+	Path() string
 	// Config is the model's shape and maths.
 	Config() Config
 	// Weight returns a role's tensor (layer -1 for global ones); ok is
@@ -77,6 +79,7 @@ func CheckpointWeights(ck *llama2c.Checkpoint) Weights {
 }
 
 func (c *checkpointWeights) Config() Config { return c.cfg }
+func (c *checkpointWeights) Path() string   { return "llama2.c checkpoint" }
 func (c *checkpointWeights) Done(Weight)    {}
 func (c *checkpointWeights) Close() error   { return nil }
 
