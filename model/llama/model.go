@@ -211,6 +211,11 @@ func NewFrom(dev accel.Device, s accel.Stream, ws Weights, opts Options) (*Model
 	} else if m.cls, err = up(RoleOutput, -1, v, d, wdt, false); err != nil {
 		return fail(err)
 	}
+	if u, ok := ws.(interface{ Unused() []string }); ok {
+		if names := u.Unused(); len(names) > 0 {
+			return fail(fmt.Errorf("llama: %s: tensor %q (and %d more) is not part of the %s architecture reprise implements", ws.Path(), names[0], len(names)-1, cfg.Arch))
+		}
+	}
 	// A device that keeps matrices in its own layout makes that copy now, so
 	// that it is charged before the engine sizes its KV cache from MemInfo.
 	// Declining is not an error: the device then packs at first use or reads
