@@ -10,6 +10,7 @@ import (
 
 	"github.com/reprise-ml/reprise/accel"
 	"github.com/reprise-ml/reprise/model/gguf"
+	"github.com/reprise-ml/reprise/quant"
 )
 
 func TestRotateHalfPermutation(t *testing.T) {
@@ -174,10 +175,10 @@ func TestGGUFErrors(t *testing.T) {
 		}, nil, `tensor "blk.2.attn_k.weight" of `, nil},
 		{"quantized", nil, func(ti gguf.Tensor, d []byte) (gguf.Tensor, []byte, bool) {
 			if ti.Name == "blk.0.attn_q.weight" {
-				ti.Type, d = gguf.Q8_0, make([]byte, 64*2*34)
+				ti.Type, d = gguf.IQ4_NL, make([]byte, 64*2*18)
 			}
 			return ti, d, true
-		}, nil, "Q8_0 cannot be dequantised yet", nil},
+		}, nil, `"blk.0.attn_q.weight" of `, quant.ErrUnknownType},
 		{"unexpected bias", nil, nil, map[string][]byte{"blk.1.attn_q.bias": make([]byte, 256)}, `"blk.1.attn_q.bias"`, nil},
 	} {
 		t.Run(c.name, func(t *testing.T) {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/reprise-ml/reprise/accel"
 	"github.com/reprise-ml/reprise/model/gguf"
+	"github.com/reprise-ml/reprise/quant"
 )
 
 // stageBytes is the size of each of the two pinned buffers weights pass
@@ -137,26 +138,16 @@ func permuteVector(v []float32, hd int) {
 	}
 }
 
-// decodeRow decodes one row of a tensor into float32.
+// decodeRow decodes one row of a tensor into float32, dequantising as
+// ggml defines each type (package quant).
 func decodeRow(t gguf.GGMLType, src []byte, dst []float32) error {
-	le := binary.LittleEndian
-	switch t {
-	case gguf.F32:
+	if t == gguf.F32 {
 		for i := range dst {
-			dst[i] = math.Float32frombits(le.Uint32(src[4*i:]))
+			dst[i] = math.Float32frombits(binary.LittleEndian.Uint32(src[4*i:]))
 		}
-	case gguf.BF16:
-		for i := range dst {
-			dst[i] = math.Float32frombits(uint32(le.Uint16(src[2*i:])) << 16)
-		}
-	case gguf.F16:
-		for i := range dst {
-			dst[i] = halfToFloat(le.Uint16(src[2*i:]))
-		}
-	default:
-		return fmt.Errorf("ggml type %v cannot be dequantised yet", t)
+		return nil
 	}
-	return nil
+	return quant.Dequantize(quant.Type(t), src, dst)
 }
 
 // encodeRow stores a row as dt (bf16 rounded to nearest even).
@@ -171,26 +162,4 @@ func encodeRow(dst []byte, row []float32, dt accel.DType) {
 	for i, x := range row {
 		le.PutUint32(dst[4*i:], math.Float32bits(x))
 	}
-}
-
-// halfToFloat widens an IEEE binary16 value exactly.
-func halfToFloat(h uint16) float32 {
-	sign := uint32(h>>15) << 31
-	exp := uint32(h>>10) & 0x1F
-	man := uint32(h) & 0x3FF
-	switch {
-	case exp == 0x1F:
-		return math.Float32frombits(sign | 0x7F800000 | man<<13)
-	case exp == 0 && man == 0:
-		return math.Float32frombits(sign)
-	case exp == 0:
-		// A subnormal: normalise.
-		e := uint32(127 - 15 + 1)
-		for man&0x400 == 0 {
-			man <<= 1
-			e--
-		}
-		return math.Float32frombits(sign | e<<23 | (man&0x3FF)<<13)
-	}
-	return math.Float32frombits(sign | (exp+127-15)<<23 | man<<13)
 }
