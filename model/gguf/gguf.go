@@ -862,3 +862,12 @@ func (f *File) KeysWithPrefix(prefix string) []string {
 	sort.Strings(ks)
 	return ks
 }
+
+// Drop tells the system that a tensor's pages may leave this process's
+// resident memory (they stay in the page cache): a loader calls it once the
+// tensor is on the device. The bytes stay readable.
+func (f *File) Drop(t Tensor) {
+	if f.m != nil {
+		f.m.Drop(f.Data(t))
+	}
+}

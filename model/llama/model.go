@@ -29,6 +29,8 @@ type Options struct {
 	PrefillBatchSizes []int
 	// DecodeBatchSizes are the decode buckets (default graph.DefaultBatchSizes).
 	DecodeBatchSizes []int
+	// StopTokens end a request (default llama2.c's: BOS).
+	StopTokens []int32
 	// Prefill is how prefill steps may be captured: PrefillPiecewise (the
 	// default: the block loop is a region captured per (prompts, tokens)
 	// bucket; the embedding and the logits stay eager), PrefillWhole (the
@@ -52,7 +54,7 @@ const (
 
 // Model is a loaded decoder.
 type Model struct {
-	cfg     llama2c.Config
+	cfg     Config
 	opts    Options
 	dev     accel.Device
 	emb     accel.Tensor
@@ -68,24 +70,35 @@ type Model struct {
 
 type layer struct {
 	rmsAtt, wq, wk, wv, wo, rmsFFN, w1, w2, w3 accel.Tensor
+	// Optional (zero Buf when the architecture has none): q/k/v biases
+	// (Qwen2) and per-head q/k norm weights (Qwen3).
+	bq, bk, bv, qNorm, kNorm accel.Tensor
 }
 
-const (
-	eps   = 1e-5
-	theta = 10000
-)
-
-// New uploads a checkpoint's weights to dev (through stream s).
+// New uploads a llama2.c checkpoint's weights to dev (through stream s).
 func New(dev accel.Device, s accel.Stream, ck *llama2c.Checkpoint, opts Options) (*Model, error) {
-	cfg := ck.Config
-	if err := cfg.Validate(); err != nil {
+	if err := ck.Config.Validate(); err != nil {
 		return nil, err
+	}
+	return NewFrom(dev, s, CheckpointWeights(ck), opts)
+}
+
+// NewFrom uploads the weights of any source to dev (through stream s), each
+// tensor once, converted into the Options' storage on its way through two
+// bounded staging buffers. The source stays open (the caller closes it).
+func NewFrom(dev accel.Device, s accel.Stream, ws Weights, opts Options) (*Model, error) {
+	cfg := ws.Config()
+	if err := cfg.Check(); err != nil {
+		return nil, fmt.Errorf("%s: %w", ws.Path(), err)
 	}
 	if opts.Name == "" {
 		opts.Name = "llama"
 	}
 	if opts.Weights == 0 {
 		opts.Weights = accel.F32
+	}
+	if opts.StopTokens == nil {
+		opts.StopTokens = []int32{llama2c.BOS}
 	}
 	switch opts.Prefill {
 	case "":
@@ -97,70 +110,111 @@ func New(dev accel.Device, s accel.Stream, ck *llama2c.Checkpoint, opts Options)
 	if opts.Weights != accel.F32 && opts.Weights != accel.BF16 {
 		return nil, fmt.Errorf("llama: weights must be f32 or bf16, not %s", opts.Weights)
 	}
-	m := &Model{cfg: cfg, opts: opts, dev: dev, params: ck.Params()}
+	m := &Model{cfg: cfg, opts: opts, dev: dev, params: cfg.Params()}
 	before := dev.MemInfo()
-	up := func(v []float32, rows, cols int, dt accel.DType) (accel.Tensor, error) {
-		data := accel.F32Bytes(v)
-		if dt == accel.BF16 {
-			data = BF16Bytes(v)
+	u, err := newUploader(dev, s, cfg.HeadDim)
+	if err != nil {
+		return nil, err
+	}
+	defer u.close()
+	fail := func(e error) (*Model, error) { m.Close(); return nil, e }
+	// up uploads a role's tensor after checking its shape; optional roles
+	// may be absent (a zero Tensor).
+	up := func(role string, layer, rows, cols int, dt accel.DType, optional bool) (accel.Tensor, error) {
+		w, ok, err := ws.Weight(role, layer)
+		if err != nil {
+			return accel.Tensor{}, err
 		}
-		b, err := dev.Alloc(int64(len(data)))
+		name := role
+		if layer >= 0 {
+			name = fmt.Sprintf("blk.%d.%s", layer, role)
+		}
+		if !ok {
+			if optional {
+				return accel.Tensor{}, nil
+			}
+			return accel.Tensor{}, fmt.Errorf("llama: %s: no tensor %s (architecture %s)", ws.Path(), name, cfg.Arch)
+		}
+		if w.Rows != rows || w.Cols != cols {
+			return accel.Tensor{}, fmt.Errorf("llama: %s is %d×%d, the config (%v) needs %d×%d", where(w), w.Rows, w.Cols, cfg, rows, cols)
+		}
+		b, err := dev.Alloc(int64(rows) * int64(cols) * dt.Size())
 		if errors.Is(err, accel.ErrOutOfMemory) {
 			// Said in the user's terms, not the allocator's.
 			now := dev.MemInfo()
 			return accel.Tensor{}, fmt.Errorf("llama: the weights need %s (%s, %s weights); the device's memory is %s, "+
 				"%s of it free before loading, and it ran out after %s of them were loaded, holding %s: %w",
-				mib(weightBytes(ck, opts.Weights)), opts.Name, opts.Weights, mib(before.Total), mib(before.Free),
+				mib(weightBytes(cfg, opts.Weights)), opts.Name, opts.Weights, mib(before.Total), mib(before.Free),
 				mib(m.wbytes), mib(before.Free-now.Free), accel.ErrOutOfMemory)
 		}
 		if err != nil {
-			return accel.Tensor{}, fmt.Errorf("llama: weights: %w", err)
+			return accel.Tensor{}, fmt.Errorf("llama: weights: %s: %w", name, err)
 		}
 		m.bufs = append(m.bufs, b)
-		if err := accel.Upload(s, b, data); err != nil {
+		if err := u.upload(b, w, dt); err != nil {
 			return accel.Tensor{}, err
 		}
-		m.wbytes += int64(len(data))
+		ws.Done(w)
+		m.wbytes += b.Len()
 		return accel.Tensor{Buf: b, DType: dt, Rows: rows, Cols: cols}, nil
 	}
-	d, h, kvd, v := cfg.Dim, cfg.Hidden, cfg.KVDim(), cfg.Vocab
+	d, h, qd, kvd, v := cfg.Dim, cfg.Hidden, cfg.QDim(), cfg.KVDim(), cfg.Vocab
 	wdt := opts.Weights
-	var err error
-	fail := func(e error) (*Model, error) { m.Close(); return nil, e }
 	// The embedding stays float32: it is gathered, not multiplied, and a
 	// shared classifier reuses it.
 	embDT := accel.F32
-	if !cfg.SharedClassifier {
+	if !cfg.TiedEmbeddings {
 		embDT = wdt
 	}
-	if m.emb, err = up(ck.TokenEmbedding, v, d, embDT); err != nil {
+	if m.emb, err = up(RoleEmbedding, -1, v, d, embDT, false); err != nil {
 		return fail(err)
 	}
-	for _, L := range ck.Layers {
+	for i := range cfg.Layers {
 		var ly layer
 		for _, w := range []struct {
 			dst        *accel.Tensor
-			v          []float32
+			role       string
 			rows, cols int
 			dt         accel.DType
+			need       bool
 		}{
-			{&ly.rmsAtt, L.RMSAtt, 1, d, accel.F32}, {&ly.wq, L.WQ, d, d, wdt}, {&ly.wk, L.WK, kvd, d, wdt},
-			{&ly.wv, L.WV, kvd, d, wdt}, {&ly.wo, L.WO, d, d, wdt}, {&ly.rmsFFN, L.RMSFFN, 1, d, accel.F32},
-			{&ly.w1, L.W1, h, d, wdt}, {&ly.w2, L.W2, d, h, wdt}, {&ly.w3, L.W3, h, d, wdt},
+			{&ly.rmsAtt, RoleAttnNorm, 1, d, accel.F32, true}, {&ly.wq, RoleQ, qd, d, wdt, true},
+			{&ly.wk, RoleK, kvd, d, wdt, true}, {&ly.wv, RoleV, kvd, d, wdt, true},
+			{&ly.bq, RoleQBias, 1, qd, accel.F32, cfg.QKVBias}, {&ly.bk, RoleKBias, 1, kvd, accel.F32, cfg.QKVBias},
+			{&ly.bv, RoleVBias, 1, kvd, accel.F32, cfg.QKVBias},
+			{&ly.qNorm, RoleQNorm, 1, cfg.HeadDim, accel.F32, cfg.QKNorm}, {&ly.kNorm, RoleKNorm, 1, cfg.HeadDim, accel.F32, cfg.QKNorm},
+			{&ly.wo, RoleO, d, qd, wdt, true}, {&ly.rmsFFN, RoleFFNNorm, 1, d, accel.F32, true},
+			{&ly.w1, RoleGate, h, d, wdt, true}, {&ly.w2, RoleDown, d, h, wdt, true}, {&ly.w3, RoleUp, h, d, wdt, true},
 		} {
-			if *w.dst, err = up(w.v, w.rows, w.cols, w.dt); err != nil {
+			if !w.need {
+				// A tensor the config does not declare must not be
+				// there: it would change the maths.
+				if x, ok, _ := ws.Weight(w.role, i); ok {
+					return fail(fmt.Errorf("llama: %s: the config (%v) declares no such tensor", where(x), cfg))
+				}
+				continue
+			}
+			if *w.dst, err = up(w.role, i, w.rows, w.cols, w.dt, false); err != nil {
 				return fail(err)
 			}
 		}
 		m.layers = append(m.layers, ly)
 	}
-	if m.final, err = up(ck.RMSFinal, 1, d, accel.F32); err != nil {
+	if m.final, err = up(RoleOutputNorm, -1, 1, d, accel.F32, false); err != nil {
 		return fail(err)
 	}
-	if cfg.SharedClassifier {
+	if cfg.TiedEmbeddings {
+		if x, ok, _ := ws.Weight(RoleOutput, -1); ok {
+			return fail(fmt.Errorf("llama: %s: the embeddings are tied, yet the file has a classifier", where(x)))
+		}
 		m.cls = m.emb
-	} else if m.cls, err = up(ck.Classifier, v, d, wdt); err != nil {
+	} else if m.cls, err = up(RoleOutput, -1, v, d, wdt, false); err != nil {
 		return fail(err)
+	}
+	if u, ok := ws.(interface{ Unused() []string }); ok {
+		if names := u.Unused(); len(names) > 0 {
+			return fail(fmt.Errorf("llama: %s: tensor %q (and %d more) is not part of the %s architecture reprise implements", ws.Path(), names[0], len(names)-1, cfg.Arch))
+		}
 	}
 	// A device that keeps matrices in its own layout makes that copy now, so
 	// that it is charged before the engine sizes its KV cache from MemInfo.
@@ -177,19 +231,24 @@ func New(dev accel.Device, s accel.Stream, ck *llama2c.Checkpoint, opts Options)
 	return m, nil
 }
 
-// weightBytes is what New uploads for ck with matrices stored as wdt: the
-// embedding and the norms stay float32.
-func weightBytes(ck *llama2c.Checkpoint, wdt accel.DType) int64 {
-	cfg := ck.Config
-	per := int64(4)
-	if wdt == accel.BF16 {
-		per = 2
+// weightBytes is what NewFrom uploads for cfg with matrices stored as wdt:
+// the embedding (when tied), the norms and the biases stay float32.
+func weightBytes(cfg Config, wdt accel.DType) int64 {
+	per := wdt.Size()
+	d, h, qd, kvd, v := int64(cfg.Dim), int64(cfg.Hidden), int64(cfg.QDim()), int64(cfg.KVDim()), int64(cfg.Vocab)
+	matrices := int64(cfg.Layers) * (2*qd*d + 2*kvd*d + 3*h*d)
+	vectors := int64(cfg.Layers)*2*d + d
+	if cfg.QKVBias {
+		vectors += int64(cfg.Layers) * (qd + 2*kvd)
 	}
-	d, h, kvd, v := int64(cfg.Dim), int64(cfg.Hidden), int64(cfg.KVDim()), int64(cfg.Vocab)
-	matrices := int64(cfg.Layers) * (2*d*d + 2*kvd*d + 3*h*d)
-	n := 4*v*d + per*matrices + 4*(int64(cfg.Layers)*2*d+d)
-	if !cfg.SharedClassifier {
-		n += per*v*d - 4*v*d + per*v*d // embedding and classifier both as wdt
+	if cfg.QKNorm {
+		vectors += int64(cfg.Layers) * 2 * int64(cfg.HeadDim)
+	}
+	n := per*matrices + 4*vectors
+	if cfg.TiedEmbeddings {
+		n += 4 * v * d
+	} else {
+		n += 2 * per * v * d // embedding and classifier both as wdt
 	}
 	return n
 }
@@ -206,12 +265,12 @@ func (m *Model) Close() {
 }
 
 // Config is the model's shape.
-func (m *Model) Config() llama2c.Config { return m.cfg }
+func (m *Model) Config() Config { return m.cfg }
 
 // Info implements engine.Model.
 func (m *Model) Info() engine.ModelInfo {
 	return engine.ModelInfo{Name: m.opts.Name, Layers: m.cfg.Layers, KVHeads: m.cfg.KVHeads, HeadSize: m.cfg.HeadSize(),
-		Vocab: m.cfg.Vocab, MaxSeq: m.cfg.SeqLen, StopTokens: []int32{llama2c.BOS}, Params: m.params, WeightBytes: m.wbytes}
+		Vocab: m.cfg.Vocab, MaxSeq: m.cfg.SeqLen, StopTokens: m.opts.StopTokens, Params: m.params, WeightBytes: m.wbytes}
 }
 
 func (m *Model) graphConfigs() []*graph.Config {
@@ -321,7 +380,7 @@ func (m *Model) Forward(l *accel.Launcher, b *engine.Batch) (map[string]accel.Te
 		h = x
 	}
 	lx := l.Alloc(accel.F32, R, c.Dim)
-	l.RMSNorm(x, h, m.final, eps)
+	l.RMSNorm(x, h, m.final, float32(c.NormEps))
 	if region != nil {
 		region.Release(l)
 	}
@@ -360,11 +419,18 @@ func (m *Model) RegionForward(l *accel.Launcher, label string, b *engine.Batch) 
 func (m *Model) blocks(l *accel.Launcher, x, rows accel.Tensor, b *engine.Batch) {
 	c := m.cfg
 	T := x.Rows
-	d, kvd, hd := c.Dim, c.KVDim(), c.HeadSize()
+	d, qd, kvd, hd := c.Dim, c.QDim(), c.KVDim(), c.HeadSize()
+	eps, theta := float32(c.NormEps), float32(c.RopeTheta)
 	sh := accel.AttentionShape{Heads: c.Heads, KVHeads: c.KVHeads, HeadSize: hd, PageSize: b.KV.PageSize}
 	xb := l.Alloc(accel.F32, T, d)
 	xb2 := l.Alloc(accel.F32, T, d)
-	q := l.Alloc(accel.F32, T, d)
+	q := l.Alloc(accel.F32, T, qd)
+	// The attention's output has the queries' width; with head_dim ×
+	// heads = dim it shares xb.
+	att := xb
+	if qd != d {
+		att = l.Alloc(accel.F32, T, qd)
+	}
 	k := l.Alloc(accel.F32, T, kvd)
 	v := l.Alloc(accel.F32, T, kvd)
 	hb := l.Alloc(accel.F32, T, c.Hidden)
@@ -376,8 +442,8 @@ func (m *Model) blocks(l *accel.Launcher, x, rows accel.Tensor, b *engine.Batch)
 		l.MatMul(v, xb, ly.wv)
 		l.RoPE(q, k, b.Pos, hd, theta)
 		l.KVWrite(b.KV.K[i], b.KV.V[i], k, v, b.KV.Slots)
-		l.Attention(xb, q, b.KV.K[i], b.KV.V[i], rows, b.Pos, b.KV.Pages, sh)
-		l.MatMul(xb2, xb, ly.wo)
+		l.Attention(att, q, b.KV.K[i], b.KV.V[i], rows, b.Pos, b.KV.Pages, sh)
+		l.MatMul(xb2, att, ly.wo)
 		l.Add(x, x, xb2)
 		l.RMSNorm(xb, x, ly.rmsFFN, eps)
 		l.MatMul(hb, xb, ly.w1)
@@ -385,6 +451,9 @@ func (m *Model) blocks(l *accel.Launcher, x, rows accel.Tensor, b *engine.Batch)
 		l.SiLUMul(hb, hb, hb2)
 		l.MatMul(xb, hb, ly.w2)
 		l.Add(x, x, xb)
+	}
+	if qd != d {
+		l.Free(att)
 	}
 	l.Free(xb, xb2, q, k, v, hb, hb2)
 }

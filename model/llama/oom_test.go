@@ -30,7 +30,7 @@ func TestWeightBytes(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got, want := weightBytes(ck, dt), m.Info().WeightBytes; got != want {
+			if got, want := weightBytes(FromLlama2c(ck.Config), dt), m.Info().WeightBytes; got != want {
 				t.Errorf("%+v %s: weightBytes %d, uploaded %d", src, dt, got, want)
 			}
 			m.Close()

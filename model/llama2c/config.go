@@ -1,6 +1,7 @@
 package llama2c
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
@@ -189,4 +190,26 @@ const headerBytes = 7 * 4
 // fileBytes returns the exact size in bytes of a checkpoint with this config.
 func (c Config) fileBytes() int64 {
 	return satAdd(headerBytes, satMul(4, c.fileFloats()))
+}
+
+// HeaderFileSize returns the size a checkpoint file must have for the 28-byte
+// header hdr, and whether the header is a valid configuration at all: a
+// format detector calls it to tell a llama2.c checkpoint from other files.
+func HeaderFileSize(hdr []byte) (int64, bool) {
+	if len(hdr) < headerBytes {
+		return 0, false
+	}
+	var h [7]int64
+	for i := range h {
+		h[i] = int64(int32(binary.LittleEndian.Uint32(hdr[4*i:])))
+	}
+	cfg := Config{Dim: int(h[0]), Hidden: int(h[1]), Layers: int(h[2]), Heads: int(h[3]), KVHeads: int(h[4]),
+		Vocab: int(h[5]), SeqLen: int(h[6]), SharedClassifier: h[5] > 0}
+	if h[5] < 0 {
+		cfg.Vocab = int(-h[5])
+	}
+	if cfg.Validate() != nil {
+		return 0, false
+	}
+	return cfg.fileBytes(), true
 }

@@ -65,3 +65,15 @@ func (f *File) Close() error {
 	}
 	return nil
 }
+
+// Drop tells the kernel that the pages under b, a slice of f.Data, may
+// leave this process's resident memory: a loader calls it once a tensor is
+// on the device, so the mapping does not hold a second copy of the model.
+// The pages stay in the page cache and fault back in if read again. Only
+// whole pages inside b are dropped; a copy (not a mapping) is left alone.
+func (f *File) Drop(b []byte) {
+	if f.unmap == nil || len(b) == 0 {
+		return
+	}
+	drop(f.Data, b)
+}
