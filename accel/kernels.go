@@ -22,8 +22,14 @@ const (
 	// OpRMSNorm: T0 out[T,D] = T1 x[T,D] / rms(x) * T2 w[1,D]; F0 eps.
 	// out may be x.
 	OpRMSNorm
-	// OpMatMul: T0 y[T,O] = T1 x[T,I] · T2 Wᵀ with W[O,I] (F32|BF16) row-major
-	// out x in. y must not overlap x.
+	// OpMatMul: T0 y[T,O] = T1 x[T,I] · T2 Wᵀ with W[O,I] (F32|BF16|Q8_0|
+	// Q4_0|Q4_K|Q6_K) row-major out x in. y must not overlap x. With a
+	// quantized W (ggml blocks along I), y is the product with W's
+	// dequantised values up to the backend's rounding: a backend may
+	// quantize each row of x per block to 8 bits first, as ggml's CPU code
+	// does (the CPU device does: see accel/cpu), or dequantise W's blocks
+	// into float32 (the GPU backends do). Either way a row's result does
+	// not depend on the other rows.
 	OpMatMul
 	// OpRoPE rotates, in place, pairs (2i, 2i+1) of every head of T0 q[T,Hq*hd]
 	// and T1 k[T,Hk*hd] by angle pos·θ^(-2i/hd), pos from T2 (T elements,
@@ -182,8 +188,11 @@ func checkRMSNorm(c *Call) error {
 
 func checkMatMul(c *Call) error {
 	y, x, w := c.T[0], c.T[1], c.T[2]
-	if err := firstErr(want(y, "y", F32), want(x, "x", F32), want(w, "w", F32, BF16)); err != nil {
+	if err := firstErr(want(y, "y", F32), want(x, "x", F32), want(w, "w", F32, BF16, Q8_0, Q4_0, Q4_K, Q6_K)); err != nil {
 		return err
+	}
+	if bs := w.DType.BlockSize(); bs > 1 && w.Cols%bs != 0 {
+		return fmt.Errorf("w %v: %d columns are not whole blocks of %d", w, w.Cols, bs)
 	}
 	if y.Rows != x.Rows || x.Cols != w.Cols || y.Cols != w.Rows {
 		return fmt.Errorf("y %v = x %v · wᵀ %v", y, x, w)

@@ -1,6 +1,10 @@
 package accel
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/reprise-ml/reprise/quant"
+)
 
 // DType is an element type of device data.
 type DType uint8
@@ -10,9 +14,18 @@ const (
 	F32  DType = iota + 1 // IEEE float32
 	I32                   // int32
 	BF16                  // bfloat16 (weights only), widened to float32 on load
+
+	// Block-quantized weights in ggml's formats (package quant), blocks
+	// along each row (the input axis of a MatMul's W): a row of Cols
+	// elements is Cols/BlockSize blocks, and Cols must be a multiple of it.
+	Q8_0 // ggml Q8_0: 32 int8 and an f16 scale per block
+	Q4_0 // ggml Q4_0: 32 4-bit and an f16 scale per block
+	Q4_K // ggml Q4_K: super-blocks of 256, 6-bit scales and mins per 32
+	Q6_K // ggml Q6_K: super-blocks of 256, int8 scales per 16
 )
 
-// Size is the element's size in bytes.
+// Size is the element's size in bytes, 0 for a block-quantized type (see
+// RowBytes).
 func (d DType) Size() int64 {
 	switch d {
 	case F32, I32:
@@ -23,6 +36,53 @@ func (d DType) Size() int64 {
 	return 0
 }
 
+// Quant is the ggml type of a block-quantized DType; ok is false for the
+// others.
+func (d DType) Quant() (t quant.Type, ok bool) {
+	switch d {
+	case Q8_0:
+		return quant.Q8_0, true
+	case Q4_0:
+		return quant.Q4_0, true
+	case Q4_K:
+		return quant.Q4_K, true
+	case Q6_K:
+		return quant.Q6_K, true
+	}
+	return 0, false
+}
+
+// QuantDType is the DType holding ggml type t as it is, if there is one.
+func QuantDType(t quant.Type) (DType, bool) {
+	for _, d := range []DType{Q8_0, Q4_0, Q4_K, Q6_K} {
+		if q, _ := d.Quant(); q == t {
+			return d, true
+		}
+	}
+	return 0, false
+}
+
+// BlockSize is the number of elements of one block: 1 for the element
+// types, 32 or 256 for the quantized ones, 0 for an unknown DType.
+func (d DType) BlockSize() int {
+	if q, ok := d.Quant(); ok {
+		return q.BlockSize()
+	}
+	if d.Size() > 0 {
+		return 1
+	}
+	return 0
+}
+
+// RowBytes is the storage of a row of cols elements (cols a multiple of
+// BlockSize).
+func (d DType) RowBytes(cols int) int64 {
+	if q, ok := d.Quant(); ok {
+		return int64(cols/q.BlockSize()) * int64(q.BlockBytes())
+	}
+	return int64(cols) * d.Size()
+}
+
 func (d DType) String() string {
 	switch d {
 	case F32:
@@ -31,6 +91,14 @@ func (d DType) String() string {
 		return "i32"
 	case BF16:
 		return "bf16"
+	case Q8_0:
+		return "q8_0"
+	case Q4_0:
+		return "q4_0"
+	case Q4_K:
+		return "q4_k"
+	case Q6_K:
+		return "q6_k"
 	}
 	return fmt.Sprintf("dtype(%d)", d)
 }
@@ -49,7 +117,7 @@ type Tensor struct {
 // NewTensor views b as a rows x cols matrix of dt. It fails when b is too small.
 func NewTensor(b Buffer, dt DType, rows, cols int) (Tensor, error) {
 	t := Tensor{Buf: b, DType: dt, Rows: rows, Cols: cols}
-	if rows < 0 || cols < 0 || dt.Size() == 0 {
+	if rows < 0 || cols < 0 || dt.BlockSize() == 0 || cols%dt.BlockSize() != 0 {
 		return Tensor{}, fmt.Errorf("accel: bad tensor shape %v", t)
 	}
 	if t.Bytes() > b.Len() {
@@ -59,7 +127,7 @@ func NewTensor(b Buffer, dt DType, rows, cols int) (Tensor, error) {
 }
 
 // Bytes is the storage the tensor spans.
-func (t Tensor) Bytes() int64 { return int64(t.Rows) * int64(t.Cols) * t.DType.Size() }
+func (t Tensor) Bytes() int64 { return int64(t.Rows) * t.DType.RowBytes(t.Cols) }
 
 // Len is the number of elements.
 func (t Tensor) Len() int { return t.Rows * t.Cols }
@@ -72,7 +140,7 @@ func (t Tensor) RowSlice(r0, r1 int) Tensor {
 	if r0 < 0 || r1 < r0 || r1 > t.Rows {
 		panic(fmt.Sprintf("accel: RowSlice(%d, %d) of %v", r0, r1, t))
 	}
-	rb := int64(t.Cols) * t.DType.Size()
+	rb := t.DType.RowBytes(t.Cols)
 	return Tensor{Buf: t.Buf.Slice(int64(r0)*rb, int64(r1-r0)*rb), DType: t.DType, Rows: r1 - r0, Cols: t.Cols}
 }
 

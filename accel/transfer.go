@@ -91,7 +91,7 @@ func UploadI32(s Stream, v []int32, rows, cols int) (Tensor, error) {
 }
 
 func uploadTensor(s Stream, data []byte, dt DType, rows, cols int) (Tensor, error) {
-	if int64(len(data)) != int64(rows)*int64(cols)*dt.Size() {
+	if int64(len(data)) != int64(rows)*dt.RowBytes(cols) || rows < 0 || cols < 0 || dt.BlockSize() == 0 || cols%dt.BlockSize() != 0 {
 		return Tensor{}, fmt.Errorf("accel: %d bytes for a %dx%d %s tensor: %w", len(data), rows, cols, dt, ErrInvalidArgument)
 	}
 	b, err := s.Device().Alloc(int64(len(data)))

@@ -1,13 +1,46 @@
-package quant
+package quant_test
 
 import (
 	"bytes"
+	"encoding/binary"
+	"math"
 	"os"
 	"sort"
 	"testing"
+
+	"github.com/reprise-ml/reprise/model/gguf"
+	"github.com/reprise-ml/reprise/quant"
 )
 
-// TestQuantizeMatchesLlamaQuantize quantizes r128.gguf's F32 tensors to the
+type ggufTensor struct {
+	typ  quant.Type
+	data []byte
+}
+
+// readGGUF is every tensor of a GGUF fixture: its ggml type and bytes.
+func readGGUF(t testing.TB, path string) map[string]ggufTensor {
+	t.Helper()
+	f, err := gguf.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	out := map[string]ggufTensor{}
+	for _, tn := range f.Tensors {
+		out[tn.Name] = ggufTensor{typ: quant.Type(tn.Type), data: f.Data(tn)}
+	}
+	return out
+}
+
+func f32s(b []byte) []float32 {
+	x := make([]float32, len(b)/4)
+	for i := range x {
+		x[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
+	}
+	return x
+}
+
+// TestQuantizeMatchesLlamaQuantize quantizes r128.gguf's quant.F32 tensors to the
 // type each tensor has in llama-quantize's output and compares the bytes.
 func TestQuantizeMatchesLlamaQuantize(t *testing.T) {
 	src := readGGUF(t, "testdata/r128.gguf")
@@ -18,16 +51,16 @@ func TestQuantizeMatchesLlamaQuantize(t *testing.T) {
 			names = append(names, n)
 		}
 		sort.Strings(names)
-		types := map[Type]int{}
+		types := map[quant.Type]int{}
 		for _, name := range names {
 			qt := q[name]
 			st, ok := src[name]
-			if !ok || st.typ != F32 {
-				t.Fatalf("%s: %s has no F32 source", file, name)
+			if !ok || st.typ != quant.F32 {
+				t.Fatalf("%s: %s has no quant.F32 source", file, name)
 			}
 			types[qt.typ]++
 			got := make([]byte, len(qt.data))
-			if err := Quantize(qt.typ, f32s(st.data), got); err != nil {
+			if err := quant.Quantize(qt.typ, f32s(st.data), got); err != nil {
 				t.Fatalf("%s: %s: %v", file, name, err)
 			}
 			if !bytes.Equal(got, qt.data) {
@@ -54,13 +87,13 @@ func TestQuantizeMatchesGGML(t *testing.T) {
 		t.Fatal(err)
 	}
 	x := f32s(raw)
-	for _, typ := range []Type{Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K} {
+	for _, typ := range []quant.Type{quant.Q4_0, quant.Q4_1, quant.Q5_0, quant.Q5_1, quant.Q8_0, quant.Q4_K, quant.Q5_K, quant.Q6_K} {
 		want, err := os.ReadFile("testdata/ggmlref/rows." + typ.String())
 		if err != nil {
 			t.Fatal(err)
 		}
 		got := make([]byte, len(want))
-		if err := Quantize(typ, x, got); err != nil {
+		if err := quant.Quantize(typ, x, got); err != nil {
 			t.Fatalf("%s: %v", typ, err)
 		}
 		bb := typ.BlockBytes()
@@ -79,8 +112,8 @@ func TestQuantizeMatchesGGML(t *testing.T) {
 	}
 }
 
-// TestRequantizeQ4KFixture: there is no F32 source for the r256 fixtures,
-// so this re-quantizes the Q4_K tensors of r256-Q4_K_M.gguf from their own
+// TestRequantizeQ4KFixture: there is no quant.F32 source for the r256 fixtures,
+// so this re-quantizes the quant.Q4_K tensors of r256-Q4_K_M.gguf from their own
 // dequantised values. ggml's quantizer (run offline on the same values, see
 // testdata/README.md) gives back the file's bytes in all but two blocks, one
 // in each layer's ffn_up.weight; so must this package.
@@ -88,15 +121,15 @@ func TestRequantizeQ4KFixture(t *testing.T) {
 	q := readGGUF(t, "testdata/r256-Q4_K_M.gguf")
 	blocks, differ := 0, map[string]int{}
 	for name, qt := range q {
-		if qt.typ != Q4_K {
+		if qt.typ != quant.Q4_K {
 			continue
 		}
-		x := make([]float32, len(qt.data)/qt.typ.BlockBytes()*QKK)
-		if err := Dequantize(qt.typ, qt.data, x); err != nil {
+		x := make([]float32, len(qt.data)/qt.typ.BlockBytes()*quant.QKK)
+		if err := quant.Dequantize(qt.typ, qt.data, x); err != nil {
 			t.Fatal(err)
 		}
 		got := make([]byte, len(qt.data))
-		if err := Quantize(qt.typ, x, got); err != nil {
+		if err := quant.Quantize(qt.typ, x, got); err != nil {
 			t.Fatal(err)
 		}
 		for i := 0; i < len(got); i += qt.typ.BlockBytes() {
@@ -108,6 +141,6 @@ func TestRequantizeQ4KFixture(t *testing.T) {
 	}
 	want := map[string]int{"blk.0.ffn_up.weight": 1, "blk.1.ffn_up.weight": 1}
 	if blocks != 5760 || len(differ) != len(want) || differ["blk.0.ffn_up.weight"] != 1 || differ["blk.1.ffn_up.weight"] != 1 {
-		t.Errorf("%d Q4_K blocks, differing %v, want 5760 and %v", blocks, differ, want)
+		t.Errorf("%d quant.Q4_K blocks, differing %v, want 5760 and %v", blocks, differ, want)
 	}
 }

@@ -47,6 +47,7 @@ func Run(t *testing.T, backend string, expect ...Expect) {
 	t.Run("CapturedUpload", func(t *testing.T) { testCapturedUpload(t, backend) })
 	t.Run("DecoderMatchesCPU", func(t *testing.T) { testDecoderMatchesCPU(t, backend) })
 	t.Run("BF16", func(t *testing.T) { testBF16(t, backend) })
+	t.Run("QuantMatMul", func(t *testing.T) { testQuantMatMul(t, backend) })
 	t.Run("MisalignedOperand", func(t *testing.T) { testMisalignedOperand(t, backend) })
 	t.Run("ForeignBuffer", func(t *testing.T) { testForeignBuffer(t, backend) })
 	t.Run("ModelReference", func(t *testing.T) { testModel(t, backend) })

@@ -82,6 +82,7 @@ type kctx struct {
 	smp   sampleScratch
 	rope  []float32 // RoPE frequencies, cos and sin
 	tail  [3 * panelWidth]float32
+	qa    qacts // quantized matmul: this piece's rows of x, quantized
 }
 
 // splitMin is the work (in multiply-adds) below which an eager kernel runs on
@@ -409,6 +410,10 @@ func matUnits(c *rcall, lo, hi int) (p0, p1, t0, t1 int) {
 //go:norace
 func runMatMul(c *rcall, lo, hi int, k *kctx) {
 	p0, p1, t0, t1 := matUnits(c, lo, hi)
+	if c.o[2].dt.BlockSize() > 1 {
+		runMatMulQuant(c, p0, p1, t0, t1, k)
+		return
+	}
 	if k != nil && k.d != nil {
 		if p := k.d.packFor(c); p != nil {
 			runMatMulPacked(c, p, p0, p1, t0, t1, k)

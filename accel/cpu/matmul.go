@@ -10,7 +10,7 @@ import (
 // packFor returns the packed copy of a MatMul's weights, making it when the
 // cache's policy allows, or nil (row-major kernels).
 func (d *Device) packFor(c *rcall) *packed {
-	if !packingOn() {
+	if !packingOn() && !(quantVec.Load() && quantPacks(c.o[2].dt)) {
 		return nil
 	}
 	if e := (*packEntry)(atomic.LoadPointer(&c.pk)); e != nil && !e.dead.Load() {

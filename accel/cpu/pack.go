@@ -53,6 +53,9 @@ type packed struct {
 }
 
 func packedPanelBytes(dt accel.DType, in int) uintptr {
+	if dt.BlockSize() > 1 {
+		return quantPanelBytes(dt, in)
+	}
 	if dt == accel.BF16 {
 		return uintptr((in+1)/2) * panelWidth * 4
 	}
@@ -86,6 +89,10 @@ func packWeights(w operand) *packed {
 	out, in := w.rows, w.cols
 	p := &packed{dt: w.dt, out: out, in: in, panels: (out + panelWidth - 1) / panelWidth, ps: packedPanelBytes(w.dt, in)}
 	p.data = alignedBytes(int(uintptr(p.panels) * p.ps))
+	if w.dt.BlockSize() > 1 {
+		packQuant(w, p)
+		return p
+	}
 	if w.dt == accel.BF16 {
 		src, dst := w.u16(), p.u32()
 		pairs := (in + 1) / 2
@@ -316,11 +323,11 @@ func (t *packTable) dropAll() {
 // PackingEnabled), and fails with an error wrapping accel.ErrOutOfMemory
 // where the arena has no room (MatMul then reads the row-major bytes).
 func (d *Device) PackWeights(ts ...accel.Tensor) error {
-	if !packingOn() {
-		return nil
-	}
 	for _, tn := range ts {
-		if tn.IsNil() || !ownBuffer(tn.Buf) || (tn.DType != accel.F32 && tn.DType != accel.BF16) ||
+		if !packingOn() && !(quantVec.Load() && quantPacks(tn.DType)) {
+			continue
+		}
+		if tn.IsNil() || !ownBuffer(tn.Buf) || (tn.DType != accel.F32 && tn.DType != accel.BF16 && !quantPacks(tn.DType)) ||
 			tn.Rows <= 0 || tn.Cols <= 0 || tn.Bytes() > tn.Buf.Len() {
 			return fmt.Errorf("cpu: pack weights %v: %w", tn, accel.ErrInvalidArgument)
 		}

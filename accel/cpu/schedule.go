@@ -231,7 +231,7 @@ func (f *footprint) reset() { f.r, f.w = f.r[:0], f.w[:0] }
 
 func addr(o *operand) uintptr { return uintptr(unsafe.Pointer(&o.b[0])) }
 
-func rowBytes(o *operand) uintptr { return uintptr(o.cols) * uintptr(o.dt.Size()) }
+func rowBytes(o *operand) uintptr { return uintptr(o.dt.RowBytes(o.cols)) }
 
 // rowsOf is rows [r0, r1) of o.
 func rowsOf(o *operand, r0, r1 int) (region, bool) {

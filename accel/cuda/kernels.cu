@@ -278,6 +278,102 @@ extern "C" __global__ void __launch_bounds__(256) k_matmul_bf16(float* y, const 
 }
 
 // ---------------------------------------------------------------------------
+// OpMatMul with quantized W (ggml's blocks along each row, addressed in
+// bytes): one warp per output; lane l dequantises blocks l, l+32, ... exactly
+// as ggml's dequantize_row_* does, summing x·w over each block in order, and
+// the warp adds its lanes' sums in a fixed tree. The order depends only on
+// the row, never on the batch.
+
+__device__ __forceinline__ float h2f(const unsigned char* p) {
+	unsigned int h = (unsigned int)p[0] | ((unsigned int)p[1] << 8);
+	unsigned int s = (h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+	if (e == 0) return __uint_as_float(s | __float_as_uint((float)m * 5.9604644775390625e-8f));
+	if (e == 31) return __uint_as_float(s | 0x7f800000u | (m << 13));
+	return __uint_as_float(s | ((e + 112u) << 23) | (m << 13));
+}
+
+__device__ __forceinline__ float qdot_q8_0(const unsigned char* blk, const float* x) {
+	float d = h2f(blk), s = 0.0f;
+	for (int j = 0; j < 32; j++) s = s + x[j] * ((float)(signed char)blk[2 + j] * d);
+	return s;
+}
+
+__device__ __forceinline__ float qdot_q4_0(const unsigned char* blk, const float* x) {
+	float d = h2f(blk), s = 0.0f;
+	for (int j = 0; j < 16; j++) s = s + x[j] * ((float)((int)(blk[2 + j] & 15) - 8) * d);
+	for (int j = 0; j < 16; j++) s = s + x[16 + j] * ((float)((int)(blk[2 + j] >> 4) - 8) * d);
+	return s;
+}
+
+__device__ __forceinline__ void scale_min_k4(int j, const unsigned char* q, float* sc, float* m) {
+	if (j < 4) {
+		*sc = (float)(q[j] & 63);
+		*m = (float)(q[j + 4] & 63);
+	} else {
+		*sc = (float)((q[j + 4] & 15) | ((q[j - 4] >> 6) << 4));
+		*m = (float)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+	}
+}
+
+__device__ __forceinline__ float qdot_q4_k(const unsigned char* blk, const float* x) {
+	float d = h2f(blk), dmin = h2f(blk + 2), s = 0.0f;
+	for (int c = 0; c < 4; c++) {
+		const unsigned char* q = blk + 16 + 32 * c;
+		float sc, m;
+		scale_min_k4(2 * c, blk + 4, &sc, &m);
+		float d1 = d * sc, m1 = dmin * m;
+		for (int l = 0; l < 32; l++) s = s + x[64 * c + l] * (d1 * (float)(q[l] & 15) - m1);
+		scale_min_k4(2 * c + 1, blk + 4, &sc, &m);
+		float d2 = d * sc, m2 = dmin * m;
+		for (int l = 0; l < 32; l++) s = s + x[64 * c + 32 + l] * (d2 * (float)(q[l] >> 4) - m2);
+	}
+	return s;
+}
+
+__device__ __forceinline__ float qdot_q6_k(const unsigned char* blk, const float* x) {
+	float d = h2f(blk + 208), s = 0.0f;
+	for (int e = 0; e < 256; e++) {
+		int n = e / 128, k = (e % 128) / 32, l = e % 32;
+		unsigned char ql = blk[64 * n + 32 * (k & 1) + l], qh = blk[128 + 32 * n + l];
+		int q = (int)((k < 2 ? (ql & 15) : (ql >> 4)) | (((qh >> (2 * k)) & 3) << 4)) - 32;
+		s = s + x[e] * (d * (float)(signed char)blk[192 + e / 16] * (float)q);
+	}
+	return s;
+}
+
+template <int QK, int BYTES, float (*DOT)(const unsigned char*, const float*)>
+__device__ __forceinline__ void qmatmul(float* y, const float* x, const unsigned char* w, int T, int I, int O) {
+	int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+	int o = blockIdx.x * MM_WARPS + warp;
+	if (o >= O) return; // whole warps: the shuffles below stay full
+	int nb = I / QK;
+	const unsigned char* wr = w + (i64)o * nb * BYTES;
+	for (int t = 0; t < T; t++) {
+		const float* xr = x + (i64)t * I;
+		float acc = 0.0f;
+		for (int b = lane; b < nb; b += 32) acc = acc + DOT(wr + (i64)b * BYTES, xr + (i64)b * QK);
+		for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(FULL_MASK, acc, off);
+		if (lane == 0) y[(i64)t * O + o] = acc;
+	}
+}
+
+extern "C" __global__ void __launch_bounds__(256) k_matmul_q8_0(float* y, const float* x, const unsigned char* w, int t, int nin, int nout) {
+	qmatmul<32, 34, qdot_q8_0>(y, x, w, t, nin, nout);
+}
+
+extern "C" __global__ void __launch_bounds__(256) k_matmul_q4_0(float* y, const float* x, const unsigned char* w, int t, int nin, int nout) {
+	qmatmul<32, 18, qdot_q4_0>(y, x, w, t, nin, nout);
+}
+
+extern "C" __global__ void __launch_bounds__(256) k_matmul_q4_k(float* y, const float* x, const unsigned char* w, int t, int nin, int nout) {
+	qmatmul<256, 144, qdot_q4_k>(y, x, w, t, nin, nout);
+}
+
+extern "C" __global__ void __launch_bounds__(256) k_matmul_q6_k(float* y, const float* x, const unsigned char* w, int t, int nin, int nout) {
+	qmatmul<256, 210, qdot_q6_k>(y, x, w, t, nin, nout);
+}
+
+// ---------------------------------------------------------------------------
 // OpRoPE: one thread per (token, pair i). The frequencies come by value,
 // computed on the host as accel.RoPEFreq does (use_table), or, for heads of
 // more than 2*ROPE_TABLE, here in double precision the same way. The angle's

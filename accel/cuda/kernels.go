@@ -59,6 +59,10 @@ const (
 	kRMSNorm
 	kMatMulF32
 	kMatMulBF16
+	kMatMulQ8_0
+	kMatMulQ4_0
+	kMatMulQ4_K
+	kMatMulQ6_K
 	kRoPE
 	kKVWrite
 	kAttention
@@ -111,6 +115,10 @@ var kernelSpecs = [numKernels]kernelSpec{
 	kRMSNorm:     {"k_rmsnorm", []argKind{aPtr, aPtr, aPtr, aI32, aI32, aF32}},
 	kMatMulF32:   {"k_matmul_f32", []argKind{aPtr, aPtr, aPtr, aI32, aI32, aI32}},
 	kMatMulBF16:  {"k_matmul_bf16", []argKind{aPtr, aPtr, aPtr, aI32, aI32, aI32}},
+	kMatMulQ8_0:  {"k_matmul_q8_0", []argKind{aPtr, aPtr, aPtr, aI32, aI32, aI32}},
+	kMatMulQ4_0:  {"k_matmul_q4_0", []argKind{aPtr, aPtr, aPtr, aI32, aI32, aI32}},
+	kMatMulQ4_K:  {"k_matmul_q4_k", []argKind{aPtr, aPtr, aPtr, aI32, aI32, aI32}},
+	kMatMulQ6_K:  {"k_matmul_q6_k", []argKind{aPtr, aPtr, aPtr, aI32, aI32, aI32}},
 	kRoPE:        {"k_rope", []argKind{aPtr, aPtr, aPtr, aRope, aI32, aI32, aI32, aI32, aI32, aF32}},
 	kKVWrite:     {"k_kv_write", []argKind{aPtr, aPtr, aPtr, aPtr, aPtr, aI32, aI32, aI32, aI32}},
 	kAttention:   {"k_attention", []argKind{aPtr, aPtr, aPtr, aPtr, aPtr, aPtr, aPtr, aI32, aI32, aI32, aI32, aI32, aI32, aI32, aI32}},
@@ -237,7 +245,11 @@ func prepare(c *accel.Call, ptrOf resolver, useBLAS bool) (*klaunch, error) {
 				return
 			}
 			var p uint64
-			if p, err = ptrOf(x.Buf, x.DType.Size()); err == nil {
+			elem := x.DType.Size()
+			if x.DType.BlockSize() > 1 {
+				elem = 1 // quantized blocks: addressed in bytes
+			}
+			if p, err = ptrOf(x.Buf, elem); err == nil {
 				kl.ptr(p)
 			}
 		}
@@ -309,9 +321,19 @@ func prepare(c *accel.Call, ptrOf resolver, useBLAS bool) (*klaunch, error) {
 			kl.noWork = out == 0
 			break
 		}
-		kl.k = kMatMulF32
-		if w.DType == accel.BF16 {
+		switch w.DType {
+		case accel.BF16:
 			kl.k = kMatMulBF16
+		case accel.Q8_0:
+			kl.k = kMatMulQ8_0
+		case accel.Q4_0:
+			kl.k = kMatMulQ4_0
+		case accel.Q4_K:
+			kl.k = kMatMulQ4_K
+		case accel.Q6_K:
+			kl.k = kMatMulQ6_K
+		default:
+			kl.k = kMatMulF32
 		}
 		ptrs(y, x, w)
 		ints(rows, in, out)

@@ -95,6 +95,98 @@ __kernel void k_matmul_bf16(__global float* y, ulong yo, __global const float* x
 	y[yo + g] = s;
 }
 
+// Quantized weights (ggml's blocks, addressed in bytes): each work-item
+// dequantises its output's row block by block, exactly as ggml's
+// dequantize_row_* does, and sums x·w in input order, as k_matmul_f32.
+
+inline ushort rd16(__global const uchar* p) { return (ushort)p[0] | ((ushort)p[1] << 8); }
+
+// IEEE half to float, exact (subnormals as m·2^-24).
+inline float h2f(ushort h) {
+	uint s = ((uint)h & 0x8000u) << 16, e = ((uint)h >> 10) & 0x1fu, m = (uint)h & 0x3ffu;
+	if (e == 0) return as_float(s | as_uint((float)m * 5.9604644775390625e-8f));
+	if (e == 31) return as_float(s | 0x7f800000u | (m << 13));
+	return as_float(s | ((e + 112u) << 23) | (m << 13));
+}
+
+#define QMM_HEAD(BLOCK, BYTES) \
+	size_t g = get_global_id(0); \
+	if (g >= (size_t)t * (size_t)nout) return; \
+	size_t r = g / (size_t)nout, o = g % (size_t)nout; \
+	__global const float* xr = x + xo + r * (size_t)nin; \
+	__global const uchar* wr = w + wo + o * (size_t)(nin / BLOCK) * BYTES; \
+	float s = 0.0f;
+
+__kernel void k_matmul_q8_0(__global float* y, ulong yo, __global const float* x, ulong xo,
+                            __global const uchar* w, ulong wo, int t, int nin, int nout) {
+	QMM_HEAD(32, 34)
+	for (int b = 0; b < nin / 32; b++) {
+		__global const uchar* blk = wr + b * 34;
+		float d = h2f(rd16(blk));
+		for (int j = 0; j < 32; j++) s += xr[b * 32 + j] * ((float)(char)blk[2 + j] * d);
+	}
+	y[yo + g] = s;
+}
+
+__kernel void k_matmul_q4_0(__global float* y, ulong yo, __global const float* x, ulong xo,
+                            __global const uchar* w, ulong wo, int t, int nin, int nout) {
+	QMM_HEAD(32, 18)
+	for (int b = 0; b < nin / 32; b++) {
+		__global const uchar* blk = wr + b * 18;
+		float d = h2f(rd16(blk));
+		for (int j = 0; j < 16; j++) s += xr[b * 32 + j] * ((float)((int)(blk[2 + j] & 15) - 8) * d);
+		for (int j = 0; j < 16; j++) s += xr[b * 32 + 16 + j] * ((float)((int)(blk[2 + j] >> 4) - 8) * d);
+	}
+	y[yo + g] = s;
+}
+
+inline void scale_min_k4(int j, __global const uchar* q, float* sc, float* m) {
+	if (j < 4) {
+		*sc = (float)(q[j] & 63); *m = (float)(q[j + 4] & 63);
+	} else {
+		*sc = (float)((q[j + 4] & 15) | ((q[j - 4] >> 6) << 4));
+		*m = (float)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+	}
+}
+
+__kernel void k_matmul_q4_k(__global float* y, ulong yo, __global const float* x, ulong xo,
+                            __global const uchar* w, ulong wo, int t, int nin, int nout) {
+	QMM_HEAD(256, 144)
+	for (int b = 0; b < nin / 256; b++) {
+		__global const uchar* blk = wr + b * 144;
+		float d = h2f(rd16(blk)), dmin = h2f(rd16(blk + 2));
+		__global const float* xb = xr + b * 256;
+		for (int c = 0; c < 4; c++) {
+			__global const uchar* q = blk + 16 + 32 * c;
+			float sc, m;
+			scale_min_k4(2 * c, blk + 4, &sc, &m);
+			float d1 = d * sc, m1 = dmin * m;
+			for (int l = 0; l < 32; l++) s += xb[64 * c + l] * (d1 * (float)(q[l] & 15) - m1);
+			scale_min_k4(2 * c + 1, blk + 4, &sc, &m);
+			float d2 = d * sc, m2 = dmin * m;
+			for (int l = 0; l < 32; l++) s += xb[64 * c + 32 + l] * (d2 * (float)(q[l] >> 4) - m2);
+		}
+	}
+	y[yo + g] = s;
+}
+
+__kernel void k_matmul_q6_k(__global float* y, ulong yo, __global const float* x, ulong xo,
+                            __global const uchar* w, ulong wo, int t, int nin, int nout) {
+	QMM_HEAD(256, 210)
+	for (int b = 0; b < nin / 256; b++) {
+		__global const uchar* blk = wr + b * 210;
+		float d = h2f(rd16(blk + 208));
+		__global const float* xb = xr + b * 256;
+		for (int e = 0; e < 256; e++) {
+			int n = e / 128, k = (e % 128) / 32, l = e % 32;
+			uchar ql = blk[64 * n + 32 * (k & 1) + l], qh = blk[128 + 32 * n + l];
+			int q = (int)((k < 2 ? (ql & 15) : (ql >> 4)) | (((qh >> (2 * k)) & 3) << 4)) - 32;
+			s += xb[e] * (d * (float)(char)blk[192 + e / 16] * (float)q);
+		}
+	}
+	y[yo + g] = s;
+}
+
 // One work-item per (token, pair): rotates pair (i, i+1) of every head of q
 // and k. freq holds the hd/2 frequencies, computed on the host as
 // accel.RoPEFreq does.

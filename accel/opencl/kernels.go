@@ -18,6 +18,10 @@ const (
 	kRMSNorm
 	kMatMulF32
 	kMatMulBF16
+	kMatMulQ8_0
+	kMatMulQ4_0
+	kMatMulQ4_K
+	kMatMulQ6_K
 	kRoPE
 	kKVWrite
 	kAttention
@@ -33,7 +37,8 @@ const (
 
 var kernelNames = [numKernels]string{
 	kFill: "k_fill", kEmbedF32: "k_embed_f32", kEmbedBF16: "k_embed_bf16", kRMSNorm: "k_rmsnorm",
-	kMatMulF32: "k_matmul_f32", kMatMulBF16: "k_matmul_bf16", kRoPE: "k_rope", kKVWrite: "k_kv_write",
+	kMatMulF32: "k_matmul_f32", kMatMulBF16: "k_matmul_bf16", kMatMulQ8_0: "k_matmul_q8_0", kMatMulQ4_0: "k_matmul_q4_0",
+	kMatMulQ4_K: "k_matmul_q4_k", kMatMulQ6_K: "k_matmul_q6_k", kRoPE: "k_rope", kKVWrite: "k_kv_write",
 	kAttention: "k_attention", kSiLUMul: "k_silu_mul", kAdd: "k_add", kArgmax: "k_argmax",
 	kSample: "k_sample", kCopyU32: "k_copy_u32", kCopyU8: "k_copy_u8", kTestUniform: "k_test_uniform",
 }
@@ -87,7 +92,12 @@ func (d *Device) buf(kl *klaunch, b accel.Buffer, elem int64) error {
 	return nil
 }
 
-func (d *Device) tensor(kl *klaunch, t accel.Tensor) error { return d.buf(kl, t.Buf, t.DType.Size()) }
+func (d *Device) tensor(kl *klaunch, t accel.Tensor) error {
+	if t.DType.BlockSize() > 1 {
+		return d.buf(kl, t.Buf, 1) // quantized blocks: addressed in bytes
+	}
+	return d.buf(kl, t.Buf, t.DType.Size())
+}
 
 // prepare resolves a validated call to its kernel and arguments.
 func (d *Device) prepare(c *accel.Call) (*klaunch, error) {
@@ -135,9 +145,19 @@ func (d *Device) prepare(c *accel.Call) (*klaunch, error) {
 		kl.f32(c.F[0])
 		kl.n = uint64(t[1].Rows)
 	case accel.OpMatMul:
-		kl.k = kMatMulF32
-		if t[2].DType == accel.BF16 {
+		switch t[2].DType {
+		case accel.BF16:
 			kl.k = kMatMulBF16
+		case accel.Q8_0:
+			kl.k = kMatMulQ8_0
+		case accel.Q4_0:
+			kl.k = kMatMulQ4_0
+		case accel.Q4_K:
+			kl.k = kMatMulQ4_K
+		case accel.Q6_K:
+			kl.k = kMatMulQ6_K
+		default:
+			kl.k = kMatMulF32
 		}
 		tensors(t[0], t[1], t[2])
 		ints(t[1].Rows, t[1].Cols, t[0].Cols)

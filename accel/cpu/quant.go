@@ -1,0 +1,285 @@
+package cpu
+
+import (
+	"encoding/binary"
+	"math"
+	"sync/atomic"
+
+	"github.com/reprise-ml/reprise/accel"
+	"github.com/reprise-ml/reprise/quant"
+)
+
+// Quantized matmul.
+//
+// A MatMul whose W is Q8_0, Q4_0, Q4_K or Q6_K runs the way ggml's CPU code
+// does: each row of x is first quantized to 8 bits per block (Q8_0's
+// numerics for Q8_0 and Q4_0 weights, Q8_K's for the K-quants), then each
+// block's product is an exact integer dot product, scaled and added into one
+// float32 sum per output in block order:
+//
+//	Q8_0, Q4_0: acc += (dw·dx) · Σ w·qx                  per block of 32
+//	Q4_K:       acc += (d·dx)·Σ_s sc_s·Σ q·qx - (dmin·dx)·Σ_s m_s·Σ qx
+//	Q6_K:       acc += (d·dx) · Σ_s sc_s·Σ (q-32)·qx     per super-block
+//
+// every product and sum rounded to float32 in that order. The integer sums
+// are exact whatever order a kernel adds them in, and the float operations
+// per output are the same sequence for the plain-Go kernels below (which
+// read ggml's blocks as they are) and the vector kernels (which read packed
+// panels, quant_amd64.go): the same bits either way, and a row's result
+// depends only on that row. Quantizing x costs a pass over it per kernel
+// piece, small beside the product; it is why this is faster than widening
+// the weights to float32 (docs/BENCH.md has the figures).
+
+// qacts is one piece's quantized rows of x: qx the 8-bit values (row-major,
+// in per row), dx each block's scale, sx the integer sum of each block's
+// values (blocks of 32 for Q8_0 numerics; for Q8_K, scales per 256 and sums
+// per 16).
+type qacts struct {
+	qx []int8
+	dx []float32
+	sx []int32
+}
+
+// quantVec: the quantized matmul's vector kernels are on (quant_amd64.go
+// sets it where the build and CPU have them; tests turn it off).
+var quantVec atomic.Bool
+
+func grow[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, n)
+	}
+	return s[:n]
+}
+
+// kBlocks reports whether dt quantizes x with Q8_K numerics (K-quants).
+func kBlocks(dt accel.DType) bool { return dt == accel.Q4_K || dt == accel.Q6_K }
+
+// quantizeActs fills a with rows [t0, t1) of x (in columns).
+//
+//go:norace
+func quantizeActs(a *qacts, x []float32, in, t0, t1 int, k bool) {
+	n := t1 - t0
+	a.qx = grow(a.qx, n*in)
+	if k {
+		a.dx = grow(a.dx, n*in/quant.QKK)
+		a.sx = grow(a.sx, n*in/16)
+		for t := 0; t < n; t++ {
+			xr := x[(t0+t)*in : (t0+t+1)*in]
+			for b := 0; b < in/quant.QKK; b++ {
+				o := t*in + b*quant.QKK
+				a.dx[o/quant.QKK] = quantRowQ8K(xr[b*quant.QKK:(b+1)*quant.QKK], a.qx[o:o+quant.QKK], a.sx[o/16:o/16+16])
+			}
+		}
+		return
+	}
+	a.dx = grow(a.dx, n*in/quant.QK)
+	a.sx = grow(a.sx, n*in/quant.QK)
+	for t := 0; t < n; t++ {
+		xr := x[(t0+t)*in : (t0+t+1)*in]
+		for b := 0; b < in/quant.QK; b++ {
+			o := t*in + b*quant.QK
+			a.dx[o/quant.QK], a.sx[o/quant.QK] = quantRowQ8_0(xr[b*quant.QK:(b+1)*quant.QK], a.qx[o:o+quant.QK])
+		}
+	}
+}
+
+func abs32(x float32) float32 { return math.Float32frombits(math.Float32bits(x) &^ (1 << 31)) }
+
+// quantRowQ8_0 is one block of ggml's quantize_row_q8_0 as its x86 vector
+// code computes it: d = amax/127 stored as f16, values round-to-even of
+// x·(127/amax). It returns the f16 scale widened and the values' sum.
+func quantRowQ8_0(x []float32, q []int8) (float32, int32) {
+	var amax float32
+	for _, v := range x {
+		amax = max(amax, abs32(v))
+	}
+	d := quant.HalfToFloat(quant.FloatToHalf(amax / 127))
+	var id float32
+	if amax != 0 {
+		id = 127 / amax
+	}
+	var s int32
+	for j, v := range x {
+		r := int8(math.RoundToEven(float64(v * id)))
+		q[j] = r
+		s += int32(r)
+	}
+	return d, s
+}
+
+// quantRowQ8K is ggml's quantize_row_q8_K_ref for one super-block: the
+// float32 scale and the sums of each 16 values.
+func quantRowQ8K(x []float32, q []int8, sums []int32) float32 {
+	var amax, mx float32
+	for _, v := range x {
+		if a := abs32(v); a > amax {
+			amax, mx = a, v
+		}
+	}
+	if amax == 0 {
+		clear(q)
+		clear(sums)
+		return 0
+	}
+	iscale := -127 / mx
+	for j, v := range x {
+		q[j] = int8(min(127, nearestInt(iscale*v)))
+	}
+	for j := range sums {
+		var s int32
+		for _, v := range q[16*j : 16*j+16] {
+			s += int32(v)
+		}
+		sums[j] = s
+	}
+	return 1 / iscale
+}
+
+func nearestInt(f float32) int {
+	v := f + 12582912
+	return int(math.Float32bits(v)&0x007fffff) - 0x00400000
+}
+
+func f16at(b []byte) float32 { return quant.HalfToFloat(binary.LittleEndian.Uint16(b)) }
+
+// runMatMulQuant is a MatMul with quantized W for output panels [lo, hi) of
+// rows [t0, t1).
+//
+//go:norace
+func runMatMulQuant(c *rcall, lo, hi, t0, t1 int, k *kctx) {
+	y, x, w := c.o[0], c.o[1], c.o[2]
+	in, out := x.cols, y.cols
+	o0, o1 := lo*matBlock, min(hi*matBlock, out)
+	if t1 <= t0 || o1 <= o0 {
+		return
+	}
+	if in == 0 {
+		for t := t0; t < t1; t++ {
+			clearF32(y.f32()[t*out+o0 : t*out+o1])
+		}
+		return
+	}
+	var local qacts
+	a := &local
+	if k != nil {
+		a = &k.qa
+	}
+	quantizeActs(a, x.f32(), in, t0, t1, kBlocks(w.dt))
+	if quantVec.Load() && quantPacks(w.dt) && k != nil && k.d != nil {
+		if p := k.d.packFor(c); p != nil && runMatMulQuantVec(c, a, p, lo, hi, t0, t1, k) {
+			return
+		}
+	}
+	rb := int(w.dt.RowBytes(in))
+	yf := y.f32()
+	for t := t0; t < t1; t++ {
+		r := t - t0
+		qx := a.qx[r*in : (r+1)*in]
+		for o := o0; o < o1; o++ {
+			wr := w.b[o*rb : (o+1)*rb]
+			var s float32
+			switch w.dt {
+			case accel.Q8_0:
+				s = dotQ8_0(wr, qx, a.dx[r*in/32:])
+			case accel.Q4_0:
+				s = dotQ4_0(wr, qx, a.dx[r*in/32:])
+			case accel.Q4_K:
+				s = dotQ4_K(wr, qx, a.dx[r*in/256:], a.sx[r*in/16:])
+			case accel.Q6_K:
+				s = dotQ6_K(wr, qx, a.dx[r*in/256:])
+			}
+			yf[t*out+o] = s
+		}
+	}
+}
+
+// The plain-Go block dot products over ggml's own layout (quant's
+// dequantize_row_* says where each value lives).
+
+func dotQ8_0(w []byte, qx []int8, dx []float32) float32 {
+	var acc float32
+	for b := 0; b < len(qx)/32; b++ {
+		blk := w[b*34 : b*34+34]
+		var s int32
+		for j := 0; j < 32; j++ {
+			s += int32(int8(blk[2+j])) * int32(qx[b*32+j])
+		}
+		acc += float32(f16at(blk)*dx[b]) * float32(s)
+	}
+	return acc
+}
+
+func dotQ4_0(w []byte, qx []int8, dx []float32) float32 {
+	var acc float32
+	for b := 0; b < len(qx)/32; b++ {
+		blk := w[b*18 : b*18+18]
+		xb := qx[b*32 : b*32+32]
+		var s int32
+		for j := 0; j < 16; j++ {
+			s += (int32(blk[2+j]&0xf) - 8) * int32(xb[j])
+			s += (int32(blk[2+j]>>4) - 8) * int32(xb[j+16])
+		}
+		acc += float32(f16at(blk)*dx[b]) * float32(s)
+	}
+	return acc
+}
+
+func scaleMinK4(j int, q []byte) (sc, m byte) {
+	if j < 4 {
+		return q[j] & 63, q[j+4] & 63
+	}
+	return q[j+4]&0xf | (q[j-4]>>6)<<4, q[j+4]>>4 | (q[j]>>6)<<4
+}
+
+func dotQ4_K(w []byte, qx []int8, dx []float32, sums []int32) float32 {
+	var acc float32
+	for b := 0; b < len(qx)/256; b++ {
+		blk := w[b*144 : b*144+144]
+		xb := qx[b*256 : b*256+256]
+		d, dmin := f16at(blk), f16at(blk[2:])
+		var A, B int32
+		for s := 0; s < 8; s++ {
+			sc, m := scaleMinK4(s, blk[4:16])
+			q := blk[16+32*(s/2) : 16+32*(s/2)+32]
+			sh := 4 * uint(s&1)
+			var is int32
+			for l := 0; l < 32; l++ {
+				is += int32((q[l]>>sh)&0xf) * int32(xb[32*s+l])
+			}
+			A += int32(sc) * is
+			B += int32(m) * (sums[b*16+2*s] + sums[b*16+2*s+1])
+		}
+		acc += float32(float32(d*dx[b])*float32(A)) - float32(float32(dmin*dx[b])*float32(B))
+	}
+	return acc
+}
+
+func dotQ6_K(w []byte, qx []int8, dx []float32) float32 {
+	var acc float32
+	for b := 0; b < len(qx)/256; b++ {
+		blk := w[b*210 : b*210+210]
+		xb := qx[b*256 : b*256+256]
+		ql, qh, sc := blk[0:128], blk[128:192], blk[192:208]
+		var sub [16]int32
+		for n := 0; n < 2; n++ {
+			for l := 0; l < 32; l++ {
+				h := qh[32*n+l]
+				e := 128 * n
+				q1 := int32(ql[64*n+l]&0xf|(h&3)<<4) - 32
+				q2 := int32(ql[64*n+32+l]&0xf|((h>>2)&3)<<4) - 32
+				q3 := int32(ql[64*n+l]>>4|((h>>4)&3)<<4) - 32
+				q4 := int32(ql[64*n+32+l]>>4|((h>>6)&3)<<4) - 32
+				sub[(e+l)/16] += q1 * int32(xb[e+l])
+				sub[(e+32+l)/16] += q2 * int32(xb[e+32+l])
+				sub[(e+64+l)/16] += q3 * int32(xb[e+64+l])
+				sub[(e+96+l)/16] += q4 * int32(xb[e+96+l])
+			}
+		}
+		var A int32
+		for s, v := range sub {
+			A += int32(int8(sc[s])) * v
+		}
+		acc += float32(f16at(blk[208:])*dx[b]) * float32(A)
+	}
+	return acc
+}

@@ -1,0 +1,142 @@
+//go:build goexperiment.simd && amd64
+
+package cpu
+
+import (
+	"os"
+	"simd/archsimd"
+	"unsafe"
+
+	"github.com/reprise-ml/reprise/accel"
+)
+
+// The quantized matmul's vector kernels are 256-bit (AVX2): the integer
+// pair products they rest on (VPMADDUBSW, VPMADDWD) are as fast per byte at
+// 256 bits on the AMD cores this was measured on, and AVX2 is on every
+// x86-64 CPU of the last decade, AVX-512 ones included. They read each
+// 16-output panel as two 8-output halves. The same hazard rules hold as for
+// the AVX-512 kernels (simd.go).
+
+// quantVecBuilt: this build and CPU can run them (REPRISE_CPU_SIMD=0 and
+// GOAMD64=v3 builds turn them off as they do the others).
+var quantVecBuilt = archsimd.X86.AVX2() && !goamd64v3 && os.Getenv(EnvSIMD) != "0"
+
+func init() { quantVec.Store(quantVecBuilt) }
+
+// qKernel is a packed quantized matmul block: one row of quantized x (qx
+// int8 per input, dx float32 and sx int32 per block of 32) times one panel
+// of 16 outputs over nb blocks, into 16 float32 at y.
+type qKernel func(y, qx, dx, sx, w unsafe.Pointer, nb int)
+
+// runMatMulQuantVec runs the vector kernels on W's packed panels, reporting
+// false (nothing written) where this type or build has none.
+//
+//go:norace
+func runMatMulQuantVec(c *rcall, a *qacts, p *packed, lo, hi, t0, t1 int, k *kctx) bool {
+	if !quantVec.Load() || !quantPacks(p.dt) {
+		return false
+	}
+	kern := qKernel(mmQ4_0)
+	if p.dt == accel.Q8_0 {
+		kern = mmQ8_0
+	}
+	y := c.o[0]
+	in, out := c.o[1].cols, y.cols
+	nb := in / 32
+	yf := y.f32()
+	for t := t0; t < t1; t++ {
+		r := t - t0
+		qx := unsafe.Pointer(&a.qx[r*in])
+		dx := unsafe.Pointer(&a.dx[r*nb])
+		sx := unsafe.Pointer(&a.sx[r*nb])
+		for pn := lo; pn < hi; pn++ {
+			o0 := pn * panelWidth
+			if o0+panelWidth <= out {
+				kern(unsafe.Pointer(&yf[t*out+o0]), qx, dx, sx, p.panel(pn), nb)
+				continue
+			}
+			kern(unsafe.Pointer(&k.tail[0]), qx, dx, sx, p.panel(pn), nb)
+			copyF32(yf[t*out+o0:(t+1)*out], k.tail[:out-o0])
+		}
+	}
+	return true
+}
+
+// mmQ4_0: one row by one Q4_0 panel. Per block: the nibbles of each
+// vector are split, multiplied with x's bytes by VPMADDUBSW (unsigned
+// weights 0..15 times signed x: |pair| <= 3810, so the eight pair sums of a
+// block add in int16 without overflow), folded to int32 per output by
+// VPMADDWD, less 8·Σx; then (dw·dx)·sum added to the output's float32 sum.
+//
+//go:noinline
+//go:norace
+//go:nocheckptr
+func mmQ4_0(y, qx, dx, sx, w unsafe.Pointer, nb int) {
+	var acc0, acc1 archsimd.Float32x8
+	m0f := archsimd.BroadcastUint8x32(0x0f)
+	ones := archsimd.BroadcastInt16x16(1)
+	for b := 0; b < nb; b++ {
+		wb := unsafe.Add(w, uintptr(b)*(64+4*64))
+		xb := unsafe.Add(qx, uintptr(b)*32)
+		var s0, s1 archsimd.Int16x16
+		for v := uintptr(0); v < 4; v++ {
+			u0 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 64+v*64)))
+			u1 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 96+v*64)))
+			xl := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(xb, v*4))).AsInt8x32()
+			xh := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(xb, (v+4)*4))).AsInt8x32()
+			s0 = s0.Add(u0.And(m0f).DotProductPairsSaturated(xl))
+			s0 = s0.Add(u0.AsUint16x16().ShiftAllRight(4).AsUint8x32().And(m0f).DotProductPairsSaturated(xh))
+			s1 = s1.Add(u1.And(m0f).DotProductPairsSaturated(xl))
+			s1 = s1.Add(u1.AsUint16x16().ShiftAllRight(4).AsUint8x32().And(m0f).DotProductPairsSaturated(xh))
+		}
+		off := archsimd.BroadcastInt32x8(8 * *(*int32)(unsafe.Add(sx, uintptr(b)*4)))
+		dxv := archsimd.BroadcastFloat32x8(*(*float32)(unsafe.Add(dx, uintptr(b)*4)))
+		d0 := archsimd.LoadFloat32x8((*[8]float32)(wb)).Mul(dxv)
+		d1 := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(wb, 32))).Mul(dxv)
+		acc0 = acc0.Add(d0.Mul(s0.DotProductPairs(ones).Sub(off).ConvertToFloat32()))
+		acc1 = acc1.Add(d1.Mul(s1.DotProductPairs(ones).Sub(off).ConvertToFloat32()))
+	}
+	acc0.Store((*[8]float32)(y))
+	acc1.Store((*[8]float32)(unsafe.Add(y, 32)))
+	archsimd.ClearAVXUpperBits()
+}
+
+// mmQ8_0: one row by one Q8_0 panel. The values are stored plus 128 as
+// unsigned bytes and split into nibbles, so that VPMADDUBSW cannot
+// saturate (15·127·2 per pair, as for Q4_0): Σ(w+128)·x = 16·Σhi·x + Σlo·x,
+// less 128·Σx.
+//
+//go:noinline
+//go:norace
+//go:nocheckptr
+func mmQ8_0(y, qx, dx, sx, w unsafe.Pointer, nb int) {
+	var acc0, acc1 archsimd.Float32x8
+	m0f := archsimd.BroadcastUint8x32(0x0f)
+	ones := archsimd.BroadcastInt16x16(1)
+	sixteens := archsimd.BroadcastInt16x16(16)
+	for b := 0; b < nb; b++ {
+		wb := unsafe.Add(w, uintptr(b)*(64+8*64))
+		xb := unsafe.Add(qx, uintptr(b)*32)
+		var l0, h0, l1, h1 archsimd.Int16x16
+		for g := uintptr(0); g < 8; g++ {
+			u0 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 64+g*64)))
+			u1 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 96+g*64)))
+			xg := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(xb, g*4))).AsInt8x32()
+			l0 = l0.Add(u0.And(m0f).DotProductPairsSaturated(xg))
+			h0 = h0.Add(u0.AsUint16x16().ShiftAllRight(4).AsUint8x32().And(m0f).DotProductPairsSaturated(xg))
+			l1 = l1.Add(u1.And(m0f).DotProductPairsSaturated(xg))
+			h1 = h1.Add(u1.AsUint16x16().ShiftAllRight(4).AsUint8x32().And(m0f).DotProductPairsSaturated(xg))
+		}
+		off := archsimd.BroadcastInt32x8(128 * *(*int32)(unsafe.Add(sx, uintptr(b)*4)))
+		dxv := archsimd.BroadcastFloat32x8(*(*float32)(unsafe.Add(dx, uintptr(b)*4)))
+		d0 := archsimd.LoadFloat32x8((*[8]float32)(wb)).Mul(dxv)
+		d1 := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(wb, 32))).Mul(dxv)
+		i0 := l0.DotProductPairs(ones).Add(h0.DotProductPairs(sixteens)).Sub(off)
+		i1 := l1.DotProductPairs(ones).Add(h1.DotProductPairs(sixteens)).Sub(off)
+		acc0 = acc0.Add(d0.Mul(i0.ConvertToFloat32()))
+		acc1 = acc1.Add(d1.Mul(i1.ConvertToFloat32()))
+	}
+	acc0.Store((*[8]float32)(y))
+	acc1.Store((*[8]float32)(unsafe.Add(y, 32)))
+	archsimd.ClearAVXUpperBits()
+}

@@ -1,0 +1,9 @@
+//go:build !(goexperiment.simd && amd64)
+
+package cpu
+
+// quantVecBuilt: no quantized vector kernels in this build.
+const quantVecBuilt = false
+
+// runMatMulQuantVec: no vector kernels in this build.
+func runMatMulQuantVec(c *rcall, a *qacts, p *packed, lo, hi, t0, t1 int, k *kctx) bool { return false }

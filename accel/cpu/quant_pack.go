@@ -1,0 +1,83 @@
+package cpu
+
+import (
+	"encoding/binary"
+	"math"
+
+	"github.com/reprise-ml/reprise/accel"
+)
+
+func putF32(b []byte, v float32) { binary.LittleEndian.PutUint32(b, math.Float32bits(v)) }
+
+// Packed quantized panels (read by the vector kernels, quant_amd64.go).
+//
+// A panel is 16 consecutive outputs; for each block of 32 inputs it holds
+// the 16 outputs' scales as float32 (64 bytes), then the values laid
+// across outputs: 32-bit lane o of a 64-byte vector holds four consecutive
+// inputs of output o, one per byte, so that a broadcast of four bytes of x
+// and one VPMADDUBSW/VPMADDWD pair give each output's four-input sum in its
+// own lane.
+//   - Q4_0: 4 vectors; vector v's low nibbles are inputs 4v..4v+3 of the
+//     block, its high nibbles inputs 4(v+4)..4(v+4)+3, as ggml's unsigned
+//     values (the -8 is taken out with the sum of x).
+//   - Q8_0: 8 vectors of the values plus 128 (unsigned bytes; the +128 is
+//     taken out with the sum of x), vector g holding inputs 4g..4g+3.
+//
+// A partial last panel's missing outputs are zero scales and values.
+
+// quantPacks reports whether dt has packed panels (and vector kernels).
+func quantPacks(dt accel.DType) bool { return dt == accel.Q4_0 || dt == accel.Q8_0 }
+
+// quantBlockBytes is the packed bytes of one block of one panel.
+func quantBlockBytes(dt accel.DType) uintptr {
+	switch dt {
+	case accel.Q4_0:
+		return 64 + 4*64
+	case accel.Q8_0:
+		return 64 + 8*64
+	}
+	return 0
+}
+
+func quantPanelBytes(dt accel.DType, in int) uintptr {
+	return uintptr(in/32) * quantBlockBytes(dt)
+}
+
+// packQuant fills p's panels from W's ggml blocks.
+//
+//go:norace
+func packQuant(w operand, p *packed) {
+	in := w.cols
+	nb := in / 32
+	rb := int(w.dt.RowBytes(in))
+	bb := int(quantBlockBytes(w.dt))
+	for o := 0; o < w.rows; o++ {
+		pan, lane := o/panelWidth, o%panelWidth
+		row := w.b[o*rb : (o+1)*rb]
+		for b := 0; b < nb; b++ {
+			dst := p.data[pan*int(p.ps)+b*bb : pan*int(p.ps)+(b+1)*bb]
+			var v [32]byte // the block's 32 values, unsigned
+			switch w.dt {
+			case accel.Q4_0:
+				blk := row[b*18 : b*18+18]
+				putF32(dst[4*lane:], f16at(blk))
+				for j := 0; j < 16; j++ {
+					v[j], v[j+16] = blk[2+j]&0xf, blk[2+j]>>4
+				}
+				for vec := 0; vec < 4; vec++ {
+					for kk := 0; kk < 4; kk++ {
+						dst[64+64*vec+4*lane+kk] = v[4*vec+kk] | v[4*(vec+4)+kk]<<4
+					}
+				}
+			case accel.Q8_0:
+				blk := row[b*34 : b*34+34]
+				putF32(dst[4*lane:], f16at(blk))
+				for g := 0; g < 8; g++ {
+					for kk := 0; kk < 4; kk++ {
+						dst[64+64*g+4*lane+kk] = blk[2+4*g+kk] ^ 0x80
+					}
+				}
+			}
+		}
+	}
+}
