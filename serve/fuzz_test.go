@@ -85,7 +85,7 @@ func closedServer(t testing.TB) *Server {
 			fuzzServer.err = err
 			return
 		}
-		e, err := engine.New(dev, m, engine.Options{PlanCache: "off"})
+		e, err := engine.New(dev, m, engine.Options{PlanCache: "off", Logger: quietLogger()})
 		if err != nil {
 			fuzzServer.err = err
 			return
