@@ -398,6 +398,7 @@ func (g *generation) event(v any) error {
 	if err != nil {
 		return err
 	}
+	g.s.writeDeadline(g.rc)
 	if _, err := fmt.Fprintf(g.w, "data: %s\n\n", b); err != nil {
 		return err
 	}
@@ -405,6 +406,7 @@ func (g *generation) event(v any) error {
 }
 
 func (g *generation) done() {
+	g.s.writeDeadline(g.rc)
 	io.WriteString(g.w, "data: [DONE]\n\n")
 	g.rc.Flush()
 }
