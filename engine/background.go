@@ -134,8 +134,7 @@ func (e *Engine) backgroundUnit(ctx context.Context) bool {
 				_ = p.runner.ReleasePadding()
 			}
 			e.bg = nil
-			e.reportCapture()
-			e.log.Info("background capture done", "buckets", e.liveBuckets(), "seconds", time.Since(bg.started).Seconds())
+			e.captureFinished(bg.started)
 			return true
 		}
 		// The most requested first; the largest among equals.

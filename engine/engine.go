@@ -370,8 +370,7 @@ func (e *Engine) startGraphs(ctx context.Context, capture bool) error {
 			return err
 		}
 	}
-	e.reportCapture()
-	e.log.Info("graphs captured", "buckets", e.liveBuckets(), "seconds", time.Since(t0).Seconds())
+	e.captureFinished(t0)
 	return nil
 }
 
@@ -425,6 +424,21 @@ func (e *Engine) liveBuckets() int {
 		}
 	}
 	return n
+}
+
+// captureFinished logs the one line an operator looks for once start-up
+// capture is over, in the foreground or the background: buckets live, how
+// long it took, and the device memory the graphs hold.
+func (e *Engine) captureFinished(t0 time.Time) {
+	e.reportCapture()
+	var mem int64
+	for _, p := range e.pools() {
+		if p.runner != nil {
+			mem += p.runner.PoolMemory() + p.runner.OutsideMemory()
+		}
+	}
+	e.log.Info("capture finished", "buckets_live", e.liveBuckets(), "seconds", fmt.Sprintf("%.2f", time.Since(t0).Seconds()),
+		"graph_memory", mem, "graph_memory_mib", fmt.Sprintf("%.1f", float64(mem)/(1<<20)))
 }
 
 // reportCapture logs, per pool, the plan's prediction against what capture

@@ -91,6 +91,18 @@
 //     stop sequence is held until it is known not to be, so the chunks of a
 //     stream join to the text of the same request answered whole.
 //
+// # Connections
+//
+// Server.HTTPServer is the http.Server to run it in: every phase of a
+// connection is bounded. The request, headers and body, must arrive within
+// Options.BodyTimeout (a slow or absent body is a 408); each write of a
+// response (a whole answer, or one event of a stream) within
+// Options.WriteTimeout, so a client that stops reading is cut while a long
+// stream that is read is not; an idle keep-alive connection closes after
+// DefaultIdleTimeout. An answer to a request whose body was not read to
+// its end (a 401, a 404, an error) closes the connection instead of
+// draining the body.
+//
 // The caller owns the http.Server and the engine: for a graceful shutdown
 // call Drain, then http.Server.Shutdown with a deadline (in-flight
 // requests finish), then http.Server.Close if the deadline passed (which

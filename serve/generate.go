@@ -31,7 +31,7 @@ type job struct {
 
 // prepare tokenizes a parsed request and applies the server's limits, then
 // engine.Validate: nothing reaches the engine unchecked.
-func (s *Server) prepare(p *genParams) (*job, *apiError) {
+func (s *Server) prepare(ctx context.Context, p *genParams) (*job, *apiError) {
 	if p.model != "" && p.model != s.opts.ModelName {
 		return nil, s.modelNotFound(p.model)
 	}
@@ -39,7 +39,23 @@ func (s *Server) prepare(p *genParams) (*job, *apiError) {
 	if p.chat {
 		promptArg = "messages"
 	}
+	// A text too long to fit is refused before it is encoded: encoding
+	// costs time in the text's length, a client's to spend only on what can
+	// be served.
+	if b, ok := s.tok.(interface{ MaxBytesPerToken() int }); ok && b.MaxBytesPerToken() > 0 {
+		if least := (len(p.text) + b.MaxBytesPerToken() - 1) / b.MaxBytesPerToken(); least > s.opts.MaxPromptTokens {
+			return nil, badRequest(promptArg, codeContextLength,
+				"the prompt is %d bytes, at least %d tokens (a token stands for at most %d bytes); this server takes at most %d",
+				len(p.text), least, b.MaxBytesPerToken(), s.opts.MaxPromptTokens)
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, clientGone()
+	}
 	ids := s.tok.Encode(p.text, true, false)
+	if err := ctx.Err(); err != nil {
+		return nil, clientGone()
+	}
 	if len(ids) > s.opts.MaxPromptTokens {
 		return nil, badRequest(promptArg, codeContextLength, "the prompt is %d tokens; this server takes at most %d",
 			len(ids), s.opts.MaxPromptTokens)
@@ -188,7 +204,7 @@ func (s *Server) handleGenerate(chat bool) http.HandlerFunc {
 			writeError(w, aerr)
 			return
 		}
-		j, aerr := s.prepare(p)
+		j, aerr := s.prepare(r.Context(), p)
 		if aerr != nil {
 			writeError(w, aerr)
 			return
@@ -210,6 +226,13 @@ func (s *Server) handleGenerate(chat bool) http.HandlerFunc {
 		}
 		g.run()
 	}
+}
+
+// clientGone answers a request whose client left before it was submitted
+// (no one reads the answer; the status is what the metrics count).
+func clientGone() *apiError {
+	return &apiError{status: 499, typ: typeInvalidRequest, code: "client_closed_request",
+		message: "the client closed the connection before the request was submitted"}
 }
 
 func (s *Server) submitError(err error) *apiError {
@@ -375,6 +398,7 @@ func (g *generation) event(v any) error {
 	if err != nil {
 		return err
 	}
+	g.s.writeDeadline(g.rc)
 	if _, err := fmt.Fprintf(g.w, "data: %s\n\n", b); err != nil {
 		return err
 	}
@@ -382,6 +406,7 @@ func (g *generation) event(v any) error {
 }
 
 func (g *generation) done() {
+	g.s.writeDeadline(g.rc)
 	io.WriteString(g.w, "data: [DONE]\n\n")
 	g.rc.Flush()
 }

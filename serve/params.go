@@ -65,7 +65,7 @@ var commonFields = map[string]fieldFunc{
 var completionFields = merge(commonFields, map[string]fieldFunc{
 	"prompt":   parsePrompt,
 	"best_of":  mustEqualInt(1, "this server returns one choice per request"),
-	"echo":     mustBeFalse("echo"),
+	"echo":     mustBeFalse("this server does not return the prompt with the completion"),
 	"suffix":   mustBeEmptyString,
 	"logprobs": unsupported("log probabilities are not returned"),
 })
@@ -105,6 +105,11 @@ func merge(a, b map[string]fieldFunc) map[string]fieldFunc {
 // malformed, unknown or would change results in a way the server does not
 // implement. Fields are checked in name order, so the error is stable.
 func parseRequest(body []byte, chat bool) (*genParams, *apiError) {
+	// What the body is, in the client's terms, before Go's ("cannot
+	// unmarshal array into Go value of type map[string]json.RawMessage").
+	if k := jsonKind(body); k != "an object" && k != "nothing" && k != "null" && json.Valid(body) {
+		return nil, badRequest("", codeInvalidJSON, "the request body must be a JSON object, not %s", k)
+	}
 	var obj map[string]json.RawMessage
 	dec := json.NewDecoder(bytes.NewReader(body))
 	if err := dec.Decode(&obj); err != nil || obj == nil {
@@ -116,6 +121,9 @@ func parseRequest(body []byte, chat bool) (*genParams, *apiError) {
 	}
 	if dec.More() {
 		return nil, badRequest("", codeInvalidJSON, "could not parse the JSON body of the request: data after the JSON object")
+	}
+	if path, dup := duplicateKey(body); dup {
+		return nil, badRequest(path, codeInvalidJSON, "the request body gives '%s' more than once", path)
 	}
 	fields, required := completionFields, "prompt"
 	if chat {
@@ -364,10 +372,13 @@ func parsePrompt(p *genParams, name string, raw json.RawMessage) *apiError {
 			p.text = s
 			return nil
 		}
+		if len(items) > 0 && jsonKind(items[0]) == "a number" {
+			return badRequest(name, codeUnsupported, "'%s' is an array of token ids; token arrays are not supported: send the prompt as a string", name)
+		}
 		if len(items) != 1 {
 			return badRequest(name, codeInvalidValue, "'%s' as an array must hold exactly one string (one prompt per request), not %d items", name, len(items))
 		}
-		return badRequest(name, codeInvalidValue, "'%s' must be a string or an array of one string; token arrays are not supported", name)
+		return badRequest(name, codeInvalidValue, "'%s' as an array must hold one string, not %s", name, jsonKind(items[0]))
 	}
 	return typeError(name, "a string or an array of one string", raw)
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"os"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -20,6 +21,9 @@ const (
 	DefaultCompletionTokens = 16 // max_tokens of a completion that does not say (as OpenAI)
 	DefaultRetryAfter       = time.Second
 	DefaultBodyTimeout      = 30 * time.Second
+	DefaultHeaderTimeout    = 10 * time.Second
+	DefaultWriteTimeout     = 30 * time.Second
+	DefaultIdleTimeout      = 2 * time.Minute
 )
 
 // Tokenizer turns text into the model's tokens and tokens back into the
@@ -51,9 +55,14 @@ type Options struct {
 	// RetryAfter is the Retry-After of a 429 when the engine's queue is
 	// full (default DefaultRetryAfter; rounded up to whole seconds).
 	RetryAfter time.Duration
-	// BodyTimeout bounds reading a request body (default
-	// DefaultBodyTimeout); the response may then take as long as it needs.
+	// BodyTimeout bounds reading a request, headers and body together
+	// (default DefaultBodyTimeout); the response may then take as long as
+	// it needs.
 	BodyTimeout time.Duration
+	// WriteTimeout bounds each write of a response: a whole answer, or one
+	// event of a stream, so that a client that stops reading is cut while a
+	// long stream that is read goes on (default DefaultWriteTimeout).
+	WriteTimeout time.Duration
 	// Logger (nil: slog.Default()).
 	Logger *slog.Logger
 }
@@ -108,6 +117,9 @@ func New(e *engine.Engine, info engine.ModelInfo, tok Tokenizer, opts Options) (
 	if opts.BodyTimeout <= 0 {
 		opts.BodyTimeout = DefaultBodyTimeout
 	}
+	if opts.WriteTimeout <= 0 {
+		opts.WriteTimeout = DefaultWriteTimeout
+	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
@@ -115,6 +127,19 @@ func New(e *engine.Engine, info engine.ModelInfo, tok Tokenizer, opts Options) (
 		created: time.Now().Unix(), log: opts.Logger}
 	s.routes()
 	return s, nil
+}
+
+// HTTPServer is an http.Server for s with every phase of a connection
+// bounded: the headers by DefaultHeaderTimeout, the whole request by
+// Options.BodyTimeout (a generation lifts that bound once it has its body,
+// so its stream is not cut), each write by Options.WriteTimeout, an idle
+// keep-alive connection by DefaultIdleTimeout. A response to a request
+// whose body was not read (an error, a refused key) closes the connection
+// rather than waiting to drain the body.
+func (s *Server) HTTPServer() *http.Server {
+	return &http.Server{Handler: s, ReadHeaderTimeout: min(DefaultHeaderTimeout, s.opts.BodyTimeout),
+		ReadTimeout: s.opts.BodyTimeout, IdleTimeout: DefaultIdleTimeout,
+		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)}
 }
 
 // Options returns the server's options with their defaults filled in.
@@ -164,7 +189,11 @@ func (s *Server) routes() {
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	_, pattern := s.mux.Handler(r)
 	endpoint := endpointLabel(pattern)
-	sw := &statusWriter{ResponseWriter: w}
+	sw := &statusWriter{ResponseWriter: w, writeTimeout: s.opts.WriteTimeout}
+	if r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0 {
+		sw.body = &eofReader{ReadCloser: r.Body}
+		r.Body = sw.body
+	}
 	defer func() { s.metrics.request(endpoint, sw.status(r)) }()
 	if s.opts.APIKey != "" && (r.URL.Path == "/v1" || strings.HasPrefix(r.URL.Path, "/v1/")) && !s.authorized(r) {
 		writeError(sw, &apiError{status: http.StatusUnauthorized, typ: typeInvalidRequest, code: "invalid_api_key",
@@ -196,24 +225,51 @@ func endpointLabel(pattern string) string {
 	return pattern
 }
 
-// statusWriter records the status code a handler answers.
+// statusWriter records the status code a handler answers, and closes the
+// connection after a response to a request whose body was not read to its
+// end: net/http would otherwise read the rest before answering, which a
+// client that announced a body and never sends it holds for ever.
 type statusWriter struct {
 	http.ResponseWriter
 	code int
+	body *eofReader // nil: the request has no body
+	// writeTimeout bounds the write of the response from its header on (a
+	// stream sets a deadline per event).
+	writeTimeout time.Duration
 }
 
 func (w *statusWriter) WriteHeader(code int) {
 	if w.code == 0 {
 		w.code = code
+		if w.body != nil && !w.body.eof.Load() {
+			w.Header().Set("Connection", "close")
+		}
+		if w.writeTimeout > 0 {
+			_ = http.NewResponseController(w.ResponseWriter).SetWriteDeadline(time.Now().Add(w.writeTimeout))
+		}
 	}
 	w.ResponseWriter.WriteHeader(code)
 }
 
 func (w *statusWriter) Write(b []byte) (int, error) {
 	if w.code == 0 {
-		w.code = http.StatusOK
+		w.WriteHeader(http.StatusOK)
 	}
 	return w.ResponseWriter.Write(b)
+}
+
+// eofReader is a request body that knows whether it was read to its end.
+type eofReader struct {
+	io.ReadCloser
+	eof atomic.Bool
+}
+
+func (r *eofReader) Read(p []byte) (int, error) {
+	n, err := r.ReadCloser.Read(p)
+	if err == io.EOF {
+		r.eof.Store(true)
+	}
+	return n, err
 }
 
 func (w *statusWriter) Flush() { w.FlushError() }
@@ -222,7 +278,7 @@ func (w *statusWriter) Flush() { w.FlushError() }
 // http.ResponseController.Flush calls).
 func (w *statusWriter) FlushError() error {
 	if w.code == 0 {
-		w.code = http.StatusOK
+		w.WriteHeader(http.StatusOK)
 	}
 	return http.NewResponseController(w.ResponseWriter).Flush()
 }
@@ -288,11 +344,13 @@ func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, code, body)
 }
 
-// readBody reads a request body within the size and time limits.
+// readBody reads a request body within the size and time limits. Once it
+// has the body it lifts the read deadline (HTTPServer's ReadTimeout, or
+// the one set here), so the response may take as long as it needs; on an
+// error the deadline stays and the connection closes after the answer.
 func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *apiError) {
 	rc := http.NewResponseController(w)
 	_ = rc.SetReadDeadline(time.Now().Add(s.opts.BodyTimeout))
-	defer rc.SetReadDeadline(time.Time{})
 	inner := w // MaxBytesReader tells the server's own writer to close the connection
 	if u, ok := w.(interface{ Unwrap() http.ResponseWriter }); ok {
 		inner = u.Unwrap()
@@ -304,7 +362,17 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *apiE
 			return nil, &apiError{status: http.StatusRequestEntityTooLarge, typ: typeInvalidRequest, code: "request_too_large",
 				message: fmt.Sprintf("the request body is larger than this server's limit of %d bytes", s.opts.MaxBodyBytes)}
 		}
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return nil, &apiError{status: http.StatusRequestTimeout, typ: typeInvalidRequest, code: "request_timeout",
+				message: fmt.Sprintf("the request body did not arrive within %s", s.opts.BodyTimeout)}
+		}
 		return nil, badRequest("", codeInvalidJSON, "could not read the request body: %v", err)
 	}
+	_ = rc.SetReadDeadline(time.Time{})
 	return body, nil
+}
+
+// writeDeadline bounds the next write of a response.
+func (s *Server) writeDeadline(rc *http.ResponseController) {
+	_ = rc.SetWriteDeadline(time.Now().Add(s.opts.WriteTimeout))
 }

@@ -82,8 +82,8 @@ type session struct {
 }
 
 // openSession opens the flags' device and model (tweak adjusts the model's
-// options) and an engine over them (its Logger and MemoryFraction come from
-// the flags). Close releases all three.
+// options) and an engine over them (its MemoryFraction comes from the
+// flags, and its Logger too unless eo has one). Close releases all three.
 func (d *deviceFlags) openSession(stderr io.Writer, tweak func(*llama.Options), eo engine.Options) (*session, error) {
 	mo, err := d.modelOptions()
 	if err != nil {
@@ -101,7 +101,10 @@ func (d *deviceFlags) openSession(stderr io.Writer, tweak func(*llama.Options), 
 		s.Close()
 		return nil, err
 	}
-	eo.Logger, eo.MemoryFraction = d.log(stderr), d.fraction
+	if eo.Logger == nil {
+		eo.Logger = d.log(stderr)
+	}
+	eo.MemoryFraction = d.fraction
 	if s.eng, err = engine.New(dev, s.model, eo); err != nil {
 		s.Close()
 		return nil, err

@@ -251,7 +251,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		name = strings.TrimSuffix(base, filepath.Ext(base))
 	}
 	prog := newCaptureProgress(stderr, lg)
-	eo := engine.Options{Graphs: bool(f.graphs), BackgroundCapture: bool(f.graphs) && bool(f.background),
+	// The server logs at info (REPRISE_LOG), the engine too: its start-up
+	// and "capture finished" lines are what an operator reads.
+	eo := engine.Options{Logger: lg, Graphs: bool(f.graphs), BackgroundCapture: bool(f.graphs) && bool(f.background),
 		MaxBatch: f.maxBatch, MaxQueue: f.maxQueue, KVPages: f.kvPages,
 		PlanCache: f.planCache, Runner: graph.Options{Progress: prog.report}}
 	sess, err := f.df.openSession(stderr, func(mo *llama.Options) {
@@ -273,7 +275,6 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	engineCtx, stopEngine := context.WithCancel(context.Background())
 	defer stopEngine()
 	unwatch := context.AfterFunc(ctx, stopEngine)
-	t0 := time.Now()
 	if eo.Graphs && !eo.BackgroundCapture {
 		lg.Info("capturing graphs before listening", "model", m.Info().Name)
 	}
@@ -284,9 +285,6 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if err != nil {
 		return err
-	}
-	if eo.Graphs && !eo.BackgroundCapture {
-		lg.Info("graphs captured", "seconds", fmt.Sprintf("%.2f", time.Since(t0).Seconds()))
 	}
 
 	srv, err := serve.New(e, m.Info(), tok, serve.Options{ModelName: m.Info().Name, APIKey: f.apiKey,
@@ -299,8 +297,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
-		ErrorLog: slog.NewLogLogger(lg.Handler(), slog.LevelWarn)}
+	hs := srv.HTTPServer()
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(ln) }()
 	if f.debugListen != "" {
