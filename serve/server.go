@@ -1,6 +1,7 @@
 package serve
 
 import (
+	"context"
 	"crypto/subtle"
 	"errors"
 	"fmt"
@@ -71,6 +72,8 @@ type Server struct {
 	created  int64
 	draining atomic.Bool
 	log      *slog.Logger
+	// fingerprint is every response's system_fingerprint.
+	fingerprint string
 }
 
 // New makes the server for an engine running the model info describes,
@@ -112,7 +115,7 @@ func New(e *engine.Engine, info engine.ModelInfo, tok Tokenizer, opts Options) (
 		opts.Logger = slog.Default()
 	}
 	s := &Server{eng: e, info: info, tok: tok, opts: opts, mux: http.NewServeMux(), metrics: newMetrics(),
-		created: time.Now().Unix(), log: opts.Logger}
+		created: time.Now().Unix(), log: opts.Logger, fingerprint: fingerprint(info, opts.ModelName)}
 	s.routes()
 	return s, nil
 }
@@ -159,13 +162,22 @@ func (s *Server) routes() {
 	})
 }
 
-// ServeHTTP checks the API key on /v1/*, serves the request and counts it
-// by endpoint and status.
+// ServeHTTP gives the request its id (the client's X-Request-Id, or a
+// fresh one, echoed), checks the API key on /v1/*, serves the request,
+// counts it by endpoint and status and writes its log line.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
 	_, pattern := s.mux.Handler(r)
 	endpoint := endpointLabel(pattern)
+	rec := &reqRecord{id: requestID(r)}
+	w.Header().Set(headerRequestID, rec.id)
+	r = r.WithContext(context.WithValue(r.Context(), recordKey{}, rec))
 	sw := &statusWriter{ResponseWriter: w}
-	defer func() { s.metrics.request(endpoint, sw.status(r)) }()
+	defer func() {
+		status := sw.status(r)
+		s.metrics.request(endpoint, status)
+		s.logRequest(r, endpoint, status, rec, time.Since(start))
+	}()
 	if s.opts.APIKey != "" && (r.URL.Path == "/v1" || strings.HasPrefix(r.URL.Path, "/v1/")) && !s.authorized(r) {
 		writeError(sw, &apiError{status: http.StatusUnauthorized, typ: typeInvalidRequest, code: "invalid_api_key",
 			message: "missing or incorrect API key: send the header \"Authorization: Bearer KEY\" with the server's key"})
