@@ -65,6 +65,15 @@
 // prompt and length. finish_reason is "stop" (the model's stop token or a
 // stop sequence) or "length" (max_tokens reached).
 //
+// # Request ids, logs and CORS
+//
+// A request's id is its X-Request-Id header (printable ASCII, at most 128
+// bytes) or a fresh one; the answer echoes it, a completion's id ends with
+// it, and the request's one log line (Options.Logger, written when it ends)
+// names it. Responses carry system_fingerprint. Browsers may call the API
+// from Options.AllowedOrigins (CORS); their preflights are answered before
+// the API key is checked.
+//
 // # Errors
 //
 // Errors have OpenAI's body, {"error": {"message", "type", "param",

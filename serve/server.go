@@ -55,6 +55,9 @@ type Options struct {
 	// BodyTimeout bounds reading a request body (default
 	// DefaultBodyTimeout); the response may then take as long as it needs.
 	BodyTimeout time.Duration
+	// AllowedOrigins are the origins browsers may call the API from
+	// (CORS; "*": any). None by default: cross-origin calls are refused.
+	AllowedOrigins []string
 	// Logger (nil: slog.Default()).
 	Logger *slog.Logger
 }
@@ -178,6 +181,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.metrics.request(endpoint, status)
 		s.logRequest(r, endpoint, status, rec, time.Since(start))
 	}()
+	if s.cors(sw, r) {
+		return
+	}
 	if s.opts.APIKey != "" && (r.URL.Path == "/v1" || strings.HasPrefix(r.URL.Path, "/v1/")) && !s.authorized(r) {
 		writeError(sw, &apiError{status: http.StatusUnauthorized, typ: typeInvalidRequest, code: "invalid_api_key",
 			message: "missing or incorrect API key: send the header \"Authorization: Bearer KEY\" with the server's key"})

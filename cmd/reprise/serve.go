@@ -103,6 +103,7 @@ type serveFlags struct {
 	planCache       string
 	debugListen     string
 	logFormat       string
+	allowedOrigins  string
 }
 
 func (f *serveFlags) register(fs *flag.FlagSet) {
@@ -127,6 +128,7 @@ func (f *serveFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.modelName, "model-name", "", "the model's name in the API (default stories260K, or --model's file name without extension)")
 	fs.DurationVar(&f.retryAfter, "retry-after", serve.DefaultRetryAfter, "Retry-After of a 429 (rounded up to seconds)")
 	fs.StringVar(&f.debugListen, "debug-listen", "", "`address` to serve Go's profiler on (/debug/pprof/; off unless given: keep it private)")
+	fs.StringVar(&f.allowedOrigins, "allowed-origins", "", "comma-separated `origins` browsers may call the API from (CORS; * for any; default none)")
 	fs.StringVar(&f.logFormat, "log-format", "text", "logs as `text` (key=value) or json (one JSON object a line)")
 	fs.StringVar(&f.planCache, "plan-cache", "", "directory of measured capture costs (default $"+engine.EnvPlanCache+" or the user cache; off disables)")
 }
@@ -296,7 +298,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 
 	srv, err := serve.New(e, m.Info(), tok, serve.Options{ModelName: m.Info().Name, APIKey: f.apiKey,
 		MaxBodyBytes: int64(f.maxBody), MaxPromptTokens: f.maxPromptTokens, MaxTokens: f.maxTokens,
-		RetryAfter: f.retryAfter, Logger: lg})
+		RetryAfter: f.retryAfter, AllowedOrigins: serve.ParseOrigins(f.allowedOrigins), Logger: lg})
 	if err != nil {
 		return err
 	}
