@@ -372,6 +372,7 @@ func (e *Engine) startGraphs(ctx context.Context, capture bool) error {
 		}
 	}
 	e.reportCapture()
+	e.stats.captured(time.Since(t0))
 	e.log.Info("graphs captured", "buckets", e.liveBuckets(), "seconds", time.Since(t0).Seconds())
 	return nil
 }

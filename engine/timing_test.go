@@ -29,3 +29,31 @@ func TestHandleAdmitted(t *testing.T) {
 	for range h.Outputs() {
 	}
 }
+
+// GraphStats reports every runner's telemetry, its live buckets and the
+// time capture took; with graphs off, nothing but Enabled false.
+func TestGraphStats(t *testing.T) {
+	s := start(t, true, engine.Options{}, testModel)
+	if _, _, err := s.e.Generate(context.Background(), engine.Request{Prompt: []int32{1, 2, 3}, MaxTokens: 4}); err != nil {
+		t.Fatal(err)
+	}
+	gs := s.e.GraphStats()
+	if !gs.Enabled || gs.LiveBuckets == 0 || gs.LiveBuckets != s.e.LiveBuckets() || gs.CaptureTime <= 0 {
+		t.Fatalf("graph stats %+v", gs)
+	}
+	replays := map[string]int64{}
+	live := 0
+	for _, r := range gs.Runners {
+		live += r.LiveBuckets
+		for _, b := range r.Buckets {
+			replays[r.Name] += b.Replays
+		}
+	}
+	if live != gs.LiveBuckets || replays["graphs"] == 0 || replays["blocks"] == 0 {
+		t.Errorf("runners %v: live %d of %d, replays %v", gs.Runners, live, gs.LiveBuckets, replays)
+	}
+	off := start(t, false, engine.Options{}, testModel).e.GraphStats()
+	if off.Enabled || len(off.Runners) != 0 || off.LiveBuckets != 0 {
+		t.Errorf("graphs off: %+v", off)
+	}
+}
