@@ -195,9 +195,9 @@ func (s *Server) handleGenerate(chat bool) http.HandlerFunc {
 			writeError(w, s.submitError(err))
 			return
 		}
-		s.metrics.inFlight.Add(1)
-		defer s.metrics.inFlight.Add(-1)
-		s.metrics.promptTokens.Add(int64(len(j.prompt)))
+		s.metrics.inFlight.Inc()
+		defer s.metrics.inFlight.Dec()
+		s.metrics.promptTokens.Add(float64(len(j.prompt)))
 		rec.generated, rec.model, rec.promptTokens = true, s.opts.ModelName, len(j.prompt)
 		g := &generation{s: s, w: w, ctx: r.Context(), h: h, j: j, chat: chat, endpoint: endpoint, arrived: arrived,
 			submitted: submitted, created: time.Now().Unix(), rc: http.NewResponseController(w), rec: rec}
@@ -246,6 +246,8 @@ type generation struct {
 	submitted time.Time
 	tokens    int
 	rec       *reqRecord
+	// first and last are when the first and the latest token arrived.
+	first, last time.Time
 }
 
 // end records a finished generation in the request's log line.
@@ -296,10 +298,15 @@ loop:
 				reason, genErr = o.Reason, o.Err
 				break loop
 			}
+			now := time.Now()
 			if g.tokens == 0 {
-				g.rec.ttft = time.Since(g.arrived)
+				g.first = now
+				g.rec.ttft = now.Sub(g.arrived)
 				g.s.metrics.firstToken(g.endpoint, g.rec.ttft)
+			} else {
+				g.s.metrics.itl.Observe(now.Sub(g.last).Seconds())
 			}
+			g.last = now
 			g.tokens++
 			text, matched := stop.add(g.s.tok.SafePiece(prev, int(o.Token)))
 			prev = int(o.Token)
@@ -326,8 +333,9 @@ loop:
 		g.failed(genErr)
 		return
 	}
-	g.s.metrics.completionTokens.Add(int64(g.tokens))
+	g.s.metrics.completionTokens.Add(float64(g.tokens))
 	g.s.metrics.finish(g.endpoint, reason, time.Since(g.arrived))
+	g.s.metrics.phases(g.submitted, g.h.Admitted(), g.first, g.last, len(g.j.prompt), g.tokens)
 	g.end(reason)
 	u := usage{PromptTokens: len(g.j.prompt), CompletionTokens: g.tokens, TotalTokens: len(g.j.prompt) + g.tokens}
 	if !p.stream {
@@ -404,7 +412,7 @@ func (g *generation) done() {
 // before its next step.
 func (g *generation) cancelled() {
 	g.h.Cancel()
-	g.s.metrics.completionTokens.Add(int64(g.tokens))
+	g.s.metrics.completionTokens.Add(float64(g.tokens))
 	g.s.metrics.finish(g.endpoint, "cancelled", time.Since(g.arrived))
 	g.end("cancelled")
 }

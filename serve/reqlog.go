@@ -66,11 +66,11 @@ func newRequestID() string {
 
 // logRequest writes the request's one log line: API requests at INFO,
 // health checks and metrics scrapes at DEBUG (a scraper would flood the
-// log), 5xx answers at WARN.
+// log), 5xx answers at WARN but for 503 (shutting down: expected).
 func (s *Server) logRequest(r *http.Request, endpoint string, status int, rec *reqRecord, total time.Duration) {
 	lvl := slog.LevelInfo
 	switch {
-	case status >= 500:
+	case status >= 500 && status != http.StatusServiceUnavailable:
 		lvl = slog.LevelWarn
 	case r.URL.Path == pathHealth || r.URL.Path == pathMetrics:
 		lvl = slog.LevelDebug

@@ -66,15 +66,17 @@ type Options struct {
 // http.Handler; the caller owns the http.Server, the engine and their
 // lifetimes (see Drain).
 type Server struct {
-	eng      *engine.Engine
-	info     engine.ModelInfo
-	tok      Tokenizer
-	opts     Options
-	mux      *http.ServeMux
-	metrics  *metrics
-	created  int64
-	draining atomic.Bool
-	log      *slog.Logger
+	eng     *engine.Engine
+	info    engine.ModelInfo
+	tok     Tokenizer
+	opts    Options
+	mux     *http.ServeMux
+	metrics *metrics
+	// metricsHandler serves /metrics.
+	metricsHandler http.Handler
+	created        int64
+	draining       atomic.Bool
+	log            *slog.Logger
 	// fingerprint is every response's system_fingerprint.
 	fingerprint string
 }
@@ -117,8 +119,9 @@ func New(e *engine.Engine, info engine.ModelInfo, tok Tokenizer, opts Options) (
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	s := &Server{eng: e, info: info, tok: tok, opts: opts, mux: http.NewServeMux(), metrics: newMetrics(),
+	s := &Server{eng: e, info: info, tok: tok, opts: opts, mux: http.NewServeMux(), metrics: newMetrics(e, opts.ModelName),
 		created: time.Now().Unix(), log: opts.Logger, fingerprint: fingerprint(info, opts.ModelName)}
+	s.metricsHandler = newMetricsHandler(s.metrics, slog.NewLogLogger(s.log.Handler(), slog.LevelWarn))
 	s.routes()
 	return s, nil
 }
@@ -294,9 +297,9 @@ func (s *Server) modelNotFound(name string) *apiError {
 // body also carries the model's name, whether graphs are on and how many
 // buckets are live, and the engine's queue, running requests and KV pages.
 func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
-	st := s.eng.Stats()
-	body := map[string]any{"status": "ok", "model": s.opts.ModelName, "graphs": len(s.eng.Runners()) > 0,
-		"live_buckets": s.eng.LiveBuckets(), "waiting": st.Waiting, "running": st.Running,
+	st, gs := s.eng.Stats(), s.eng.GraphStats()
+	body := map[string]any{"status": "ok", "model": s.opts.ModelName, "graphs": len(gs.Runners) > 0,
+		"live_buckets": gs.LiveBuckets, "waiting": st.Waiting, "running": st.Running,
 		"kv_pages_used": st.KVPagesUsed, "kv_pages_free": st.KVPagesFree}
 
 	code := http.StatusOK
