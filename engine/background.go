@@ -80,7 +80,10 @@ func (e *Engine) backgroundStep(ctx context.Context) bool {
 		return false
 	}
 	t0 := time.Now()
-	defer func() { bg.spent += time.Since(t0) }()
+	defer func() {
+		bg.spent += time.Since(t0)
+		e.stats.captured(time.Since(t0))
+	}()
 	return e.backgroundUnit(ctx)
 }
 

@@ -124,6 +124,7 @@ type request struct {
 	cancelled atomic.Bool
 	wake      func()
 	ingested  bool
+	times     requestTimes
 }
 
 func (r *request) cancel() {
@@ -370,6 +371,7 @@ func (e *Engine) startGraphs(ctx context.Context, capture bool) error {
 			return err
 		}
 	}
+	e.stats.captured(time.Since(t0))
 	e.captureFinished(t0)
 	return nil
 }
@@ -654,6 +656,7 @@ func (e *Engine) admit() []*request {
 			continue
 		}
 		r.ingested = true
+		r.times.admitted.Store(time.Now().UnixNano())
 		e.waiting = e.waiting[1:]
 		e.stats.waiting.Add(-1)
 		batch = append(batch, r)

@@ -5,6 +5,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/reprise-ml/reprise/graph"
 )
 
 // Stats are the engine's counters, safe to read from any goroutine.
@@ -17,6 +19,7 @@ type Stats struct {
 	finished atomic.Int64
 
 	firstToken atomic.Int64 // ns from Start to the first token served
+	captureNS  atomic.Int64 // ns spent sizing, planning and capturing graphs
 
 	prePlans     atomic.Int64
 	prePlanHits  atomic.Int64
@@ -106,3 +109,48 @@ func (e *Engine) Stats() Snapshot {
 	})
 	return snap
 }
+
+// GraphStats is what the engine's graph runners report, for the server's
+// health and metrics: they read it here rather than reaching into the
+// runners.
+type GraphStats struct {
+	// Enabled: the engine replays captured graphs (Options.Graphs).
+	Enabled bool `json:"enabled"`
+	// LiveBuckets counts the buckets captured and live, over every runner.
+	LiveBuckets int `json:"live_buckets"`
+	// CaptureTime is the time spent sizing, planning and capturing graphs,
+	// before serving and in the background.
+	CaptureTime time.Duration `json:"capture_ns"`
+	// Runners are each runner's telemetry by pool name ("graphs" for whole
+	// steps, a region's label), sorted by name.
+	Runners []RunnerStats `json:"runners"`
+}
+
+// RunnerStats is one graph runner's telemetry.
+type RunnerStats struct {
+	Name        string `json:"name"`
+	LiveBuckets int    `json:"live_buckets"`
+	graph.Telemetry
+}
+
+// GraphStats returns the graph runners' telemetry (Enabled false and
+// nothing else with graphs off).
+func (e *Engine) GraphStats() GraphStats {
+	gs := GraphStats{Enabled: e.opts.Graphs, CaptureTime: time.Duration(e.stats.captureNS.Load())}
+	runners := e.Runners()
+	names := make([]string, 0, len(runners))
+	for n := range runners {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		r := runners[n]
+		rs := RunnerStats{Name: n, LiveBuckets: len(r.Buckets()), Telemetry: r.Telemetry()}
+		gs.LiveBuckets += rs.LiveBuckets
+		gs.Runners = append(gs.Runners, rs)
+	}
+	return gs
+}
+
+// captured adds to the time spent on graph capture.
+func (s *Stats) captured(d time.Duration) { s.captureNS.Add(int64(d)) }

@@ -11,11 +11,13 @@
 //   - GET /v1/models and GET /v1/models/{model}: the one model served.
 //   - GET /health: 200 {"status": "ok", ...} while serving, 503
 //     {"status": "draining"} after Drain.
-//   - GET /metrics: Prometheus text format (requests by endpoint and status,
-//     finish reasons, prompt and generated tokens, queue depth, running
-//     requests, KV pages used and free, step latency histograms by walk and
-//     mode, time to first token, and per graph bucket replays, real and
-//     padding rows, and eager fallbacks by walk and reason).
+//   - GET /metrics: Prometheus metrics (text, OpenMetrics or protobuf, as
+//     the scraper asks): vLLM's set under reprise_ names with a model_name
+//     label (time to first token, inter-token latency, time per output
+//     token, end-to-end, queue, prefill and decode times, token counters,
+//     running and waiting requests, KV-cache usage, per graph bucket
+//     replays, real and padding rows, eager fallbacks by reason, capture
+//     time, live buckets), beside Go's runtime and process collectors.
 //
 // Both generation endpoints answer whole or, with "stream": true, as
 // server-sent events in OpenAI's format: each chunk is "data: {json}\n\n"
@@ -64,6 +66,15 @@
 // output (temperature 0) therefore equals `reprise generate` for the same
 // prompt and length. finish_reason is "stop" (the model's stop token or a
 // stop sequence) or "length" (max_tokens reached).
+//
+// # Request ids, logs and CORS
+//
+// A request's id is its X-Request-Id header (printable ASCII, at most 128
+// bytes) or a fresh one; the answer echoes it, a completion's id ends with
+// it, and the request's one log line (Options.Logger, written when it ends)
+// names it. Responses carry system_fingerprint. Browsers may call the API
+// from Options.AllowedOrigins (CORS); their preflights are answered before
+// the API key is checked.
 //
 // # Errors
 //

@@ -110,6 +110,9 @@ func sharedEnv(t testing.TB) *env {
 func withServer(t testing.TB, so serve.Options) *httptest.Server {
 	t.Helper()
 	v := sharedEnv(t)
+	if so.Logger == nil {
+		so.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
 	srv, err := serve.New(v.e, v.m.Info(), v.tok, so)
 	if err != nil {
 		t.Fatal(err)

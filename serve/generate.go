@@ -2,8 +2,6 @@ package serve
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -123,12 +121,13 @@ type completionChoice struct {
 }
 
 type completion struct {
-	ID      string             `json:"id"`
-	Object  string             `json:"object"`
-	Created int64              `json:"created"`
-	Model   string             `json:"model"`
-	Choices []completionChoice `json:"choices"`
-	Usage   *usage             `json:"usage,omitempty"`
+	ID                string             `json:"id"`
+	Object            string             `json:"object"`
+	Created           int64              `json:"created"`
+	Model             string             `json:"model"`
+	SystemFingerprint string             `json:"system_fingerprint"`
+	Choices           []completionChoice `json:"choices"`
+	Usage             *usage             `json:"usage,omitempty"`
 }
 
 type chatMessage struct {
@@ -145,12 +144,13 @@ type chatChoice struct {
 }
 
 type chatCompletion struct {
-	ID      string       `json:"id"`
-	Object  string       `json:"object"`
-	Created int64        `json:"created"`
-	Model   string       `json:"model"`
-	Choices []chatChoice `json:"choices"`
-	Usage   usage        `json:"usage"`
+	ID                string       `json:"id"`
+	Object            string       `json:"object"`
+	Created           int64        `json:"created"`
+	Model             string       `json:"model"`
+	SystemFingerprint string       `json:"system_fingerprint"`
+	Choices           []chatChoice `json:"choices"`
+	Usage             usage        `json:"usage"`
 }
 
 type chatDelta struct {
@@ -166,18 +166,13 @@ type chatChunkChoice struct {
 }
 
 type chatChunk struct {
-	ID      string            `json:"id"`
-	Object  string            `json:"object"`
-	Created int64             `json:"created"`
-	Model   string            `json:"model"`
-	Choices []chatChunkChoice `json:"choices"`
-	Usage   *usage            `json:"usage,omitempty"`
-}
-
-func newID(prefix string) string {
-	var b [12]byte
-	rand.Read(b[:])
-	return prefix + hex.EncodeToString(b[:])
+	ID                string            `json:"id"`
+	Object            string            `json:"object"`
+	Created           int64             `json:"created"`
+	Model             string            `json:"model"`
+	SystemFingerprint string            `json:"system_fingerprint"`
+	Choices           []chatChunkChoice `json:"choices"`
+	Usage             *usage            `json:"usage,omitempty"`
 }
 
 // handleGenerate answers POST /v1/completions (chat false) and POST
@@ -209,20 +204,25 @@ func (s *Server) handleGenerate(chat bool) http.HandlerFunc {
 			writeError(w, aerr)
 			return
 		}
+		rec := record(r.Context())
+		submitted := time.Now()
 		h, err := s.eng.Submit(r.Context(), j.req)
 		if err != nil {
 			writeError(w, s.submitError(err))
 			return
 		}
-		s.metrics.inFlight.Add(1)
-		defer s.metrics.inFlight.Add(-1)
-		s.metrics.promptTokens.Add(int64(len(j.prompt)))
+		s.metrics.inFlight.Inc()
+		defer s.metrics.inFlight.Dec()
+		s.metrics.promptTokens.Add(float64(len(j.prompt)))
+		rec.generated, rec.model, rec.promptTokens = true, s.opts.ModelName, len(j.prompt)
 		g := &generation{s: s, w: w, ctx: r.Context(), h: h, j: j, chat: chat, endpoint: endpoint, arrived: arrived,
-			created: time.Now().Unix(), rc: http.NewResponseController(w)}
+			submitted: submitted, created: time.Now().Unix(), rc: http.NewResponseController(w), rec: rec}
+		// The completion's id ends with the request's, so a client's
+		// X-Request-Id finds its response in the log and the other way round.
 		if chat {
-			g.id = newID("chatcmpl-")
+			g.id = "chatcmpl-" + rec.id
 		} else {
-			g.id = newID("cmpl-")
+			g.id = "cmpl-" + rec.id
 		}
 		g.run()
 	}
@@ -264,7 +264,21 @@ type generation struct {
 	id       string
 	created  int64
 	arrived  time.Time
-	tokens   int
+	// submitted is when the request went to the engine (its queue time
+	// starts there).
+	submitted time.Time
+	tokens    int
+	rec       *reqRecord
+	// first and last are when the first and the latest token arrived.
+	first, last time.Time
+}
+
+// end records a finished generation in the request's log line.
+func (g *generation) end(reason string) {
+	g.rec.finish, g.rec.outputTokens = reason, g.tokens
+	if a := g.h.Admitted(); !a.IsZero() {
+		g.rec.queue = a.Sub(g.submitted)
+	}
 }
 
 // run collects the engine's outputs and answers them, streamed or whole.
@@ -307,9 +321,15 @@ loop:
 				reason, genErr = o.Reason, o.Err
 				break loop
 			}
+			now := time.Now()
 			if g.tokens == 0 {
-				g.s.metrics.firstToken(g.endpoint, time.Since(g.arrived))
+				g.first = now
+				g.rec.ttft = now.Sub(g.arrived)
+				g.s.metrics.firstToken(g.endpoint, g.rec.ttft)
+			} else {
+				g.s.metrics.itl.Observe(now.Sub(g.last).Seconds())
 			}
+			g.last = now
 			g.tokens++
 			text, matched := stop.add(g.s.tok.SafePiece(prev, int(o.Token)))
 			prev = int(o.Token)
@@ -336,15 +356,17 @@ loop:
 		g.failed(genErr)
 		return
 	}
-	g.s.metrics.completionTokens.Add(int64(g.tokens))
+	g.s.metrics.completionTokens.Add(float64(g.tokens))
 	g.s.metrics.finish(g.endpoint, reason, time.Since(g.arrived))
+	g.s.metrics.phases(g.submitted, g.h.Admitted(), g.first, g.last, len(g.j.prompt), g.tokens)
+	g.end(reason)
 	u := usage{PromptTokens: len(g.j.prompt), CompletionTokens: g.tokens, TotalTokens: len(g.j.prompt) + g.tokens}
 	if !p.stream {
 		if g.chat {
-			writeJSON(g.w, http.StatusOK, chatCompletion{ID: g.id, Object: "chat.completion", Created: g.created, Model: g.s.opts.ModelName,
+			writeJSON(g.w, http.StatusOK, chatCompletion{ID: g.id, Object: "chat.completion", Created: g.created, Model: g.s.opts.ModelName, SystemFingerprint: g.s.fingerprint,
 				Choices: []chatChoice{{Message: chatMessage{Role: "assistant", Content: stop.result()}, FinishReason: reason}}, Usage: u})
 		} else {
-			writeJSON(g.w, http.StatusOK, completion{ID: g.id, Object: "text_completion", Created: g.created, Model: g.s.opts.ModelName,
+			writeJSON(g.w, http.StatusOK, completion{ID: g.id, Object: "text_completion", Created: g.created, Model: g.s.opts.ModelName, SystemFingerprint: g.s.fingerprint,
 				Choices: []completionChoice{{Text: stop.result(), FinishReason: &reason}}, Usage: &u})
 		}
 		return
@@ -364,7 +386,7 @@ loop:
 			if g.event(c) != nil {
 				return
 			}
-		} else if g.event(completion{ID: g.id, Object: "text_completion", Created: g.created, Model: g.s.opts.ModelName,
+		} else if g.event(completion{ID: g.id, Object: "text_completion", Created: g.created, Model: g.s.opts.ModelName, SystemFingerprint: g.s.fingerprint,
 			Choices: []completionChoice{}, Usage: &u}) != nil {
 			return
 		}
@@ -383,12 +405,12 @@ func (g *generation) chunk(text string, reason *string) any {
 		}
 		return g.chatChunk(d, reason)
 	}
-	return completion{ID: g.id, Object: "text_completion", Created: g.created, Model: g.s.opts.ModelName,
+	return completion{ID: g.id, Object: "text_completion", Created: g.created, Model: g.s.opts.ModelName, SystemFingerprint: g.s.fingerprint,
 		Choices: []completionChoice{{Text: text, FinishReason: reason}}}
 }
 
 func (g *generation) chatChunk(d chatDelta, reason *string) chatChunk {
-	return chatChunk{ID: g.id, Object: "chat.completion.chunk", Created: g.created, Model: g.s.opts.ModelName,
+	return chatChunk{ID: g.id, Object: "chat.completion.chunk", Created: g.created, Model: g.s.opts.ModelName, SystemFingerprint: g.s.fingerprint,
 		Choices: []chatChunkChoice{{Delta: d, FinishReason: reason}}}
 }
 
@@ -415,8 +437,9 @@ func (g *generation) done() {
 // before its next step.
 func (g *generation) cancelled() {
 	g.h.Cancel()
-	g.s.metrics.completionTokens.Add(int64(g.tokens))
+	g.s.metrics.completionTokens.Add(float64(g.tokens))
 	g.s.metrics.finish(g.endpoint, "cancelled", time.Since(g.arrived))
+	g.end("cancelled")
 }
 
 // failed answers an engine error: an error body, or in a stream an error
@@ -424,6 +447,7 @@ func (g *generation) cancelled() {
 func (g *generation) failed(err error) {
 	g.h.Cancel()
 	g.s.metrics.finish(g.endpoint, "error", time.Since(g.arrived))
+	g.end("error")
 	e := &apiError{status: http.StatusInternalServerError, typ: typeServer, code: "generation_failed",
 		message: fmt.Sprintf("generation failed: %v", err)}
 	if errors.Is(err, engine.ErrClosed) {

@@ -146,12 +146,12 @@ func waitIdle(t testing.TB, v *env) {
 func TestDisconnectFreesPages(t *testing.T) {
 	v := sharedEnv(t)
 	const body = `{"prompt":"Once upon a time","max_tokens":400,"temperature":0%s}`
-	const cancelledKey = `reprise_requests_finished_total{endpoint="/v1/completions",reason="cancelled"}`
+	cancelledKey := []string{"endpoint", "/v1/completions", "reason", "cancelled"}
 	for _, stream := range []bool{true, false} {
 		cancelled := false
 		for attempt := 0; attempt < 20 && !cancelled; attempt++ {
 			waitIdle(t, v)
-			counted := metricValue(t, v.ts.URL, cancelledKey)
+			counted := metricValue(t, v.ts.URL, "reprise_requests_finished_total", cancelledKey...)
 			before := v.e.Stats()
 			cctx, cancel := context.WithCancel(context.Background())
 			extra := ""
@@ -211,10 +211,10 @@ func TestDisconnectFreesPages(t *testing.T) {
 			}
 			// Once the handler has returned, the server counts a cancel.
 			deadline = time.Now().Add(2 * time.Second)
-			for metricValue(t, v.ts.URL, cancelledKey) == counted && time.Now().Before(deadline) {
+			for metricValue(t, v.ts.URL, "reprise_requests_finished_total", cancelledKey...) == counted && time.Now().Before(deadline) {
 				time.Sleep(2 * time.Millisecond)
 			}
-			cancelled = metricValue(t, v.ts.URL, cancelledKey) == counted+1
+			cancelled = metricValue(t, v.ts.URL, "reprise_requests_finished_total", cancelledKey...) == counted+1
 			if cancelled && after.KVPagesUsed != 0 {
 				t.Fatalf("stream %v: %d KV pages still used after the cancel", stream, after.KVPagesUsed)
 			}

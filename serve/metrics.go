@@ -1,294 +1,231 @@
 package serve
 
 import (
-	"fmt"
-	"io"
-	"maps"
 	"net/http"
-	"slices"
-	"sort"
 	"strconv"
-	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
 	"github.com/reprise-ml/reprise/engine"
-	"github.com/reprise-ml/reprise/graph"
 )
 
-// latencyBuckets are the upper bounds (seconds) of the server's latency
-// histograms: time to first token and request duration.
-var latencyBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}
+// Histogram bounds (seconds). vLLM's sets start at 1 ms or 10 ms; a step of
+// a small model on a CPU takes well under that, so these start lower.
+var (
+	// latencyBuckets: time to first token, queue, prefill, end to end.
+	latencyBuckets = []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600}
+	// tokenBuckets: time between tokens and per output token.
+	tokenBuckets = []float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1, 2.5}
+	// countBuckets: a request's prompt and generated tokens.
+	countBuckets = prometheus.ExponentialBuckets(1, 2, 14)
+)
 
-type histogram struct {
-	counts []int64 // per bucket, the last one past every bound
-	sum    float64
-	count  int64
-}
-
-func (h *histogram) observe(v float64) {
-	if h.counts == nil {
-		h.counts = make([]int64, len(latencyBuckets)+1)
-	}
-	h.counts[sort.SearchFloat64s(latencyBuckets, v)]++
-	h.sum += v
-	h.count++
-}
-
-// metrics are the server's own counters; the engine's and the graph
-// runner's are read when /metrics is scraped.
+// metrics are the server's Prometheus metrics: vLLM's set under reprise_
+// names, each with a model_name label, with Go's runtime and process
+// collectors beside them. Per-request ones are observed as requests go;
+// the engine's and the graph runners' are read from their counters at
+// scrape time (engineCollector).
 type metrics struct {
-	promptTokens     atomic.Int64
-	completionTokens atomic.Int64
-	inFlight         atomic.Int64
+	reg *prometheus.Registry
 
-	mu       sync.Mutex
-	requests map[[2]string]int64 // (endpoint, status code)
-	finished map[[2]string]int64 // (endpoint, finish reason)
-	ttft     map[string]*histogram
-	duration map[string]*histogram
+	requests         *prometheus.CounterVec // endpoint, code
+	finished         *prometheus.CounterVec // endpoint, reason
+	inFlight         prometheus.Gauge
+	promptTokens     prometheus.Counter
+	completionTokens prometheus.Counter
+	ttft             *prometheus.HistogramVec // endpoint
+	e2e              *prometheus.HistogramVec // endpoint
+	itl              prometheus.Histogram
+	tpot             prometheus.Histogram
+	queue            prometheus.Histogram
+	prefill          prometheus.Histogram
+	decode           prometheus.Histogram
+	reqPrompt        prometheus.Histogram
+	reqGenerated     prometheus.Histogram
 }
 
-func newMetrics() *metrics {
-	return &metrics{requests: map[[2]string]int64{}, finished: map[[2]string]int64{},
-		ttft: map[string]*histogram{}, duration: map[string]*histogram{}}
+func newMetrics(e *engine.Engine, model string) *metrics {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	r := prometheus.WrapRegistererWith(prometheus.Labels{"model_name": model}, reg)
+	counter := func(name, help string, labels ...string) *prometheus.CounterVec {
+		c := prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
+		r.MustRegister(c)
+		return c
+	}
+	hist := func(name, help string, bounds []float64, labels ...string) *prometheus.HistogramVec {
+		h := prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: name, Help: help, Buckets: bounds}, labels)
+		r.MustRegister(h)
+		return h
+	}
+	m := &metrics{reg: reg,
+		requests:         counter("reprise_requests_total", "HTTP requests answered, by endpoint and status code.", "endpoint", "code"),
+		finished:         counter("reprise_requests_finished_total", "Generations that ended, by endpoint and reason (stop, length, cancelled, error).", "endpoint", "reason"),
+		inFlight:         prometheus.NewGauge(prometheus.GaugeOpts{Name: "reprise_requests_in_flight", Help: "Generation requests being answered."}),
+		promptTokens:     counter("reprise_prompt_tokens_total", "Prompt tokens of the generations submitted to the engine.").WithLabelValues(),
+		completionTokens: counter("reprise_completion_tokens_total", "Tokens generated for answered requests (usage completion_tokens).").WithLabelValues(),
+		ttft:             hist("reprise_time_to_first_token_seconds", "Time from a request's arrival to its first generated token.", latencyBuckets, "endpoint"),
+		e2e:              hist("reprise_e2e_request_latency_seconds", "Time from a request's arrival to its end, for generations.", latencyBuckets, "endpoint"),
+		itl:              hist("reprise_inter_token_latency_seconds", "Time between two successive tokens of a request.", tokenBuckets).WithLabelValues().(prometheus.Histogram),
+		tpot: hist("reprise_request_time_per_output_token_seconds",
+			"Per finished request of two or more tokens: time from its first token to its last over the tokens after the first.", tokenBuckets).WithLabelValues().(prometheus.Histogram),
+		queue: hist("reprise_request_queue_time_seconds", "Per finished request: time from submission to the engine until the scheduler admitted it into a prefill.",
+			latencyBuckets).WithLabelValues().(prometheus.Histogram),
+		prefill: hist("reprise_request_prefill_time_seconds", "Per finished request: time from admission to its first token.",
+			latencyBuckets).WithLabelValues().(prometheus.Histogram),
+		decode: hist("reprise_request_decode_time_seconds", "Per finished request: time from its first token to its last.",
+			latencyBuckets).WithLabelValues().(prometheus.Histogram),
+		reqPrompt: hist("reprise_request_prompt_tokens", "Per finished request: prompt tokens.", countBuckets).WithLabelValues().(prometheus.Histogram),
+		reqGenerated: hist("reprise_request_generation_tokens", "Per finished request: generated tokens.",
+			countBuckets).WithLabelValues().(prometheus.Histogram),
+	}
+	r.MustRegister(m.inFlight, &engineCollector{e: e})
+	return m
 }
 
 func (m *metrics) request(endpoint string, code int) {
-	m.mu.Lock()
-	m.requests[[2]string{endpoint, strconv.Itoa(code)}]++
-	m.mu.Unlock()
-}
-
-func (m *metrics) finish(endpoint, reason string, d time.Duration) {
-	m.mu.Lock()
-	m.finished[[2]string{endpoint, reason}]++
-	h := m.duration[endpoint]
-	if h == nil {
-		h = &histogram{}
-		m.duration[endpoint] = h
-	}
-	h.observe(d.Seconds())
-	m.mu.Unlock()
+	m.requests.WithLabelValues(endpoint, strconv.Itoa(code)).Inc()
 }
 
 func (m *metrics) firstToken(endpoint string, d time.Duration) {
-	m.mu.Lock()
-	h := m.ttft[endpoint]
-	if h == nil {
-		h = &histogram{}
-		m.ttft[endpoint] = h
-	}
-	h.observe(d.Seconds())
-	m.mu.Unlock()
+	m.ttft.WithLabelValues(endpoint).Observe(d.Seconds())
 }
 
-// promWriter writes the Prometheus text exposition format (version 0.0.4).
-type promWriter struct {
-	w io.Writer
+// finish counts a generation that ended and its end-to-end latency.
+func (m *metrics) finish(endpoint, reason string, d time.Duration) {
+	m.finished.WithLabelValues(endpoint, reason).Inc()
+	m.e2e.WithLabelValues(endpoint).Observe(d.Seconds())
 }
 
-func (p promWriter) family(name, typ, help string) {
-	fmt.Fprintf(p.w, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, typ)
-}
-
-// sample writes one sample; labels are name, value pairs.
-func (p promWriter) sample(name string, v float64, labels ...string) {
-	var b strings.Builder
-	b.WriteString(name)
-	if len(labels) > 0 {
-		b.WriteByte('{')
-		for i := 0; i+1 < len(labels); i += 2 {
-			if i > 0 {
-				b.WriteByte(',')
-			}
-			b.WriteString(labels[i])
-			b.WriteString(`="`)
-			b.WriteString(escapeLabel(labels[i+1]))
-			b.WriteByte('"')
+// phases observes a finished request's queue, prefill and decode times,
+// its time per output token and its token counts. admitted is zero when
+// the engine does not say.
+func (m *metrics) phases(submitted, admitted, first, last time.Time, prompt, tokens int) {
+	if !admitted.IsZero() {
+		m.queue.Observe(admitted.Sub(submitted).Seconds())
+		if !first.IsZero() {
+			m.prefill.Observe(first.Sub(admitted).Seconds())
 		}
-		b.WriteByte('}')
 	}
-	b.WriteByte(' ')
-	b.WriteString(formatFloat(v))
-	b.WriteByte('\n')
-	io.WriteString(p.w, b.String())
-}
-
-// histogram writes a histogram's buckets (counts per bucket, the last past
-// every bound), sum and count.
-func (p promWriter) histogram(name string, bounds []float64, counts []int64, sum float64, count int64, labels ...string) {
-	cum := int64(0)
-	for i, b := range bounds {
-		if i < len(counts) {
-			cum += counts[i]
+	if !first.IsZero() {
+		m.decode.Observe(last.Sub(first).Seconds())
+		if tokens > 1 {
+			m.tpot.Observe(last.Sub(first).Seconds() / float64(tokens-1))
 		}
-		p.sample(name+"_bucket", float64(cum), append(slices.Clone(labels), "le", formatFloat(b))...)
 	}
-	p.sample(name+"_bucket", float64(count), append(slices.Clone(labels), "le", "+Inf")...)
-	p.sample(name+"_sum", sum, labels...)
-	p.sample(name+"_count", float64(count), labels...)
+	m.reqPrompt.Observe(float64(prompt))
+	m.reqGenerated.Observe(float64(tokens))
 }
 
-func escapeLabel(s string) string {
-	return strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`).Replace(s)
-}
-
-func formatFloat(v float64) string {
-	return strconv.FormatFloat(v, 'g', -1, 64)
-}
-
-func sortedKeys[V any](m map[[2]string]V) [][2]string {
-	keys := make([][2]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.SortFunc(keys, func(a, b [2]string) int {
-		if c := strings.Compare(a[0], b[0]); c != 0 {
-			return c
-		}
-		return strings.Compare(a[1], b[1])
-	})
-	return keys
-}
-
-// handleMetrics answers GET /metrics.
+// handleMetrics answers GET /metrics in the format the scraper asks for
+// (Prometheus text, OpenMetrics or protobuf).
 func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) {
-	var b strings.Builder
-	s.writeMetrics(&b)
-	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-	io.WriteString(w, b.String())
+	s.metricsHandler.ServeHTTP(w, r)
 }
 
-func (s *Server) writeMetrics(w io.Writer) {
-	p := promWriter{w}
-	m := s.metrics
-	m.mu.Lock()
-	requests := maps.Clone(m.requests)
-	finished := maps.Clone(m.finished)
-	ttft, duration := map[string]histogram{}, map[string]histogram{}
-	for k, h := range m.ttft {
-		ttft[k] = histogram{counts: slices.Clone(h.counts), sum: h.sum, count: h.count}
-	}
-	for k, h := range m.duration {
-		duration[k] = histogram{counts: slices.Clone(h.counts), sum: h.sum, count: h.count}
-	}
-	m.mu.Unlock()
+// engineCollector reads the engine's counters and its graph runners'
+// telemetry at scrape time.
+type engineCollector struct {
+	e *engine.Engine
+}
 
-	p.family("reprise_requests_total", "counter", "HTTP requests answered, by endpoint and status code.")
-	for _, k := range sortedKeys(requests) {
-		p.sample("reprise_requests_total", float64(requests[k]), "endpoint", k[0], "code", k[1])
-	}
-	p.family("reprise_requests_finished_total", "counter", "Generations that ended, by endpoint and reason (stop, length, cancelled, error).")
-	for _, k := range sortedKeys(finished) {
-		p.sample("reprise_requests_finished_total", float64(finished[k]), "endpoint", k[0], "reason", k[1])
-	}
-	p.family("reprise_requests_in_flight", "gauge", "Generation requests being answered.")
-	p.sample("reprise_requests_in_flight", float64(m.inFlight.Load()))
-	p.family("reprise_prompt_tokens_total", "counter", "Prompt tokens of the generations submitted to the engine.")
-	p.sample("reprise_prompt_tokens_total", float64(m.promptTokens.Load()))
-	p.family("reprise_completion_tokens_total", "counter", "Tokens generated for answered requests (usage completion_tokens).")
-	p.sample("reprise_completion_tokens_total", float64(m.completionTokens.Load()))
-	p.family("reprise_time_to_first_token_seconds", "histogram", "Time from a request's arrival to its first generated token.")
-	for _, k := range sortedStrings(ttft) {
-		h := ttft[k]
-		p.histogram("reprise_time_to_first_token_seconds", latencyBuckets, h.counts, h.sum, h.count, "endpoint", k)
-	}
-	p.family("reprise_request_duration_seconds", "histogram", "Time from a request's arrival to its end, for generations.")
-	for _, k := range sortedStrings(duration) {
-		h := duration[k]
-		p.histogram("reprise_request_duration_seconds", latencyBuckets, h.counts, h.sum, h.count, "endpoint", k)
-	}
+func desc(name, help string, labels ...string) *prometheus.Desc {
+	return prometheus.NewDesc(name, help, labels, nil)
+}
 
-	st := s.eng.Stats()
-	p.family("reprise_queue_depth", "gauge", "Requests waiting for the engine to admit them (KV backpressure).")
-	p.sample("reprise_queue_depth", float64(st.Waiting))
-	p.family("reprise_running_requests", "gauge", "Requests in the engine's running batch.")
-	p.sample("reprise_running_requests", float64(st.Running))
-	p.family("reprise_generated_tokens_total", "counter", "Tokens the engine generated, cancelled requests included.")
-	p.sample("reprise_generated_tokens_total", float64(st.Tokens))
-	p.family("reprise_engine_requests_finished_total", "counter", "Requests the engine finished, whatever the reason.")
-	p.sample("reprise_engine_requests_finished_total", float64(st.Finished))
-	p.family("reprise_kv_pages_used", "gauge", "KV cache pages held by requests.")
-	p.sample("reprise_kv_pages_used", float64(st.KVPagesUsed))
-	p.family("reprise_kv_pages_free", "gauge", "KV cache pages free.")
-	p.sample("reprise_kv_pages_free", float64(st.KVPagesFree))
-	p.family("reprise_pre_plans_total", "counter", "Steps planned while the previous one ran, by outcome (hit: used, stale: thrown away).")
-	p.sample("reprise_pre_plans_total", float64(st.PrePlanHits), "outcome", "hit")
-	p.sample("reprise_pre_plans_total", float64(st.PrePlanStale), "outcome", "stale")
-	p.sample("reprise_pre_plans_total", float64(st.PrePlans-st.PrePlanHits-st.PrePlanStale), "outcome", "other")
+var (
+	descWaiting   = desc("reprise_num_requests_waiting", "Requests waiting for the engine to admit them (KV backpressure).")
+	descRunning   = desc("reprise_num_requests_running", "Requests in the engine's running batch.")
+	descGenerated = desc("reprise_generation_tokens_total", "Tokens the engine generated, cancelled requests included.")
+	descFinished  = desc("reprise_engine_requests_finished_total", "Requests the engine finished, whatever the reason.")
+	descKVUsed    = desc("reprise_kv_pages_used", "KV cache pages held by requests.")
+	descKVFree    = desc("reprise_kv_pages_free", "KV cache pages free.")
+	descKVUsage   = desc("reprise_kv_cache_usage_perc", "Fraction of the KV cache's pages held by requests (0 to 1).")
+	descPrePlans  = desc("reprise_pre_plans_total", "Steps planned while the previous one ran, by outcome (hit: used, stale: thrown away).", "outcome")
+	descStep      = desc("reprise_step_duration_seconds", "Engine step latency by walk (prefill, decode) and mode (replay, eager).", "walk", "mode")
+	descStepRows  = desc("reprise_step_rows_total", "Request rows the engine's steps carried, by walk and mode.", "walk", "mode")
+	descGraphs    = desc("reprise_graphs_enabled", "1 when the engine replays captured graphs, 0 when every step runs eager.")
+	descLive      = desc("reprise_graph_live_buckets", "Buckets captured and live, over every runner.")
+	descCapture   = desc("reprise_graph_capture_seconds_total", "Time spent sizing, planning and capturing graphs, before serving and in the background.")
+	descReplays   = desc("reprise_graph_replays_total", "Replays of a captured bucket, by runner (graphs: whole steps; a region's label) and bucket.", "runner", "bucket")
+	descPadding   = desc("reprise_graph_padding_rows_total", "Padding rows replays of a bucket carried.", "runner", "bucket")
+	descReal      = desc("reprise_graph_real_rows_total", "Request rows replays of a bucket carried.", "runner", "bucket")
+	descFallbacks = desc("reprise_graph_eager_fallbacks_total", "Steps of a captured walk that ran eager, by runner, walk and reason.", "runner", "walk", "reason")
+	descDropped   = desc("reprise_graph_dropped_buckets", "Buckets whose capture was dropped, by runner.", "runner")
+)
 
-	bounds := make([]float64, len(engine.LatencyBuckets))
-	for i, d := range engine.LatencyBuckets {
-		bounds[i] = d.Seconds()
+func (c *engineCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descWaiting, descRunning, descGenerated, descFinished, descKVUsed, descKVFree, descKVUsage,
+		descPrePlans, descStep, descStepRows, descGraphs, descLive, descCapture, descReplays, descPadding, descReal, descFallbacks, descDropped} {
+		ch <- d
 	}
-	p.family("reprise_step_duration_seconds", "histogram", "Engine step latency by walk (prefill, decode) and mode (replay, eager).")
+}
+
+func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	count := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, labels...)
+	}
+	st := c.e.Stats()
+	gauge(descWaiting, float64(st.Waiting))
+	gauge(descRunning, float64(st.Running))
+	count(descGenerated, float64(st.Tokens))
+	count(descFinished, float64(st.Finished))
+	gauge(descKVUsed, float64(st.KVPagesUsed))
+	gauge(descKVFree, float64(st.KVPagesFree))
+	usage := 0.0
+	if total := st.KVPagesUsed + st.KVPagesFree; total > 0 {
+		usage = float64(st.KVPagesUsed) / float64(total)
+	}
+	gauge(descKVUsage, usage)
+	count(descPrePlans, float64(st.PrePlanHits), "hit")
+	count(descPrePlans, float64(st.PrePlanStale), "stale")
+	count(descPrePlans, float64(st.PrePlans-st.PrePlanHits-st.PrePlanStale), "other")
 	for _, step := range st.Steps {
 		mode := "eager"
 		if step.Replay {
 			mode = "replay"
 		}
-		p.histogram("reprise_step_duration_seconds", bounds, step.Buckets, step.Total.Seconds(), step.Steps, "walk", step.Walk, "mode", mode)
-	}
-	p.family("reprise_step_rows_total", "counter", "Request rows the engine's steps carried, by walk and mode.")
-	for _, step := range st.Steps {
-		mode := "eager"
-		if step.Replay {
-			mode = "replay"
+		buckets := make(map[float64]uint64, len(engine.LatencyBuckets))
+		var cum uint64
+		for i, b := range engine.LatencyBuckets {
+			if i < len(step.Buckets) {
+				cum += uint64(step.Buckets[i])
+			}
+			buckets[b.Seconds()] = cum
 		}
-		p.sample("reprise_step_rows_total", float64(step.Rows), "walk", step.Walk, "mode", mode)
+		ch <- prometheus.MustNewConstHistogram(descStep, uint64(step.Steps), step.Total.Seconds(), buckets, step.Walk, mode)
+		count(descStepRows, float64(step.Rows), step.Walk, mode)
 	}
 
-	p.family("reprise_graphs_enabled", "gauge", "1 when the engine replays captured graphs, 0 when every step runs eager.")
-	runners := s.eng.Runners()
-	if len(runners) == 0 {
-		p.sample("reprise_graphs_enabled", 0)
+	gs := c.e.GraphStats()
+	if !gs.Enabled {
+		gauge(descGraphs, 0)
 		return
 	}
-	p.sample("reprise_graphs_enabled", 1)
-	p.family("reprise_graph_live_buckets", "gauge", "Buckets captured and live, over every runner.")
-	p.sample("reprise_graph_live_buckets", float64(s.eng.LiveBuckets()))
-	tel := map[string]graph.Telemetry{}
-	names := sortedStrings(runners)
-	for _, name := range names {
-		tel[name] = runners[name].Telemetry()
-	}
-	p.family("reprise_graph_replays_total", "counter", "Replays of a captured bucket, by runner (graphs: whole steps; a region's label) and bucket.")
-	for _, name := range names {
-		for _, b := range tel[name].Buckets {
-			p.sample("reprise_graph_replays_total", float64(b.Replays), "runner", name, "bucket", b.Bucket)
+	gauge(descGraphs, 1)
+	gauge(descLive, float64(gs.LiveBuckets))
+	count(descCapture, gs.CaptureTime.Seconds())
+	for _, r := range gs.Runners {
+		for _, b := range r.Buckets {
+			count(descReplays, float64(b.Replays), r.Name, b.Bucket)
+			count(descPadding, float64(b.PaddingRows), r.Name, b.Bucket)
+			count(descReal, float64(b.RealRows), r.Name, b.Bucket)
 		}
-	}
-	p.family("reprise_graph_padding_rows_total", "counter", "Padding rows replays of a bucket carried.")
-	for _, name := range names {
-		for _, b := range tel[name].Buckets {
-			p.sample("reprise_graph_padding_rows_total", float64(b.PaddingRows), "runner", name, "bucket", b.Bucket)
+		for _, f := range r.Fallbacks {
+			count(descFallbacks, float64(f.Steps), r.Name, f.Walk, f.Reason)
 		}
-	}
-	p.family("reprise_graph_real_rows_total", "counter", "Request rows replays of a bucket carried.")
-	for _, name := range names {
-		for _, b := range tel[name].Buckets {
-			p.sample("reprise_graph_real_rows_total", float64(b.RealRows), "runner", name, "bucket", b.Bucket)
-		}
-	}
-	p.family("reprise_graph_eager_fallbacks_total", "counter", "Steps of a captured walk that ran eager, by runner, walk and reason.")
-	for _, name := range names {
-		for _, f := range tel[name].Fallbacks {
-			p.sample("reprise_graph_eager_fallbacks_total", float64(f.Steps), "runner", name, "walk", f.Walk, "reason", f.Reason)
-		}
-	}
-	p.family("reprise_graph_dropped_buckets", "gauge", "Buckets whose capture was dropped, by runner.")
-	for _, name := range names {
-		p.sample("reprise_graph_dropped_buckets", float64(len(tel[name].Dropped)), "runner", name)
+		gauge(descDropped, float64(len(r.Dropped)), r.Name)
 	}
 }
 
-func sortedStrings[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
+// newMetricsHandler serves the registry with content negotiation:
+// OpenMetrics when the scraper accepts it.
+func newMetricsHandler(m *metrics, log interface{ Println(...any) }) http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{EnableOpenMetrics: true, ErrorLog: log})
 }

@@ -1,6 +1,7 @@
 package serve
 
 import (
+	"context"
 	"crypto/subtle"
 	"errors"
 	"fmt"
@@ -63,6 +64,9 @@ type Options struct {
 	// event of a stream, so that a client that stops reading is cut while a
 	// long stream that is read goes on (default DefaultWriteTimeout).
 	WriteTimeout time.Duration
+	// AllowedOrigins are the origins browsers may call the API from
+	// (CORS; "*": any). None by default: cross-origin calls are refused.
+	AllowedOrigins []string
 	// Logger (nil: slog.Default()).
 	Logger *slog.Logger
 }
@@ -71,15 +75,19 @@ type Options struct {
 // http.Handler; the caller owns the http.Server, the engine and their
 // lifetimes (see Drain).
 type Server struct {
-	eng      *engine.Engine
-	info     engine.ModelInfo
-	tok      Tokenizer
-	opts     Options
-	mux      *http.ServeMux
-	metrics  *metrics
-	created  int64
-	draining atomic.Bool
-	log      *slog.Logger
+	eng     *engine.Engine
+	info    engine.ModelInfo
+	tok     Tokenizer
+	opts    Options
+	mux     *http.ServeMux
+	metrics *metrics
+	// metricsHandler serves /metrics.
+	metricsHandler http.Handler
+	created        int64
+	draining       atomic.Bool
+	log            *slog.Logger
+	// fingerprint is every response's system_fingerprint.
+	fingerprint string
 }
 
 // New makes the server for an engine running the model info describes,
@@ -123,8 +131,9 @@ func New(e *engine.Engine, info engine.ModelInfo, tok Tokenizer, opts Options) (
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	s := &Server{eng: e, info: info, tok: tok, opts: opts, mux: http.NewServeMux(), metrics: newMetrics(),
-		created: time.Now().Unix(), log: opts.Logger}
+	s := &Server{eng: e, info: info, tok: tok, opts: opts, mux: http.NewServeMux(), metrics: newMetrics(e, opts.ModelName),
+		created: time.Now().Unix(), log: opts.Logger, fingerprint: fingerprint(info, opts.ModelName)}
+	s.metricsHandler = newMetricsHandler(s.metrics, slog.NewLogLogger(s.log.Handler(), slog.LevelWarn))
 	s.routes()
 	return s, nil
 }
@@ -184,17 +193,29 @@ func (s *Server) routes() {
 	})
 }
 
-// ServeHTTP checks the API key on /v1/*, serves the request and counts it
-// by endpoint and status.
+// ServeHTTP gives the request its id (the client's X-Request-Id, or a
+// fresh one, echoed), checks the API key on /v1/*, serves the request,
+// counts it by endpoint and status and writes its log line.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
 	_, pattern := s.mux.Handler(r)
 	endpoint := endpointLabel(pattern)
+	rec := &reqRecord{id: requestID(r)}
+	w.Header().Set(headerRequestID, rec.id)
+	r = r.WithContext(context.WithValue(r.Context(), recordKey{}, rec))
 	sw := &statusWriter{ResponseWriter: w, writeTimeout: s.opts.WriteTimeout}
 	if r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0 {
 		sw.body = &eofReader{ReadCloser: r.Body}
 		r.Body = sw.body
 	}
-	defer func() { s.metrics.request(endpoint, sw.status(r)) }()
+	defer func() {
+		status := sw.status(r)
+		s.metrics.request(endpoint, status)
+		s.logRequest(r, endpoint, status, rec, time.Since(start))
+	}()
+	if s.cors(sw, r) {
+		return
+	}
 	if s.opts.APIKey != "" && (r.URL.Path == "/v1" || strings.HasPrefix(r.URL.Path, "/v1/")) && !s.authorized(r) {
 		writeError(sw, &apiError{status: http.StatusUnauthorized, typ: typeInvalidRequest, code: "invalid_api_key",
 			message: "missing or incorrect API key: send the header \"Authorization: Bearer KEY\" with the server's key"})
@@ -332,9 +353,9 @@ func (s *Server) modelNotFound(name string) *apiError {
 // body also carries the model's name, whether graphs are on and how many
 // buckets are live, and the engine's queue, running requests and KV pages.
 func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
-	st := s.eng.Stats()
-	body := map[string]any{"status": "ok", "model": s.opts.ModelName, "graphs": len(s.eng.Runners()) > 0,
-		"live_buckets": s.eng.LiveBuckets(), "waiting": st.Waiting, "running": st.Running,
+	st, gs := s.eng.Stats(), s.eng.GraphStats()
+	body := map[string]any{"status": "ok", "model": s.opts.ModelName, "graphs": len(gs.Runners) > 0,
+		"live_buckets": gs.LiveBuckets, "waiting": st.Waiting, "running": st.Running,
 		"kv_pages_used": st.KVPagesUsed, "kv_pages_free": st.KVPagesFree}
 
 	code := http.StatusOK

@@ -24,6 +24,8 @@ type deviceFlags struct {
 	weights  string
 	model    llama.Source
 	verbose  bool
+	// logJSON writes the logs as JSON lines (serve's --log-format json).
+	logJSON bool
 }
 
 func (d *deviceFlags) register(fs *flag.FlagSet, synthetic bool) {
@@ -128,9 +130,9 @@ func (d *deviceFlags) log(stderr io.Writer) *slog.Logger {
 		if os.Getenv("REPRISE_LOG") == "" {
 			os.Setenv("REPRISE_LOG", "info")
 		}
-		return logger(stderr)
+		return newLogger(stderr, d.logJSON)
 	}
-	return slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	return logHandler(stderr, slog.LevelWarn, d.logJSON)
 }
 
 // onOff is a flag that takes on or off.

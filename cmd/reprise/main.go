@@ -78,10 +78,21 @@ func usage(w io.Writer) {
 
 // logger writes text logs to stderr at the level REPRISE_LOG asks (debug,
 // info, warn, error; default info).
-func logger(stderr io.Writer) *slog.Logger {
+func logger(stderr io.Writer) *slog.Logger { return newLogger(stderr, false) }
+
+// newLogger is logger, writing JSON lines when json is set.
+func newLogger(stderr io.Writer, json bool) *slog.Logger {
 	lvl := slog.LevelInfo
 	if v := os.Getenv("REPRISE_LOG"); v != "" {
 		_ = lvl.UnmarshalText([]byte(v))
 	}
-	return slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: lvl}))
+	return logHandler(stderr, lvl, json)
+}
+
+func logHandler(w io.Writer, lvl slog.Level, json bool) *slog.Logger {
+	o := &slog.HandlerOptions{Level: lvl}
+	if json {
+		return slog.New(slog.NewJSONHandler(w, o))
+	}
+	return slog.New(slog.NewTextHandler(w, o))
 }

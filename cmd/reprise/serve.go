@@ -102,6 +102,8 @@ type serveFlags struct {
 	retryAfter      time.Duration
 	planCache       string
 	debugListen     string
+	logFormat       string
+	allowedOrigins  string
 }
 
 func (f *serveFlags) register(fs *flag.FlagSet) {
@@ -126,6 +128,8 @@ func (f *serveFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.modelName, "model-name", "", "the model's name in the API (default stories260K, or --model's file name without extension)")
 	fs.DurationVar(&f.retryAfter, "retry-after", serve.DefaultRetryAfter, "Retry-After of a 429 (rounded up to seconds)")
 	fs.StringVar(&f.debugListen, "debug-listen", "", "`address` to serve Go's profiler on (/debug/pprof/; off unless given: keep it private)")
+	fs.StringVar(&f.allowedOrigins, "allowed-origins", "", "comma-separated `origins` browsers may call the API from (CORS; * for any; default none)")
+	fs.StringVar(&f.logFormat, "log-format", "text", "logs as `text` (key=value) or json (one JSON object a line)")
 	fs.StringVar(&f.planCache, "plan-cache", "", "directory of measured capture costs (default $"+engine.EnvPlanCache+" or the user cache; off disables)")
 }
 
@@ -205,6 +209,8 @@ func (f *serveFlags) check() error {
 		return fmt.Errorf("%w: --max-queue, --max-tokens, --max-prompt-tokens and --kv-pages must not be negative", errUsage)
 	case f.shutdown < 0 || f.retryAfter < 0:
 		return fmt.Errorf("%w: --shutdown-timeout and --retry-after must not be negative", errUsage)
+	case f.logFormat != "text" && f.logFormat != "json":
+		return fmt.Errorf("%w: --log-format %q: want text or json", errUsage, f.logFormat)
 	case f.df.model.Model != "" && f.df.model.Tokenizer == "":
 		return fmt.Errorf("%w: --model needs its --tokenizer", errUsage)
 	}
@@ -243,7 +249,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	f.listen = addr
-	lg := logger(stderr)
+	f.df.logJSON = f.logFormat == "json"
+	lg := newLogger(stderr, f.df.logJSON)
 
 	name := f.modelName
 	if name == "" && f.df.model.Model != "" {
@@ -289,7 +296,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 
 	srv, err := serve.New(e, m.Info(), tok, serve.Options{ModelName: m.Info().Name, APIKey: f.apiKey,
 		MaxBodyBytes: int64(f.maxBody), MaxPromptTokens: f.maxPromptTokens, MaxTokens: f.maxTokens,
-		RetryAfter: f.retryAfter, Logger: lg})
+		RetryAfter: f.retryAfter, AllowedOrigins: serve.ParseOrigins(f.allowedOrigins), Logger: lg})
 	if err != nil {
 		return err
 	}
