@@ -95,16 +95,16 @@ type hfAdded struct {
 }
 
 type hfModel struct {
-	Type                    string            `json:"type"`
-	Dropout                 *float64          `json:"dropout"`
-	UnkToken                *string           `json:"unk_token"`
-	ContinuingSubwordPrefix *string           `json:"continuing_subword_prefix"`
-	EndOfWordSuffix         *string           `json:"end_of_word_suffix"`
-	FuseUnk                 bool              `json:"fuse_unk"`
-	ByteFallback            bool              `json:"byte_fallback"`
-	IgnoreMerges            bool              `json:"ignore_merges"`
-	Vocab                   map[string]int    `json:"vocab"`
-	Merges                  []json.RawMessage `json:"merges"`
+	Type                    string           `json:"type"`
+	Dropout                 *float64         `json:"dropout"`
+	UnkToken                *string          `json:"unk_token"`
+	ContinuingSubwordPrefix *string          `json:"continuing_subword_prefix"`
+	EndOfWordSuffix         *string          `json:"end_of_word_suffix"`
+	FuseUnk                 bool             `json:"fuse_unk"`
+	ByteFallback            bool             `json:"byte_fallback"`
+	IgnoreMerges            bool             `json:"ignore_merges"`
+	Vocab                   map[string]int32 `json:"vocab"`
+	Merges                  json.RawMessage  `json:"merges"`
 }
 
 // typed is the "type" field every component has.
@@ -203,7 +203,7 @@ func orName(s, def string) string {
 const maxVocab = 1 << 24
 
 func (m *Model) readModel(file string, hm *hfModel) error {
-	if hm.Type != "BPE" && !(hm.Type == "" && hm.Merges != nil) {
+	if hm.Type != "BPE" && !(hm.Type == "" && !isNull(hm.Merges)) {
 		return formatErr(file, "model.type", "%q is not supported (only BPE)", hm.Type)
 	}
 	if hm.Dropout != nil && *hm.Dropout > 0 {
@@ -218,14 +218,14 @@ func (m *Model) readModel(file string, hm *hfModel) error {
 	if len(hm.Vocab) == 0 {
 		return formatErr(file, "model.vocab", "missing or empty")
 	}
-	b := &bpe{ids: make(map[string]int32, len(hm.Vocab)), unk: -1, fuseUnk: hm.FuseUnk,
+	b := &bpe{ids: hm.Vocab, unk: -1, fuseUnk: hm.FuseUnk,
 		byteFallback: hm.ByteFallback, ignoreMerges: hm.IgnoreMerges, cache: map[string][]int32{}}
 	n := 0
 	for tok, id := range hm.Vocab {
 		if id < 0 || id > maxVocab {
 			return formatErr(file, "model.vocab", "token %q has id %d, out of range", tok, id)
 		}
-		n = max(n, id+1)
+		n = max(n, int(id)+1)
 	}
 	if n > 4*len(hm.Vocab)+1024 {
 		return formatErr(file, "model.vocab", "ids reach %d for %d tokens", n, len(hm.Vocab))
@@ -238,7 +238,6 @@ func (m *Model) readModel(file string, hm *hfModel) error {
 		}
 		seen[id] = true
 		m.tokens[id] = tok
-		b.ids[tok] = int32(id)
 	}
 	if hm.UnkToken != nil {
 		id, ok := b.ids[*hm.UnkToken]
@@ -257,26 +256,31 @@ func (m *Model) readModel(file string, hm *hfModel) error {
 			b.byteIDs[i] = id
 		}
 	}
-	b.merges = make(map[uint64]merge, len(hm.Merges))
-	for rank, raw := range hm.Merges {
-		field := fmt.Sprintf("model.merges[%d]", rank)
-		var l, r string
-		var s string
-		var pair []string
-		if err := json.Unmarshal(raw, &s); err == nil {
-			var ok bool
-			l, r, ok = strings.Cut(s, " ")
-			if !ok || strings.Contains(r, " ") {
-				return formatErr(file, field, "%q is not two tokens separated by a space", s)
+	// merges: ["a b", ...] (older files) or [["a", "b"], ...].
+	var pairs [][2]string
+	if !isNull(hm.Merges) {
+		var strs []string
+		if err := json.Unmarshal(hm.Merges, &strs); err == nil {
+			pairs = make([][2]string, len(strs))
+			for i, s := range strs {
+				l, r, ok := strings.Cut(s, " ")
+				if !ok || strings.Contains(r, " ") {
+					return formatErr(file, fmt.Sprintf("model.merges[%d]", i), "%q is not two tokens separated by a space", s)
+				}
+				pairs[i] = [2]string{l, r}
 			}
-		} else if err := json.Unmarshal(raw, &pair); err == nil && len(pair) == 2 {
-			l, r = pair[0], pair[1]
-		} else {
-			return formatErr(file, field, "neither \"a b\" nor [\"a\", \"b\"]")
+		} else if err := json.Unmarshal(hm.Merges, &pairs); err != nil {
+			return formatErr(file, "model.merges", "neither a list of \"a b\" nor of [\"a\", \"b\"]")
 		}
+	}
+	b.merges = make(map[uint64]merge, len(pairs))
+	var buf []byte
+	for rank, p := range pairs {
+		l, r := p[0], p[1]
 		li, ok1 := b.ids[l]
 		ri, ok2 := b.ids[r]
-		mi, ok3 := b.ids[l+r]
+		buf = append(append(buf[:0], l...), r...)
+		mi, ok3 := b.ids[string(buf)]
 		if !ok1 || !ok2 || !ok3 {
 			missing := l
 			switch {
@@ -286,7 +290,7 @@ func (m *Model) readModel(file string, hm *hfModel) error {
 			default:
 				missing = l + r
 			}
-			return formatErr(file, field, "names %q, which is not in the vocabulary", missing)
+			return formatErr(file, fmt.Sprintf("model.merges[%d]", rank), "names %q, which is not in the vocabulary", missing)
 		}
 		k := pairKey(li, ri)
 		if _, dup := b.merges[k]; !dup {
