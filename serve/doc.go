@@ -8,7 +8,14 @@
 //   - POST /v1/completions: prompt is a string or an array of one string.
 //   - POST /v1/chat/completions: messages (roles system, developer, user,
 //     assistant; content a string or an array of text parts).
-//   - GET /v1/models and GET /v1/models/{model}: the one model served.
+//   - GET /v1/models and GET /v1/models/{model}: the one model served
+//     (max_model_len, and chat_template: "model" when chat requests render
+//     through the model's template, else how messages are joined).
+//   - POST /tokenize and POST /detokenize (vLLM's shapes, outside /v1, so
+//     without the API key): {"prompt": TEXT, "add_special_tokens": true} or
+//     {"messages": [...], "add_generation_prompt": true,
+//     "chat_template_kwargs": {...}} gives {"tokens": [...], "count": N,
+//     "max_model_len": M}; {"tokens": [...]} gives {"prompt": TEXT}.
 //   - GET /health: 200 {"status": "ok", ...} while serving, 503
 //     {"status": "draining"} after Drain.
 //   - GET /metrics: Prometheus metrics (text, OpenMetrics or protobuf, as
@@ -53,10 +60,15 @@
 //
 // # Chat template
 //
-// The default model, stories260K, is a story generator with no chat format.
-// The template only joins the messages' contents, in the order given,
-// separated by "\n", and encodes the result with BOS like a completion
-// prompt: a chat request continues the story its messages tell.
+// With Options.Chat (the model's Jinja template, package chat), a chat
+// request's messages render through it, with add_generation_prompt (default
+// true), chat_template_kwargs, bos_token and eos_token; a template that
+// writes BOS itself gets no second one from the encoder, and a template's
+// raise_exception is a 400 carrying its message. Without one (the default
+// model, stories260K, is a story generator with no chat format) the
+// messages' contents are joined in the order given, separated by "\n", and
+// encoded with BOS like a completion prompt: a chat request continues the
+// story its messages tell. /v1/models says which.
 //
 // # Text
 //

@@ -37,6 +37,15 @@ func (s *Server) prepare(ctx context.Context, p *genParams) (*job, *apiError) {
 	if p.chat {
 		promptArg = "messages"
 	}
+	bos := true
+	if p.chat && s.opts.Chat != nil {
+		text, aerr := s.opts.Chat.render(p)
+		if aerr != nil {
+			return nil, aerr
+		}
+		// A template that writes BOS itself gets no second one.
+		p.text, bos = text, !s.opts.Chat.writesBOS(text)
+	}
 	// A text too long to fit is refused before it is encoded: encoding
 	// costs time in the text's length, a client's to spend only on what can
 	// be served.
@@ -50,7 +59,7 @@ func (s *Server) prepare(ctx context.Context, p *genParams) (*job, *apiError) {
 	if err := ctx.Err(); err != nil {
 		return nil, clientGone()
 	}
-	ids := s.tok.Encode(p.text, true, false)
+	ids := s.tok.Encode(p.text, bos, false)
 	if err := ctx.Err(); err != nil {
 		return nil, clientGone()
 	}

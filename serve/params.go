@@ -16,6 +16,10 @@ type genParams struct {
 	model string
 	// text is the prompt (completions) or the chat template's output.
 	text string
+	// messages is a chat request's messages array as sent, chatExtra the
+	// rest of what a chat template takes (chat.go).
+	messages  json.RawMessage
+	chatExtra chatExtra
 	// maxTokens is 0 when the request did not say.
 	maxTokens    int
 	maxTokensArg string // the parameter that set maxTokens, for errors
@@ -453,6 +457,7 @@ func parseMessages(p *genParams, name string, raw json.RawMessage) *apiError {
 		texts[i] = text
 	}
 	p.text = strings.Join(texts, "\n")
+	p.messages = raw
 	return nil
 }
 

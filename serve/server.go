@@ -67,6 +67,9 @@ type Options struct {
 	// AllowedOrigins are the origins browsers may call the API from
 	// (CORS; "*": any). None by default: cross-origin calls are refused.
 	AllowedOrigins []string
+	// Chat is the model's chat template (nil: a chat request's message
+	// contents are joined with newlines).
+	Chat *ChatTemplate
 	// Logger (nil: slog.Default()).
 	Logger *slog.Logger
 }
@@ -176,9 +179,11 @@ func (s *Server) routes() {
 	s.mux.HandleFunc("GET "+pathModel, s.handleModel)
 	s.mux.HandleFunc("GET "+pathHealth, s.handleHealth)
 	s.mux.HandleFunc("GET "+pathMetrics, s.handleMetrics)
+	s.mux.HandleFunc("POST "+pathTokenize, s.handleTokenize)
+	s.mux.HandleFunc("POST "+pathDetokenize, s.handleDetokenize)
 	// The same paths with another method: 405 with an OpenAI-style body
 	// (the mux's own answer is plain text).
-	allow := map[string]string{pathCompletions: "POST", pathChat: "POST", pathModels: "GET, HEAD", pathModel: "GET, HEAD",
+	allow := map[string]string{pathCompletions: "POST", pathChat: "POST", pathTokenize: "POST", pathDetokenize: "POST", pathModels: "GET, HEAD", pathModel: "GET, HEAD",
 		pathHealth: "GET, HEAD", pathMetrics: "GET, HEAD"}
 	for path, methods := range allow {
 		s.mux.HandleFunc(path, func(w http.ResponseWriter, r *http.Request) {
@@ -325,10 +330,13 @@ type modelObject struct {
 	OwnedBy string `json:"owned_by"`
 	// MaxModelLen is the model's positions (an extension, as vLLM).
 	MaxModelLen int `json:"max_model_len"`
+	// ChatTemplate says how chat messages become the prompt (an extension).
+	ChatTemplate string `json:"chat_template"`
 }
 
 func (s *Server) model() modelObject {
-	return modelObject{ID: s.opts.ModelName, Object: "model", Created: s.created, OwnedBy: "reprise", MaxModelLen: s.info.MaxSeq}
+	return modelObject{ID: s.opts.ModelName, Object: "model", Created: s.created, OwnedBy: "reprise", MaxModelLen: s.info.MaxSeq,
+		ChatTemplate: s.chatTemplateKind()}
 }
 
 func (s *Server) handleModels(w http.ResponseWriter, r *http.Request) {

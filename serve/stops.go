@@ -3,6 +3,7 @@ package serve
 import (
 	"bytes"
 	"strings"
+	"unicode/utf8"
 )
 
 // stopper assembles a request's text piece by piece and finds its stop
@@ -34,8 +35,11 @@ func (s *stopper) add(piece []byte) (string, bool) {
 	}
 	s.text = append(s.text, piece...)
 	if len(s.stops) == 0 {
-		out := string(s.text[s.sent:])
-		s.sent = len(s.text)
+		// A token may end inside a UTF-8 sequence: hold its start until a
+		// later token completes it.
+		end := len(s.text) - incompleteUTF8(s.text)
+		out := string(s.text[s.sent:end])
+		s.sent = max(s.sent, end)
 		return out, false
 	}
 	// Everything before sent is known to start no stop sequence, so the
@@ -62,9 +66,28 @@ func (s *stopper) add(piece []byte) (string, bool) {
 			break
 		}
 	}
+	hold = max(hold, incompleteUTF8(rest))
 	out := string(rest[:len(rest)-hold])
 	s.sent += len(out)
 	return out, false
+}
+
+// incompleteUTF8 is the length of an incomplete (but so far valid) UTF-8
+// sequence at the end of b.
+func incompleteUTF8(b []byte) int {
+	for i := len(b) - 1; i >= 0 && i >= len(b)-3; i-- {
+		c := b[i]
+		if c < 0x80 {
+			return 0
+		}
+		if c >= 0xC0 {
+			if !utf8.FullRune(b[i:]) {
+				return len(b) - i
+			}
+			return 0
+		}
+	}
+	return 0
 }
 
 func (s *stopper) isPrefix(t string) bool {

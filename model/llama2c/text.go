@@ -20,8 +20,7 @@ func (x text) Piece(prev, id int) []byte {
 	return x.t.Piece(prev, id)
 }
 
-// IsControl: <unk>, BOS and EOS.
-func (x text) IsControl(id int) bool { return id >= 0 && id < byteTokenBase && id < len(x.t.pieces) }
+func (x text) IsControl(id int) bool { return x.t.IsControl(id) }
 
 func (x text) Special() tokenizer.Special {
 	return tokenizer.Special{BOS: BOS, EOS: []int{EOS}, EOT: -1, AddBOS: true}
@@ -29,6 +28,10 @@ func (x text) Special() tokenizer.Special {
 
 func (x text) VocabSize() int { return len(x.t.pieces) }
 
-// MaxBytesPerToken: a token stands for at most max_token_length bytes of
-// text (the dummy prefix space only adds tokens).
-func (x text) MaxBytesPerToken() int { return max(x.t.maxLen, 1) }
+func (x text) MaxBytesPerToken() int { return x.t.MaxBytesPerToken() }
+
+// IsControl reports whether id is <unk>, BOS or EOS: text for the model,
+// not for a reader.
+func (t *Tokenizer) IsControl(id int) bool {
+	return id >= 0 && id < byteTokenBase && id < len(t.pieces)
+}
