@@ -3,6 +3,8 @@ package tokenizer
 import (
 	"sync"
 	"unicode/utf8"
+
+	"github.com/reprise-ml/reprise/internal/pairheap"
 )
 
 // pairKey packs two token ids into a map key.
@@ -46,58 +48,15 @@ type symbol struct {
 	alive      bool
 }
 
-// candidate is a pair that may merge: symbols pos and its next, into id.
+// candidate is a pair that may merge: symbols pos and its next, at the
+// given rank, into id. The heap orders candidates by rank, lowest first,
+// then leftmost first.
 type candidate struct{ rank, pos, id int32 }
-
-func (a candidate) less(b candidate) bool {
-	return a.rank < b.rank || a.rank == b.rank && a.pos < b.pos
-}
-
-// pairHeap is a binary min-heap of candidates.
-type pairHeap []candidate
-
-func (h *pairHeap) push(c candidate) {
-	*h = append(*h, c)
-	s := *h
-	i := len(s) - 1
-	for i > 0 {
-		p := (i - 1) / 2
-		if !s[i].less(s[p]) {
-			break
-		}
-		s[i], s[p] = s[p], s[i]
-		i = p
-	}
-}
-
-func (h *pairHeap) pop() candidate {
-	s := *h
-	top := s[0]
-	n := len(s) - 1
-	s[0] = s[n]
-	s = s[:n]
-	for i := 0; ; {
-		l, r, m := 2*i+1, 2*i+2, i
-		if l < n && s[l].less(s[m]) {
-			m = l
-		}
-		if r < n && s[r].less(s[m]) {
-			m = r
-		}
-		if m == i {
-			break
-		}
-		s[i], s[m] = s[m], s[i]
-		i = m
-	}
-	*h = s
-	return top
-}
 
 // bpeScratch is reused across the words of one Encode.
 type bpeScratch struct {
 	syms []symbol
-	heap pairHeap
+	heap pairheap.Heap[candidate]
 	text []byte
 }
 
@@ -184,11 +143,11 @@ func (m *bpe) encodeWord(dst []int, word string, sc *bpeScratch) []int {
 		h := sc.heap[:0]
 		for i := 0; i+1 < len(syms); i++ {
 			if mg, ok := m.merges[pairKey(syms[i].id, syms[i+1].id)]; ok {
-				h.push(candidate{mg.rank, int32(i), mg.id})
+				h.Push(pairheap.RankKey(mg.rank, int32(i)), candidate{mg.rank, int32(i), mg.id})
 			}
 		}
-		for len(h) > 0 {
-			c := h.pop()
+		for h.Len() > 0 {
+			c := h.Pop()
 			l := &syms[c.pos]
 			if !l.alive || l.next < 0 {
 				continue
@@ -206,12 +165,12 @@ func (m *bpe) encodeWord(dst []int, word string, sc *bpeScratch) []int {
 			}
 			if l.prev >= 0 {
 				if mg, ok := m.merges[pairKey(syms[l.prev].id, l.id)]; ok {
-					h.push(candidate{mg.rank, l.prev, mg.id})
+					h.Push(pairheap.RankKey(mg.rank, l.prev), candidate{mg.rank, l.prev, mg.id})
 				}
 			}
 			if l.next >= 0 {
 				if mg, ok := m.merges[pairKey(l.id, syms[l.next].id)]; ok {
-					h.push(candidate{mg.rank, c.pos, mg.id})
+					h.Push(pairheap.RankKey(mg.rank, c.pos), candidate{mg.rank, c.pos, mg.id})
 				}
 			}
 		}

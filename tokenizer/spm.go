@@ -1,5 +1,7 @@
 package tokenizer
 
+import "github.com/reprise-ml/reprise/internal/pairheap"
+
 // spm is the SentencePiece-style BPE of llama.cpp's "llama" vocabularies:
 // the text is split into UTF-8 characters, and the adjacent pair whose
 // concatenation is a token with the highest score merges first (the
@@ -19,16 +21,11 @@ type spmSym struct {
 }
 
 // spmCand is a pair that may merge: the symbols left and right, whose
-// concatenation was len bytes long when pushed.
+// concatenation was size bytes long when pushed. The heap orders
+// candidates by score, highest first, then leftmost first.
 type spmCand struct {
-	score       float32
 	left, right int32
 	size        int32
-}
-
-// before orders candidates: higher score first, then the leftmost.
-func (a spmCand) before(b spmCand) bool {
-	return a.score > b.score || a.score == b.score && a.left < b.left
 }
 
 // utf8Len is llama.cpp's unicode_len_utf8: the length a lead byte
@@ -56,53 +53,21 @@ func (m *spm) encode(dst []int, text string) []int {
 		i += n
 	}
 	syms[len(syms)-1].next = -1
-	var h []spmCand
+	var h pairheap.Heap[spmCand]
 	push := func(l, r int32) {
 		if l < 0 || r < 0 {
 			return
 		}
 		s := text[syms[l].start:syms[r].end]
-		id, ok := m.ids[s]
-		if !ok {
-			return
+		if id, ok := m.ids[s]; ok {
+			h.Push(pairheap.ScoreKey(m.scores[id], l), spmCand{left: l, right: r, size: int32(len(s))})
 		}
-		c := spmCand{score: m.scores[id], left: l, right: r, size: int32(len(s))}
-		h = append(h, c)
-		for i := len(h) - 1; i > 0; {
-			p := (i - 1) / 2
-			if !h[i].before(h[p]) {
-				break
-			}
-			h[i], h[p] = h[p], h[i]
-			i = p
-		}
-	}
-	pop := func() spmCand {
-		top := h[0]
-		n := len(h) - 1
-		h[0] = h[n]
-		h = h[:n]
-		for i := 0; ; {
-			l, r, m := 2*i+1, 2*i+2, i
-			if l < n && h[l].before(h[m]) {
-				m = l
-			}
-			if r < n && h[r].before(h[m]) {
-				m = r
-			}
-			if m == i {
-				break
-			}
-			h[i], h[m] = h[m], h[i]
-			i = m
-		}
-		return top
 	}
 	for i := 1; i < len(syms); i++ {
 		push(int32(i-1), int32(i))
 	}
-	for len(h) > 0 {
-		c := pop()
+	for h.Len() > 0 {
+		c := h.Pop()
 		l, r := &syms[c.left], &syms[c.right]
 		// Stale when either side has merged since (an empty symbol, or a
 		// different total length).

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math"
 	"os"
+
+	"github.com/reprise-ml/reprise/internal/pairheap"
 )
 
 // Special token ids of llama2.c vocabularies.
@@ -206,7 +208,7 @@ func (t *Tokenizer) merge(tokens []int) []int {
 		syms[i] = sym{id: int32(id), prev: int32(i - 1), next: int32(i + 1), alive: true}
 	}
 	syms[len(syms)-1].next = -1
-	var h mergeHeap
+	var h pairheap.Heap[mergeCand]
 	push := func(l int32) {
 		if l < 0 || syms[l].next < 0 {
 			return
@@ -216,13 +218,13 @@ func (t *Tokenizer) merge(tokens []int) []int {
 		if id < 0 || !(t.scores[id] > -1e10) {
 			return
 		}
-		h.push(mergeCand{score: t.scores[id], left: l, right: r, id: int32(id), lv: syms[l].version, rv: syms[r].version})
+		h.Push(pairheap.ScoreKey(t.scores[id], l), mergeCand{left: l, right: r, id: int32(id), lv: syms[l].version, rv: syms[r].version})
 	}
 	for i := range len(syms) - 1 {
 		push(int32(i))
 	}
-	for len(h) > 0 {
-		c := h.pop()
+	for h.Len() > 0 {
+		c := h.Pop()
 		l, r := &syms[c.left], &syms[c.right]
 		if !l.alive || !r.alive || l.next != c.right || l.version != c.lv || r.version != c.rv {
 			continue
@@ -245,56 +247,11 @@ func (t *Tokenizer) merge(tokens []int) []int {
 }
 
 // mergeCand is a pair that may merge: symbols left and right (at versions
-// lv and rv) into token id with the given score.
+// lv and rv) into token id. The heap orders candidates by score, highest
+// first, then leftmost first.
 type mergeCand struct {
-	score           float32
 	left, right, id int32
 	lv, rv          int32
-}
-
-// before orders candidates: the higher score first, then the leftmost.
-func (a mergeCand) before(b mergeCand) bool {
-	return a.score > b.score || a.score == b.score && a.left < b.left
-}
-
-// mergeHeap is a binary heap of candidates, best first.
-type mergeHeap []mergeCand
-
-func (h *mergeHeap) push(c mergeCand) {
-	*h = append(*h, c)
-	s := *h
-	for i := len(s) - 1; i > 0; {
-		p := (i - 1) / 2
-		if !s[i].before(s[p]) {
-			break
-		}
-		s[i], s[p] = s[p], s[i]
-		i = p
-	}
-}
-
-func (h *mergeHeap) pop() mergeCand {
-	s := *h
-	top := s[0]
-	n := len(s) - 1
-	s[0] = s[n]
-	s = s[:n]
-	for i := 0; ; {
-		l, r, m := 2*i+1, 2*i+2, i
-		if l < n && s[l].before(s[m]) {
-			m = l
-		}
-		if r < n && s[r].before(s[m]) {
-			m = r
-		}
-		if m == i {
-			break
-		}
-		s[i], s[m] = s[m], s[i]
-		i = m
-	}
-	*h = s
-	return top
 }
 
 // Piece returns the decoded bytes of token when it follows prev, as
