@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/text/unicode/norm"
 
+	"github.com/reprise-ml/reprise/chat"
 	"github.com/reprise-ml/reprise/model/gguf"
 	"github.com/reprise-ml/reprise/tokenizer"
 )
@@ -138,5 +139,35 @@ func TestLlamaCppVocabFixtures(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// Qwen3's tokenizer_config.json carries its chat template; rendered, the
+// prompt's chat markers encode as their control tokens.
+func TestQwen3ChatTemplate(t *testing.T) {
+	tok := qwen3(t)
+	src := tok.ChatTemplates()["default"]
+	want, err := os.ReadFile(filepath.Join("..", "chat", "testdata", "Qwen-Qwen3.jinja"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.TrimSpace(src) != strings.TrimSpace(string(want)) {
+		t.Fatalf("chat_template differs from chat/testdata/Qwen-Qwen3.jinja (%d and %d bytes)", len(src), len(want))
+	}
+	tmpl, err := chat.Compile(src, "tokenizer_config.json: chat_template")
+	if err != nil {
+		t.Fatal(err)
+	}
+	text, err := tmpl.Render(chat.Input{Messages: json.RawMessage(`[{"role":"user","content":"Hello!"}]`), AddGenerationPrompt: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := tok.Encode(text, true)
+	start, end := tok.Encode("<|im_start|>", false), tok.Encode("<|im_end|>", false)
+	if len(start) != 1 || len(end) != 1 || ids[0] != start[0] || !tok.IsControl(start[0]) || !slices.Contains(ids, end[0]) {
+		t.Fatalf("%q encodes to %v (im_start %v, im_end %v)", text, ids, start, end)
+	}
+	if back := tokenizer.Decode(tok, ids, false); back != text {
+		t.Errorf("Decode = %q, want %q", back, text)
 	}
 }
