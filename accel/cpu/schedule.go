@@ -384,35 +384,31 @@ func footAttention(c *rcall, lo, hi int, f *footprint) {
 }
 
 func footElem(c *rcall, lo, hi int, f *footprint) {
+	ins := c.o[1:3]
 	if c.op == accel.OpAddRow {
-		f.readAll(&c.o[2]) // the row every row adds (a few columns more than a band needs)
-		if _, rows := elemShape(c); rows {
-			f.read(rowsOf(&c.o[1], lo, hi))
-			f.write(rowsOf(&c.o[0], lo, hi))
-			return
+		f.readAll(&c.o[2]) // the row every row adds
+		ins = c.o[1:2]
+	}
+	bands, rows := elemShape(c)
+	switch {
+	case rows:
+		for i := range ins {
+			f.read(rowsOf(&ins[i], lo, hi))
 		}
-		c0, c1 := lo*panelWidth, hi*panelWidth
-		f.read(colsOf(&c.o[1], c0, c1))
-		f.write(colsOf(&c.o[0], c0, c1))
-		return
-	}
-	if _, rows := elemShape(c); rows {
-		f.read(rowsOf(&c.o[1], lo, hi))
-		f.read(rowsOf(&c.o[2], lo, hi))
 		f.write(rowsOf(&c.o[0], lo, hi))
-		return
-	}
-	if elemBands(c) {
+	case bands:
 		c0, c1 := lo*panelWidth, hi*panelWidth
-		f.read(colsOf(&c.o[1], c0, c1))
-		f.read(colsOf(&c.o[2], c0, c1))
+		for i := range ins {
+			f.read(colsOf(&ins[i], c0, c1))
+		}
 		f.write(colsOf(&c.o[0], c0, c1))
-		return
+	default:
+		i0, i1 := lo*flatChunk, hi*flatChunk
+		for i := range ins {
+			f.read(elemsOf(&ins[i], i0, i1))
+		}
+		f.write(elemsOf(&c.o[0], i0, i1))
 	}
-	i0, i1 := lo*flatChunk, hi*flatChunk
-	f.read(elemsOf(&c.o[1], i0, i1))
-	f.read(elemsOf(&c.o[2], i0, i1))
-	f.write(elemsOf(&c.o[0], i0, i1))
 }
 
 func footGather(c *rcall, lo, hi int, f *footprint) {

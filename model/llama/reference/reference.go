@@ -354,3 +354,67 @@ func Random(c Config, seed uint64) *Weights {
 	}
 	return w
 }
+
+// InterleaveRows reorders the rows of a [heads·hd, cols] tensor stored in
+// Hugging Face's rotate-half order (pair i of a head is rows i and i+hd/2)
+// into interleaved pairs (rows 2i and 2i+1): the inverse of the permute in
+// transformers' convert_llama_weights_to_hf.py. It applies to q and k
+// projections, their biases (cols 1) and the q/k norms' weights (heads 1,
+// cols 1), which act on the same elements.
+func InterleaveRows(w []float32, heads, hd, cols int) []float32 {
+	out := make([]float32, len(w))
+	for h := 0; h < heads; h++ {
+		for i := 0; i < hd/2; i++ {
+			for p := 0; p < 2; p++ {
+				src := (h*hd + p*hd/2 + i) * cols
+				dst := (h*hd + 2*i + p) * cols
+				copy(out[dst:dst+cols], w[src:src+cols])
+			}
+		}
+	}
+	return out
+}
+
+// Interleaved is c with interleaved pairs and w with its q and k rows,
+// biases and norm weights reordered accordingly (InterleaveRows): the same
+// model for kernels that rotate pairs (2i, 2i+1). c must have Halves set.
+func Interleaved(c Config, w *Weights) (Config, *Weights) {
+	hd := c.HD()
+	c.Halves = false
+	out := *w
+	out.Layers = nil
+	for _, L := range w.Layers {
+		L.WQ, L.WK = InterleaveRows(L.WQ, c.Heads, hd, c.Dim), InterleaveRows(L.WK, c.KVHeads, hd, c.Dim)
+		if L.BQ != nil {
+			L.BQ, L.BK = InterleaveRows(L.BQ, c.Heads, hd, 1), InterleaveRows(L.BK, c.KVHeads, hd, 1)
+		}
+		if L.QNorm != nil {
+			L.QNorm, L.KNorm = InterleaveRows(L.QNorm, 1, hd, 1), InterleaveRows(L.KNorm, 1, hd, 1)
+		}
+		out.Layers = append(out.Layers, L)
+	}
+	return c, &out
+}
+
+// RelErr is the largest difference of got from want relative to want's
+// largest magnitude: how a float32 forward's logits are held to the
+// reference's.
+func RelErr(got, want []float32) float64 {
+	var m, d float64
+	for i := range want {
+		m = math.Max(m, math.Abs(float64(want[i])))
+		d = math.Max(d, math.Abs(float64(got[i])-float64(want[i])))
+	}
+	return d / m
+}
+
+// Argmax is the first index of the largest of v: the greedy token.
+func Argmax(v []float32) int {
+	b := 0
+	for i, x := range v {
+		if x > v[b] {
+			b = i
+		}
+	}
+	return b
+}

@@ -10,27 +10,6 @@ import (
 	"github.com/reprise-ml/reprise/model/stories260k"
 )
 
-// closeLogits reports the largest difference of got from want relative to
-// want's largest magnitude.
-func closeLogits(got, want []float32) float64 {
-	var m, d float64
-	for i := range want {
-		m = math.Max(m, math.Abs(float64(want[i])))
-		d = math.Max(d, math.Abs(float64(got[i])-float64(want[i])))
-	}
-	return d / m
-}
-
-func argmax(v []float32) int {
-	b := 0
-	for i, x := range v {
-		if x > v[b] {
-			b = i
-		}
-	}
-	return b
-}
-
 // The float64 oracle agrees with llama2.c's float32 one (an independent
 // transliteration of run.c) on stories260K: interleaved pairs, θ = 10000,
 // grouped-query attention, a shared classifier.
@@ -59,13 +38,13 @@ func TestMatchesLlama2c(t *testing.T) {
 			t.Fatal(err)
 		}
 		want := old.Forward(tok, pos)
-		if d := closeLogits(got, want); d > 1e-4 {
+		if d := reference.RelErr(got, want); d > 1e-4 {
 			t.Fatalf("position %d: logits differ by %.3g of the largest", pos, d)
 		}
-		if argmax(got) != argmax(want) {
-			t.Fatalf("position %d: argmax %d, llama2c %d", pos, argmax(got), argmax(want))
+		if reference.Argmax(got) != reference.Argmax(want) {
+			t.Fatalf("position %d: argmax %d, llama2c %d", pos, reference.Argmax(got), reference.Argmax(want))
 		}
-		tok = argmax(want)
+		tok = reference.Argmax(want)
 	}
 }
 
@@ -112,24 +91,6 @@ func TestInvFreqLlama3(t *testing.T) {
 	}
 }
 
-// interleave reorders the rows of a [heads·hd, cols] projection stored in
-// Hugging Face's rotate-half order into interleaved pairs: HF row i of a
-// head is interleaved row 2i, HF row i+hd/2 is row 2i+1 (the inverse of
-// the permute in transformers' convert_llama_weights_to_hf.py).
-func interleave(w []float32, heads, hd, cols int) []float32 {
-	out := make([]float32, len(w))
-	for h := 0; h < heads; h++ {
-		for i := 0; i < hd/2; i++ {
-			for p := 0; p < 2; p++ {
-				src := (h*hd + p*hd/2 + i) * cols
-				dst := (h*hd + 2*i + p) * cols
-				copy(out[dst:dst+cols], w[src:src+cols])
-			}
-		}
-	}
-	return out
-}
-
 // A rotate-half model equals the interleaved model whose q and k rows (and
 // with them the q/k biases and the per-head norms' weights, which act on the
 // same elements) are reordered: the conversion a loader of Hugging Face
@@ -143,25 +104,15 @@ func TestHalvesIsReorderedInterleaved(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ci := c
-	ci.Halves = false
-	wi := *w
-	wi.Layers = nil
-	hd := c.HD()
-	for _, L := range w.Layers {
-		L.WQ, L.WK = interleave(L.WQ, c.Heads, hd, c.Dim), interleave(L.WK, c.KVHeads, hd, c.Dim)
-		L.BQ, L.BK = interleave(L.BQ, c.Heads, hd, 1), interleave(L.BK, c.KVHeads, hd, 1)
-		L.QNorm, L.KNorm = interleave(L.QNorm, 1, hd, 1), interleave(L.KNorm, 1, hd, 1)
-		wi.Layers = append(wi.Layers, L)
-	}
-	il, err := reference.New(ci, &wi)
+	ci, wi := reference.Interleaved(c, w)
+	il, err := reference.New(ci, wi)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for pos, tok := range []int{3, 17, 29, 0, 5, 5, 11} {
 		a, _ := hf.Forward(tok, pos)
 		b, _ := il.Forward(tok, pos)
-		if d := closeLogits(a, b); d > 1e-6 {
+		if d := reference.RelErr(a, b); d > 1e-6 {
 			t.Fatalf("position %d: rotate-half and reordered interleaved logits differ by %.3g", pos, d)
 		}
 	}
@@ -169,13 +120,13 @@ func TestHalvesIsReorderedInterleaved(t *testing.T) {
 	// (From the second position on: a single position's attention is its
 	// value whatever the query.)
 	wi.Layers[0].QNorm = w.Layers[0].QNorm
-	il, _ = reference.New(ci, &wi)
+	il, _ = reference.New(ci, wi)
 	hf, _ = reference.New(c, w)
 	var d float64
 	for pos, tok := range []int{3, 17, 29} {
 		a, _ := hf.Forward(tok, pos)
 		b, _ := il.Forward(tok, pos)
-		d = closeLogits(a, b)
+		d = reference.RelErr(a, b)
 	}
 	if d < 1e-3 {
 		t.Errorf("q_norm left in rotate-half order changed the logits by only %.3g", d)
