@@ -68,6 +68,21 @@ const (
 	// llama2.c reference does; the GPU backends walk them in index order.
 	// Both draw from the same distribution.
 	OpSample
+	// OpRoPETable rotates, in place, the pairs of every head of T0
+	// q[T,Hq*hd] and T1 k[T,Hk*hd] like OpRoPE, but pair i of a head turns
+	// by angle pos·T3[i], pos from T2 (T elements, I32) and T3 freqs [1,hd/2]
+	// (F32) one frequency per pair, made on the host (RoPEFreqs, or a
+	// scaled table such as Llama 3's). I0 head size hd; I1 the pair layout
+	// (RoPELayout): RoPEInterleaved pairs elements (2i, 2i+1) as OpRoPE,
+	// llama2.c and GGUF's llama do, RoPEHalves pairs (i, i+hd/2), the
+	// rotate-half form of Hugging Face's checkpoints (GPT-NeoX style).
+	// Each pair (a, b) becomes (a·cos − b·sin, a·sin + b·cos), the angle
+	// float32(pos)·freq rounded to float32. With the RoPEFreqs table and
+	// interleaved pairs its results are OpRoPE's, bit for bit.
+	OpRoPETable
+	// OpAddRow: T0 out[T,N] = T1 x[T,N] + T2 b[1,N], the row b added to
+	// every row of x (a bias). out may be x.
+	OpAddRow
 	numOps
 )
 
@@ -103,6 +118,8 @@ var opSpecs = [numOps]opSpec{
 	OpGatherRows: {name: "gather_rows", tensors: 3, writeIdx: []int{0}, check: checkGatherRows},
 	OpArgmax:     {name: "argmax", tensors: 2, writeIdx: []int{0}, check: checkArgmax},
 	OpSample:     {name: "sample", tensors: 7, writeIdx: []int{0}, check: checkSample},
+	OpRoPETable:  {name: "rope_table", tensors: 4, writeIdx: []int{0, 1}, check: checkRoPETable},
+	OpAddRow:     {name: "add_row", tensors: 3, writeIdx: []int{0}, check: checkAddRow},
 }
 
 func (o Op) String() string {
@@ -217,6 +234,66 @@ func checkRoPE(c *Call) error {
 	}
 	if q.Buf.Overlaps(k.Buf) {
 		return fmt.Errorf("q overlaps k")
+	}
+	return nil
+}
+
+// RoPELayout is how OpRoPETable pairs the elements of a head.
+type RoPELayout int
+
+// The pair layouts of OpRoPETable.
+const (
+	// RoPEInterleaved pairs elements (2i, 2i+1) of a head.
+	RoPEInterleaved RoPELayout = 0
+	// RoPEHalves pairs elements (i, i+hd/2) of a head.
+	RoPEHalves RoPELayout = 1
+)
+
+func (l RoPELayout) String() string {
+	switch l {
+	case RoPEInterleaved:
+		return "interleaved"
+	case RoPEHalves:
+		return "halves"
+	}
+	return fmt.Sprintf("RoPELayout(%d)", int(l))
+}
+
+func checkRoPETable(c *Call) error {
+	if err := checkRoPE(c); err != nil {
+		return err
+	}
+	freqs := c.T[3]
+	if err := want(freqs, "freqs", F32); err != nil {
+		return err
+	}
+	if hd := c.I[0]; freqs.Len() != hd/2 {
+		return fmt.Errorf("freqs %v for head size %d: want %d frequencies", freqs, hd, hd/2)
+	}
+	if l := RoPELayout(c.I[1]); l != RoPEInterleaved && l != RoPEHalves {
+		return fmt.Errorf("pair layout %v", l)
+	}
+	for i, t := range c.T[:2] {
+		if t.Buf.Overlaps(freqs.Buf) {
+			return fmt.Errorf("operand %d overlaps freqs", i)
+		}
+	}
+	return nil
+}
+
+func checkAddRow(c *Call) error {
+	out, x, b := c.T[0], c.T[1], c.T[2]
+	if err := firstErr(want(out, "out", F32), want(x, "x", F32), want(b, "b", F32)); err != nil {
+		return err
+	}
+	if out.Rows != x.Rows || out.Cols != x.Cols || b.Len() != x.Cols {
+		return fmt.Errorf("out %v, x %v, b %v", out, x, b)
+	}
+	if out.Buf.Overlaps(x.Buf) && out.Buf != x.Buf {
+		return fmt.Errorf("out partly overlaps x")
+	}
+	if out.Buf.Overlaps(b.Buf) {
+		return fmt.Errorf("out overlaps b")
 	}
 	return nil
 }
@@ -340,6 +417,16 @@ func SplitSeed(seed uint64) (lo, hi int32) { return int32(uint32(seed)), int32(u
 
 // JoinSeed undoes SplitSeed.
 func JoinSeed(lo, hi int32) uint64 { return uint64(uint32(lo)) | uint64(uint32(hi))<<32 }
+
+// RoPEFreqs is the table of OpRoPETable that gives OpRoPE's rotation: the
+// RoPEFreq of each pair of a head of size hd.
+func RoPEFreqs(hd int, theta float32) []float32 {
+	f := make([]float32, hd/2)
+	for i := range f {
+		f[i] = RoPEFreq(2*i, hd, theta)
+	}
+	return f
+}
 
 // RoPEFreq is the rotation frequency of pair i (i even) of a head of size hd,
 // computed in float32 as the reference implementation does.

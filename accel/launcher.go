@@ -102,6 +102,15 @@ func (l *Launcher) RoPE(q, k, pos Tensor, headSize int, theta float32) {
 	l.run()
 }
 
+// RoPETable rotates q and k in place by their tokens' positions, pair i of
+// a head by the frequency freqs[i], pairs laid out as layout says; see
+// OpRoPETable.
+func (l *Launcher) RoPETable(q, k, pos, freqs Tensor, headSize int, layout RoPELayout) {
+	c := l.launch(OpRoPETable, q, k, pos, freqs)
+	c.I[0], c.I[1] = headSize, int(layout)
+	l.run()
+}
+
 // KVWrite scatters k and v into the caches at slots.
 func (l *Launcher) KVWrite(kcache, vcache, k, v, slots Tensor) {
 	l.launch(OpKVWrite, kcache, vcache, k, v, slots)
@@ -125,6 +134,9 @@ func (l *Launcher) SiLUMul(out, a, b Tensor) { l.launch(OpSiLUMul, out, a, b); l
 
 // Add computes out = a + b.
 func (l *Launcher) Add(out, a, b Tensor) { l.launch(OpAdd, out, a, b); l.run() }
+
+// AddRow computes out = x + b with the row b added to every row of x.
+func (l *Launcher) AddRow(out, x, b Tensor) { l.launch(OpAddRow, out, x, b); l.run() }
 
 // GatherRows selects rows: out[r] = x[idx[r]].
 func (l *Launcher) GatherRows(out, x, idx Tensor) { l.launch(OpGatherRows, out, x, idx); l.run() }

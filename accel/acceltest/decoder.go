@@ -11,9 +11,15 @@ import (
 // decoder is a small decoder step: every Op, over a paged KV cache, with
 // static inputs (ids, positions, rows, slots, pages, sampling parameters) a
 // replay reads anew each time. Its matrices are small (on the CUDA device
-// every MatMul runs reprise's own kernel, not cuBLAS).
+// every MatMul runs reprise's own kernel, not cuBLAS). The arch variant
+// (newArchDecoder) has the attention of the newer checkpoints: heads wider
+// than d/h, biases on q, k and v (OpAddRow), RMSNorm of each q and k head
+// (OpRMSNorm over a [T·H, hd] view) and a frequency table rotating halves
+// (OpRoPETable).
 type decoder struct {
 	e                          *Env
+	arch                       bool
+	bq, bk, bv, qn, kn, freqs  accel.Tensor // arch only
 	v, d, f, h, kvh, hd, page  int
 	tab                        accel.Tensor // bf16 embedding table
 	wq, wk, wv, wo, w1, w2, w3 accel.Tensor
@@ -35,6 +41,13 @@ const (
 
 func newDecoder(e *Env, r *rand.Rand) *decoder {
 	m := &decoder{e: e, v: 50, d: 32, f: 48, h: 4, kvh: 2, hd: 8, page: 4}
+	m.build(r)
+	return m
+}
+
+// build makes the weights, caches and inputs of m's shape.
+func (m *decoder) build(r *rand.Rand) {
+	e := m.e
 	m.tab = e.BF16(Rand(r, m.v*m.d, 1), m.v, m.d)
 	w := func(o, i int) accel.Tensor { return e.F32(Rand(r, o*i, 0.2), o, i) }
 	m.wq, m.wk, m.wv, m.wo = w(m.h*m.hd, m.d), w(m.kvh*m.hd, m.d), w(m.kvh*m.hd, m.d), w(m.d, m.h*m.hd)
@@ -50,6 +63,22 @@ func newDecoder(e *Env, r *rand.Rand) *decoder {
 		TopP: e.F32([]float32{1, 0.9, 1}, 1, decRows), Seed: e.I32([]int32{1, 0, 2, 0, 3, 0}, decRows, 2), Offset: e.Zeros(accel.I32, 1, decRows)}
 	m.logits, m.argmax, m.sampled = e.Zeros(accel.F32, decRows, m.v), e.Zeros(accel.I32, 1, decRows), e.Zeros(accel.I32, 1, decRows)
 	m.hidden = e.Zeros(accel.F32, decTokens, m.d)
+}
+
+// newArchDecoder is the arch variant: 16-wide heads (h·hd = 64 > d = 32),
+// biases, per-head norms and a rotate-half frequency table that is not
+// RoPEFreqs' (its lower half of frequencies scaled down, as Llama
+// 3's long wavelengths are).
+func newArchDecoder(e *Env, r *rand.Rand) *decoder {
+	m := &decoder{e: e, arch: true, v: 50, d: 32, f: 48, h: 4, kvh: 2, hd: 16, page: 4}
+	m.build(r)
+	m.bq, m.bk, m.bv = e.F32(Rand(r, m.h*m.hd, 0.5), 1, m.h*m.hd), e.F32(Rand(r, m.kvh*m.hd, 0.5), 1, m.kvh*m.hd), e.F32(Rand(r, m.kvh*m.hd, 0.5), 1, m.kvh*m.hd)
+	m.qn, m.kn = e.F32(Rand(r, m.hd, 1), 1, m.hd), e.F32(Rand(r, m.hd, 1), 1, m.hd)
+	f := accel.RoPEFreqs(m.hd, 500000)
+	for i := len(f) / 2; i < len(f); i++ {
+		f[i] /= 8
+	}
+	m.freqs = e.F32(f, 1, m.hd/2)
 	return m
 }
 
@@ -101,7 +130,17 @@ func (m *decoder) forward(l *accel.Launcher) {
 		l.MatMul(q, hn, m.wq)
 		l.MatMul(k, hn, m.wk)
 		l.MatMul(v, hn, m.wv)
-		l.RoPE(q, k, m.pos, m.hd, 10000)
+		if m.arch {
+			l.AddRow(q, q, m.bq)
+			l.AddRow(k, k, m.bk)
+			l.AddRow(v, v, m.bv)
+			qh, kh := q.Reshape(decTokens*m.h, m.hd), k.Reshape(decTokens*m.kvh, m.hd)
+			l.RMSNorm(qh, qh, m.qn, 1e-6)
+			l.RMSNorm(kh, kh, m.kn, 1e-6)
+			l.RoPETable(q, k, m.pos, m.freqs, m.hd, accel.RoPEHalves)
+		} else {
+			l.RoPE(q, k, m.pos, m.hd, 10000)
+		}
 		l.KVWrite(m.kc, m.vc, k, v, m.slots)
 		l.Attention(att, q, m.kc, m.vc, m.rows, m.pos, m.pages,
 			accel.AttentionShape{Heads: m.h, KVHeads: m.kvh, HeadSize: m.hd, PageSize: m.page})

@@ -59,10 +59,10 @@ func checkAllocator(t *testing.T, dev accel.Device) {
 // after step, with the static inputs and the KV cache changing in between.
 // (Bit for bit on every device: a replay runs the very kernels eager runs,
 // in the same order, and none of them uses atomics.)
-func testDecoderReplay(t *testing.T, backend string, x Expect) {
+func testDecoderReplay(t *testing.T, backend string, x Expect, mk func(*Env, *rand.Rand) *decoder) {
 	e, pool := openCapture(t, backend)
 	r := rand.New(rand.NewPCG(51, 52))
-	m := newDecoder(e, r)
+	m := mk(e, r)
 	kc0, vc0 := e.ReadF32(m.kc), e.ReadF32(m.vc)
 	reset := func(kc, vc []float32) {
 		e.WriteF32(m.kc, kc)
@@ -306,11 +306,11 @@ func testCapturedUpload(t *testing.T, backend string) {
 // The decoder step agrees with the CPU device within float tolerance (exp,
 // sin and cos are each device's own), and picks the same argmax tokens. On
 // the CPU device it compares two CPU devices.
-func testDecoderMatchesCPU(t *testing.T, backend string) {
+func testDecoderMatchesCPU(t *testing.T, backend string, mk func(*Env, *rand.Rand) *decoder) {
 	e := Open(t, backend, accel.Options{})
 	c := OpenCPU(t)
-	mo := newDecoder(e, rand.New(rand.NewPCG(81, 82)))
-	mc := newDecoder(c, rand.New(rand.NewPCG(81, 82)))
+	mo := mk(e, rand.New(rand.NewPCG(81, 82)))
+	mc := mk(c, rand.New(rand.NewPCG(81, 82)))
 	for step := 0; step < 3; step++ {
 		mo.setInputs(rand.New(rand.NewPCG(3, uint64(step))), step)
 		mc.setInputs(rand.New(rand.NewPCG(3, uint64(step))), step)

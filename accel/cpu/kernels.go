@@ -62,6 +62,8 @@ func init() {
 	kernels[accel.OpGatherRows] = kernel{unitsRows(1), runGatherRows, footGather}
 	kernels[accel.OpArgmax] = kernel{unitsInRows(1), runArgmax, footArgmax}
 	kernels[accel.OpSample] = kernel{unitsInRows(16), runSample, footSample}
+	kernels[accel.OpRoPETable] = kernel{unitsRoPE, runRoPE, footRoPE}
+	kernels[accel.OpAddRow] = kernel{unitsElem(1), runAddRow, footElem}
 	for op := accel.Op(1); int(op) < accel.NumOps; op++ {
 		c := accel.Call{Op: op}
 		opWrites[op] = c.Writes()
@@ -184,7 +186,10 @@ func (s *span) next() (t, h0, h1 int, ok bool) {
 // as the matmuls then split); otherwise by flat chunks.
 func elemShape(c *rcall) (bands, rows bool) {
 	a := c.o[0]
-	for _, o := range c.o[1:3] {
+	for i, o := range c.o[1:3] {
+		if c.op == accel.OpAddRow && i == 1 {
+			continue // the row added to every row: any split suits it
+		}
 		if o.rows != a.rows || o.cols != a.cols {
 			return false, false
 		}
@@ -544,14 +549,15 @@ func headRange(lo, hi, t, T int) (int, int) {
 }
 
 // runRoPE rotates the pairs of every head, q and k alike, by the angle of the
-// token's position, in float32 the way the reference does. The angles of a
-// token are computed once per piece and shared by its heads.
+// token's position, in float32 the way the reference does: OpRoPE with the
+// frequencies of accel.RoPEFreq, OpRoPETable with its operand's and its
+// pair layout. The angles of a token are computed once per piece and shared
+// by its heads.
 //
 //go:norace
 func runRoPE(c *rcall, lo, hi int, k *kctx) {
 	q, kk, pos := c.o[0].f32(), c.o[1].f32(), c.o[2].i32()
 	hd, nq, nk, group := ropeHeads(c)
-	theta := c.f[0]
 	T := c.o[0].rows
 	qc, kc := c.o[0].cols, c.o[1].cols
 	pairs := hd / 2
@@ -565,8 +571,17 @@ func runRoPE(c *rcall, lo, hi int, k *kctx) {
 		buf = make([]float32, 3*pairs)
 	}
 	freq, fcr, fci := buf[:pairs], buf[pairs:2*pairs], buf[2*pairs:]
-	for i := 0; i < pairs; i++ {
-		freq[i] = accel.RoPEFreq(2*i, hd, theta)
+	rotate := rotateHead
+	if c.op == accel.OpRoPETable {
+		copyF32(freq, c.o[3].f32()[:pairs])
+		if accel.RoPELayout(c.i[1]) == accel.RoPEHalves {
+			rotate = rotateHalves
+		}
+	} else {
+		theta := c.f[0]
+		for i := 0; i < pairs; i++ {
+			freq[i] = accel.RoPEFreq(2*i, hd, theta)
+		}
 	}
 	sp := span{lo: lo, hi: hi, T: T, H: ropeUnitHeads(c), tm: rowSplit(T)}
 	for {
@@ -583,11 +598,11 @@ func runRoPE(c *rcall, lo, hi int, k *kctx) {
 		qr, kr := q[t*qc:(t+1)*qc], kk[t*kc:(t+1)*kc]
 		for h := h0; h < h1; h++ {
 			if h < nq {
-				rotateHead(qr[h*hd:(h+1)*hd], fcr, fci)
+				rotate(qr[h*hd:(h+1)*hd], fcr, fci)
 			}
 			if h%group == 0 && h/group < nk {
 				g := h / group
-				rotateHead(kr[g*hd:(g+1)*hd], fcr, fci)
+				rotate(kr[g*hd:(g+1)*hd], fcr, fci)
 			}
 		}
 	}
@@ -600,6 +615,20 @@ func rotateHead(v, fcr, fci []float32) {
 		cr, ci := fcr[i], fci[i]
 		v[2*i] = float32(v0*cr) - float32(v1*ci)
 		v[2*i+1] = float32(v0*ci) + float32(v1*cr)
+	}
+}
+
+// rotateHalves is rotateHead for pairs (i, i+hd/2).
+//
+//go:norace
+func rotateHalves(v, fcr, fci []float32) {
+	n := len(fcr)
+	a, b := v[:n], v[n:2*n]
+	for i := range fcr {
+		v0, v1 := a[i], b[i]
+		cr, ci := fcr[i], fci[i]
+		a[i] = float32(v0*cr) - float32(v1*ci)
+		b[i] = float32(v0*ci) + float32(v1*cr)
 	}
 }
 
@@ -918,6 +947,26 @@ func addF32(o, x, y []float32) {
 	x, y = x[:len(o)], y[:len(o)]
 	for i := range o {
 		o[i] = x[i] + y[i]
+	}
+}
+
+// runAddRow adds the row b to every row of x, each element one float32 add
+// as OpAdd's.
+//
+//go:norace
+func runAddRow(c *rcall, lo, hi int, _ *kctx) {
+	out, x, b := c.o[0].f32(), c.o[1].f32(), c.o[2].f32()
+	cols := c.o[0].cols
+	n, stride, i0, i1 := elemSpans(c, lo, hi)
+	for r := 0; r < n; r++ {
+		j0, j1 := r*stride+i0, r*stride+i1
+		// A run covers whole rows (split by rows) or one band of a row.
+		for j := j0; j < j1; {
+			e := min(j1, (j/cols+1)*cols)
+			c0 := j % cols
+			addF32(out[j:e], x[j:e], b[c0:c0+e-j])
+			j = e
+		}
 	}
 }
 

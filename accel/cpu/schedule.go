@@ -6,6 +6,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"unsafe"
+
+	"github.com/reprise-ml/reprise/accel"
 )
 
 // Static schedules.
@@ -324,6 +326,9 @@ func footRoPE(c *rcall, lo, hi int, f *footprint) {
 	hd, nq, nk, group := ropeHeads(c)
 	q, k := &c.o[0], &c.o[1]
 	f.readAll(&c.o[2])
+	if c.op == accel.OpRoPETable {
+		f.readAll(&c.o[3])
+	}
 	if T := q.rows; rowSplit(T) {
 		t0, t1 := unitTokens(lo, hi, ropeUnitHeads(c))
 		for _, o := range []*operand{q, k} {
@@ -379,23 +384,31 @@ func footAttention(c *rcall, lo, hi int, f *footprint) {
 }
 
 func footElem(c *rcall, lo, hi int, f *footprint) {
-	if _, rows := elemShape(c); rows {
-		f.read(rowsOf(&c.o[1], lo, hi))
-		f.read(rowsOf(&c.o[2], lo, hi))
+	ins := c.o[1:3]
+	if c.op == accel.OpAddRow {
+		f.readAll(&c.o[2]) // the row every row adds
+		ins = c.o[1:2]
+	}
+	bands, rows := elemShape(c)
+	switch {
+	case rows:
+		for i := range ins {
+			f.read(rowsOf(&ins[i], lo, hi))
+		}
 		f.write(rowsOf(&c.o[0], lo, hi))
-		return
-	}
-	if elemBands(c) {
+	case bands:
 		c0, c1 := lo*panelWidth, hi*panelWidth
-		f.read(colsOf(&c.o[1], c0, c1))
-		f.read(colsOf(&c.o[2], c0, c1))
+		for i := range ins {
+			f.read(colsOf(&ins[i], c0, c1))
+		}
 		f.write(colsOf(&c.o[0], c0, c1))
-		return
+	default:
+		i0, i1 := lo*flatChunk, hi*flatChunk
+		for i := range ins {
+			f.read(elemsOf(&ins[i], i0, i1))
+		}
+		f.write(elemsOf(&c.o[0], i0, i1))
 	}
-	i0, i1 := lo*flatChunk, hi*flatChunk
-	f.read(elemsOf(&c.o[1], i0, i1))
-	f.read(elemsOf(&c.o[2], i0, i1))
-	f.write(elemsOf(&c.o[0], i0, i1))
 }
 
 func footGather(c *rcall, lo, hi int, f *footprint) {

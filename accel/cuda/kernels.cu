@@ -416,6 +416,37 @@ extern "C" __global__ void k_rope(float* q, float* k, const int* pos, RopeFreqs 
 }
 
 // ---------------------------------------------------------------------------
+// OpRoPETable: k_rope with the frequencies of the call's operand and the pair
+// layout: halves = 0 pairs (2i, 2i+1), halves = 1 pairs (i, i+hd/2). One
+// thread per (token, pair); cosine and sine in double, rounded, as k_rope.
+
+extern "C" __global__ void k_rope_table(float* q, float* k, const int* pos, const float* freq, int t, int hd, int qc,
+                                        int kc, int halves) {
+	int pairs = hd / 2;
+	GRID_STRIDE(g, (i64)t * pairs) {
+		i64 r = g / pairs;
+		int p = (int)(g - r * pairs);
+		int i0 = halves ? p : 2 * p;
+		int i1 = halves ? p + pairs : 2 * p + 1;
+		float val = (float)pos[r] * freq[p];
+		float fcr = (float)cos((double)val);
+		float fci = (float)sin((double)val);
+		float* qr = q + r * qc;
+		for (int h = 0; h + hd <= qc; h += hd) {
+			float v0 = qr[h + i0], v1 = qr[h + i1];
+			qr[h + i0] = v0 * fcr - v1 * fci;
+			qr[h + i1] = v0 * fci + v1 * fcr;
+		}
+		float* kr = k + r * kc;
+		for (int h = 0; h + hd <= kc; h += hd) {
+			float v0 = kr[h + i0], v1 = kr[h + i1];
+			kr[h + i0] = v0 * fcr - v1 * fci;
+			kr[h + i1] = v0 * fci + v1 * fcr;
+		}
+	}
+}
+
+// ---------------------------------------------------------------------------
 // OpKVWrite: one block per token; a slot outside [0, s) writes nothing.
 
 extern "C" __global__ void __launch_bounds__(256) k_kv_write(float* kc, float* vc, const float* k, const float* v, const int* slots,
@@ -552,6 +583,15 @@ extern "C" __global__ void k_add(float* out, const float* a, const float* b, i64
 		float x = a[i];
 		float y = b[i];
 		out[i] = x + y;
+	}
+}
+
+// OpAddRow: out[i] = x[i] + b[i % n], n the row length; out may be x.
+extern "C" __global__ void k_add_row(float* out, const float* x, const float* b, i64 total, i64 n) {
+	GRID_STRIDE(i, total) {
+		float v = x[i];
+		float y = b[i % n];
+		out[i] = v + y;
 	}
 }
 

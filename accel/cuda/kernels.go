@@ -71,6 +71,8 @@ const (
 	kArgmax
 	kSample
 	kTestUniform
+	kRoPETable
+	kAddRow
 	numKernels
 )
 
@@ -127,6 +129,8 @@ var kernelSpecs = [numKernels]kernelSpec{
 	kArgmax:      {"k_argmax", []argKind{aPtr, aPtr, aI32, aI32}},
 	kSample:      {"k_sample", []argKind{aPtr, aPtr, aPtr, aPtr, aPtr, aPtr, aPtr, aI32, aI32}},
 	kTestUniform: {"k_test_uniform", []argKind{aPtr, aPtr, aPtr, aI32}},
+	kRoPETable:   {"k_rope_table", []argKind{aPtr, aPtr, aPtr, aPtr, aI32, aI32, aI32, aI32, aI32}},
+	kAddRow:      {"k_add_row", []argKind{aPtr, aPtr, aPtr, aI64, aI64}},
 }
 
 // Launch geometry, as kernels.cu expects it.
@@ -359,6 +363,22 @@ func prepare(c *accel.Call, ptrOf resolver, useBLAS bool) (*klaunch, error) {
 		}
 		kl.f32(theta)
 		n := int64(t[0].Rows) * int64(hd/2)
+		kl.setGrid(gridFor(n))
+		kl.noWork = n == 0
+	case accel.OpRoPETable:
+		kl.k = kRoPETable
+		hd := c.I[0]
+		ptrs(t[0], t[1], t[2], t[3])
+		ints(t[0].Rows, hd, t[0].Cols, t[1].Cols, c.I[1])
+		n := int64(t[0].Rows) * int64(hd/2)
+		kl.setGrid(gridFor(n))
+		kl.noWork = n == 0
+	case accel.OpAddRow:
+		kl.k = kAddRow
+		ptrs(t[0], t[1], t[2])
+		n := int64(t[0].Len())
+		kl.i64(n)
+		kl.i64(int64(t[0].Cols))
 		kl.setGrid(gridFor(n))
 		kl.noWork = n == 0
 	case accel.OpKVWrite:

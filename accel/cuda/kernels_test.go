@@ -146,6 +146,12 @@ func calls() []accel.Call {
 	c = mk(accel.OpRoPE, a.tensor(f, T, H*HD), a.tensor(f, T, KVH*HD), a.tensor(i, 1, T))
 	c.I[0], c.F[0] = HD, 10000
 	cs = append(cs, c)
+	for _, layout := range []accel.RoPELayout{accel.RoPEInterleaved, accel.RoPEHalves} {
+		c = mk(accel.OpRoPETable, a.tensor(f, T, H*HD), a.tensor(f, T, KVH*HD), a.tensor(i, 1, T), a.tensor(f, 1, HD/2))
+		c.I[0], c.I[1] = HD, int(layout)
+		cs = append(cs, c)
+	}
+	cs = append(cs, mk(accel.OpAddRow, a.tensor(f, T, D), a.tensor(f, T, D), a.tensor(f, 1, D)))
 	cs = append(cs, mk(accel.OpKVWrite, a.tensor(f, S, KVH*HD), a.tensor(f, S, KVH*HD), a.tensor(f, T, KVH*HD), a.tensor(f, T, KVH*HD), a.tensor(i, 1, T)))
 	c = mk(accel.OpAttention, a.tensor(f, T, H*HD), a.tensor(f, T, H*HD), a.tensor(f, S, KVH*HD), a.tensor(f, S, KVH*HD),
 		a.tensor(i, 1, T), a.tensor(i, 1, T), a.tensor(i, R, P))
@@ -264,6 +270,21 @@ func checkGeometry(t *testing.T, c *accel.Call, kl *klaunch) {
 		}
 		if arg(8) != 1 || math.Float32frombits(uint32(kl.args[9].v)) != c.F[0] {
 			t.Errorf("rope: use_table %d, theta %v", arg(8), math.Float32frombits(uint32(kl.args[9].v)))
+		}
+	case kRoPETable:
+		// t, hd, qc, kc, halves
+		want := []int64{int64(c.T[0].Rows), int64(c.I[0]), int64(c.T[0].Cols), int64(c.T[1].Cols), int64(c.I[1])}
+		for i, w := range want {
+			if arg(4+i) != w {
+				t.Errorf("rope_table int argument %d is %d, want %d", i, arg(4+i), w)
+			}
+		}
+		if int64(kl.grid)*blockThreads < min(int64(c.T[0].Rows)*int64(c.I[0]/2), maxGridStride*blockThreads) {
+			t.Errorf("rope_table: %d blocks for %d pairs", kl.grid, c.T[0].Rows*c.I[0]/2)
+		}
+	case kAddRow:
+		if int64(kl.args[3].v) != int64(c.T[0].Len()) || int64(kl.args[4].v) != int64(c.T[0].Cols) {
+			t.Errorf("add_row: total %d, n %d", kl.args[3].v, kl.args[4].v)
 		}
 	case kFill:
 		if int64(kl.args[1].v) != int64(c.T[0].Len()) {

@@ -126,7 +126,7 @@ func checkPTX(t *testing.T, tgt, ptx string) {
 	}
 	// The math library's expf, sin and cos use fma on purpose; the kernels
 	// made of products and sums alone must have none.
-	for _, name := range []string{"k_matmul_f32", "k_matmul_bf16", "k_add", "k_rmsnorm", "k_embed_f32", "k_embed_bf16", "k_kv_write", "k_fill"} {
+	for _, name := range []string{"k_matmul_f32", "k_matmul_bf16", "k_add", "k_add_row", "k_rmsnorm", "k_embed_f32", "k_embed_bf16", "k_kv_write", "k_fill"} {
 		body := entryBody(ptx, name)
 		if body == "" {
 			continue

@@ -215,6 +215,36 @@ __kernel void k_rope(__global float* q, ulong qo, __global float* k, ulong ko,
 	}
 }
 
+// OpRoPETable: k_rope with the frequencies of the call's operand (freq, at
+// element offset fo) and the pair layout: halves = 0 pairs (2i, 2i+1),
+// halves = 1 pairs (i, i+hd/2). One work-item per (token, pair).
+__kernel void k_rope_table(__global float* q, ulong qo, __global float* k, ulong ko,
+                           __global const int* pos, ulong po, __global const float* freq, ulong fo,
+                           int t, int hd, int qc, int kc, int halves) {
+	size_t g = get_global_id(0);
+	int pairs = hd / 2;
+	if (g >= (size_t)t * (size_t)pairs) return;
+	size_t r = g / (size_t)pairs;
+	int p = (int)(g % (size_t)pairs);
+	int i0 = halves ? p : 2 * p;
+	int i1 = halves ? p + pairs : 2 * p + 1;
+	float val = (float)pos[po + r] * freq[fo + p];
+	float fcr = cos(val);
+	float fci = sin(val);
+	__global float* qr = q + qo + r * (size_t)qc;
+	for (int h = 0; h + hd <= qc; h += hd) {
+		float v0 = qr[h + i0], v1 = qr[h + i1];
+		qr[h + i0] = v0 * fcr - v1 * fci;
+		qr[h + i1] = v0 * fci + v1 * fcr;
+	}
+	__global float* kr = k + ko + r * (size_t)kc;
+	for (int h = 0; h + hd <= kc; h += hd) {
+		float v0 = kr[h + i0], v1 = kr[h + i1];
+		kr[h + i0] = v0 * fcr - v1 * fci;
+		kr[h + i1] = v0 * fci + v1 * fcr;
+	}
+}
+
 // One work-item per token; a slot outside [0, s) writes nothing.
 __kernel void k_kv_write(__global float* kc, ulong kco, __global float* vc, ulong vco,
                          __global const float* k, ulong ko, __global const float* v, ulong vo,
@@ -303,6 +333,16 @@ __kernel void k_add(__global float* out, ulong oo, __global const float* a, ulon
 	float x = a[ao + i];
 	float y = b[bo + i];
 	out[oo + i] = x + y;
+}
+
+// OpAddRow: out[i] = x[i] + b[i % n], n the row length; out may be x.
+__kernel void k_add_row(__global float* out, ulong oo, __global const float* x, ulong xo,
+                        __global const float* b, ulong bo, ulong total, ulong n) {
+	size_t i = get_global_id(0);
+	if (i >= total) return;
+	float v = x[xo + i];
+	float y = b[bo + i % n];
+	out[oo + i] = v + y;
 }
 
 inline int row_argmax(__global const float* row, int v) {

@@ -32,6 +32,8 @@ const (
 	kCopyU32
 	kCopyU8
 	kTestUniform
+	kRoPETable
+	kAddRow
 	numKernels
 )
 
@@ -41,6 +43,7 @@ var kernelNames = [numKernels]string{
 	kMatMulQ4_K: "k_matmul_q4_k", kMatMulQ6_K: "k_matmul_q6_k", kRoPE: "k_rope", kKVWrite: "k_kv_write",
 	kAttention: "k_attention", kSiLUMul: "k_silu_mul", kAdd: "k_add", kArgmax: "k_argmax",
 	kSample: "k_sample", kCopyU32: "k_copy_u32", kCopyU8: "k_copy_u8", kTestUniform: "k_test_uniform",
+	kRoPETable: "k_rope_table", kAddRow: "k_add_row",
 }
 
 const maxArgs = 24
@@ -174,6 +177,19 @@ func (d *Device) prepare(c *accel.Call) (*klaunch, error) {
 		}
 		ints(t[0].Rows, hd, t[0].Cols, t[1].Cols)
 		kl.n = uint64(t[0].Rows) * uint64(hd/2)
+	case accel.OpRoPETable:
+		kl.k = kRoPETable
+		hd := c.I[0]
+		tensors(t[0], t[1], t[2], t[3])
+		ints(t[0].Rows, hd, t[0].Cols, t[1].Cols, c.I[1])
+		kl.n = uint64(t[0].Rows) * uint64(hd/2)
+	case accel.OpAddRow:
+		kl.k = kAddRow
+		tensors(t[0], t[1], t[2])
+		n := uint64(t[0].Len())
+		kl.u64(n)
+		kl.u64(uint64(t[0].Cols))
+		kl.n = n
 	case accel.OpKVWrite:
 		kl.k = kKVWrite
 		tensors(t[0], t[1], t[2], t[3], t[4])

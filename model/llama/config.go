@@ -125,18 +125,14 @@ func (c Config) Validate() error {
 
 // Check is Validate plus what the forward implements: it returns an error
 // wrapping ErrNotImplemented naming the first field the forward cannot
-// honour yet.
+// honour yet. (Rope scaling of type llama3 or by per-pair factors, q/k/v
+// biases and q/k norms it implements.)
 func (c Config) Check() error {
 	if err := c.Validate(); err != nil {
 		return err
 	}
-	switch {
-	case c.RopeScaling != nil:
-		return notImplemented("rope_scaling", "type "+c.RopeScaling.Type+": the RoPE kernel takes no frequency table yet")
-	case c.QKVBias:
-		return notImplemented("q/k/v biases", c.Arch+" adds biases to q, k and v")
-	case c.QKNorm:
-		return notImplemented("q/k norm", c.Arch+" RMS-normalises q and k per head")
+	if r := c.RopeScaling; r != nil && r.FreqFactors == nil && r.Type != "llama3" {
+		return notImplemented("rope_scaling", "type "+r.Type+": llama3 is implemented")
 	}
 	return nil
 }

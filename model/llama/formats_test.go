@@ -162,7 +162,7 @@ func TestGGUFErrors(t *testing.T) {
 		{"rope scaling", map[string]any{"llama.rope.scaling.type": "yarn"}, nil, nil, "rope_scaling (type yarn", ErrNotImplemented},
 		{"qwen2", map[string]any{"general.architecture": "qwen2", "qwen2.context_length": uint32(128), "qwen2.embedding_length": uint32(64),
 			"qwen2.feed_forward_length": uint32(172), "qwen2.block_count": uint32(5), "qwen2.attention.head_count": uint32(8),
-			"qwen2.attention.head_count_kv": uint32(4), "qwen2.attention.layer_norm_rms_epsilon": float32(1e-5)}, nil, nil, "q/k/v biases", ErrNotImplemented},
+			"qwen2.attention.head_count_kv": uint32(4), "qwen2.attention.layer_norm_rms_epsilon": float32(1e-5)}, nil, nil, "no tensor blk.0.attn_q.bias", nil},
 		{"partial rotary", map[string]any{"llama.rope.dimension_count": uint32(4)}, nil, nil, "partial rotary", ErrNotImplemented},
 		{"no eps", map[string]any{"llama.attention.layer_norm_rms_epsilon": nil}, nil, nil, `"llama.attention.layer_norm_rms_epsilon": not found`, gguf.ErrNotFound},
 		{"missing tensor", nil, drop("blk.4.ffn_up.weight"), nil, "no tensor blk.4.ffn_up", nil},

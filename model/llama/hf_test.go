@@ -99,13 +99,11 @@ func TestHFErrors(t *testing.T) {
 		{"unknown field", conf(func(m map[string]any) { m["attn_logit_softcapping"] = 50 }), `field "attn_logit_softcapping"`, ErrNotImplemented},
 		{"moe", conf(func(m map[string]any) { m["num_local_experts"] = 8 }), `field "num_local_experts"`, ErrNotImplemented},
 		{"yarn", conf(func(m map[string]any) { m["rope_scaling"] = map[string]any{"rope_type": "yarn", "factor": 4} }), `"rope_scaling.type": not implemented`, ErrNotImplemented},
-		{"llama3", conf(func(m map[string]any) {
-			m["rope_scaling"] = map[string]any{"rope_type": "llama3", "factor": 8, "low_freq_factor": 1, "high_freq_factor": 4, "original_max_position_embeddings": 128}
-		}), "rope_scaling (type llama3", ErrNotImplemented},
 		{"gelu", conf(func(m map[string]any) { m["hidden_act"] = "gelu" }), `"hidden_act"`, ErrNotImplemented},
 		{"attention bias", conf(func(m map[string]any) { m["attention_bias"] = true }), `"attention_bias"`, ErrNotImplemented},
-		{"qwen2", conf(func(m map[string]any) { m["architectures"] = []string{"Qwen2ForCausalLM"} }), "q/k/v biases", ErrNotImplemented},
-		{"qwen3", conf(func(m map[string]any) { m["architectures"] = []string{"Qwen3ForCausalLM"} }), "q/k norm", ErrNotImplemented},
+		// Qwen2 and Qwen3 declare biases and q/k norms Llama's tensors lack.
+		{"qwen2", conf(func(m map[string]any) { m["architectures"] = []string{"Qwen2ForCausalLM"} }), "no tensor blk.0.attn_q.bias", nil},
+		{"qwen3", conf(func(m map[string]any) { m["architectures"] = []string{"Qwen3ForCausalLM"} }), "no tensor blk.0.attn_q_norm", nil},
 		{"shape", conf(func(m map[string]any) { m["intermediate_size"] = 160 }), `"model.layers.0.mlp.gate_proj.weight" of `, nil},
 		{"kv heads", conf(func(m map[string]any) { m["num_key_value_heads"] = 8 }), `"model.layers.0.self_attn.k_proj.weight" of `, nil},
 		{"duplicate field", func(dir string) {

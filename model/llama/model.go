@@ -57,6 +57,7 @@ type Model struct {
 	cfg     Config
 	opts    Options
 	dev     accel.Device
+	freqs   accel.Tensor // [1, head_dim/2]: RoPE's frequency per pair (ropeFrequencies)
 	emb     accel.Tensor
 	layers  []layer
 	final   accel.Tensor
@@ -211,6 +212,20 @@ func NewFrom(dev accel.Device, s accel.Stream, ws Weights, opts Options) (*Model
 	} else if m.cls, err = up(RoleOutput, -1, v, d, wdt, false); err != nil {
 		return fail(err)
 	}
+	freqs, err := ropeFrequencies(cfg)
+	if err != nil {
+		return fail(fmt.Errorf("%s: %w", ws.Path(), err))
+	}
+	fb, err := dev.Alloc(int64(4 * len(freqs)))
+	if err != nil {
+		return fail(fmt.Errorf("llama: weights: the RoPE table: %w", err))
+	}
+	m.bufs = append(m.bufs, fb)
+	if err := accel.Upload(s, fb, accel.F32Bytes(freqs)); err != nil {
+		return fail(err)
+	}
+	m.wbytes += fb.Len()
+	m.freqs = accel.Tensor{Buf: fb, DType: accel.F32, Rows: 1, Cols: len(freqs)}
 	if u, ok := ws.(interface{ Unused() []string }); ok {
 		if names := u.Unused(); len(names) > 0 {
 			return fail(fmt.Errorf("llama: %s: tensor %q (and %d more) is not part of the %s architecture reprise implements", ws.Path(), names[0], len(names)-1, cfg.Arch))
@@ -232,7 +247,8 @@ func NewFrom(dev accel.Device, s accel.Stream, ws Weights, opts Options) (*Model
 }
 
 // weightBytes is what NewFrom uploads for cfg with matrices stored as wdt:
-// the embedding (when tied), the norms and the biases stay float32.
+// the embedding (when tied), the norms, the biases and RoPE's frequency
+// table stay float32.
 func weightBytes(cfg Config, wdt accel.DType) int64 {
 	per := wdt.Size()
 	d, h, qd, kvd, v := int64(cfg.Dim), int64(cfg.Hidden), int64(cfg.QDim()), int64(cfg.KVDim()), int64(cfg.Vocab)
@@ -244,7 +260,7 @@ func weightBytes(cfg Config, wdt accel.DType) int64 {
 	if cfg.QKNorm {
 		vectors += int64(cfg.Layers) * 2 * int64(cfg.HeadDim)
 	}
-	n := per*matrices + 4*vectors
+	n := per*matrices + 4*vectors + 4*int64(cfg.HeadDim/2)
 	if cfg.TiedEmbeddings {
 		n += 4 * v * d
 	} else {
@@ -416,11 +432,13 @@ func (m *Model) RegionForward(l *accel.Launcher, label string, b *engine.Batch) 
 }
 
 // blocks runs the transformer layers over the hidden states x, in place.
+// Biases and q/k norms run where the layer has them: the weights declare
+// the architecture.
 func (m *Model) blocks(l *accel.Launcher, x, rows accel.Tensor, b *engine.Batch) {
 	c := m.cfg
 	T := x.Rows
 	d, qd, kvd, hd := c.Dim, c.QDim(), c.KVDim(), c.HeadSize()
-	eps, theta := float32(c.NormEps), float32(c.RopeTheta)
+	eps := float32(c.NormEps)
 	sh := accel.AttentionShape{Heads: c.Heads, KVHeads: c.KVHeads, HeadSize: hd, PageSize: b.KV.PageSize}
 	xb := l.Alloc(accel.F32, T, d)
 	xb2 := l.Alloc(accel.F32, T, d)
@@ -440,7 +458,21 @@ func (m *Model) blocks(l *accel.Launcher, x, rows accel.Tensor, b *engine.Batch)
 		l.MatMul(q, xb, ly.wq)
 		l.MatMul(k, xb, ly.wk)
 		l.MatMul(v, xb, ly.wv)
-		l.RoPE(q, k, b.Pos, hd, theta)
+		if !ly.bq.IsNil() {
+			l.AddRow(q, q, ly.bq)
+			l.AddRow(k, k, ly.bk)
+			l.AddRow(v, v, ly.bv)
+		}
+		if !ly.qNorm.IsNil() {
+			// Each head on its own (Qwen3Attention's q_norm and k_norm),
+			// before the rotation: RMSNorm over the [T·heads, hd] view.
+			qh, kh := q.Reshape(T*c.Heads, hd), k.Reshape(T*c.KVHeads, hd)
+			l.RMSNorm(qh, qh, ly.qNorm, eps)
+			l.RMSNorm(kh, kh, ly.kNorm, eps)
+		}
+		// Interleaved pairs: the loader stores rotate-half heads
+		// (Hugging Face's q and k) permuted into them.
+		l.RoPETable(q, k, b.Pos, m.freqs, hd, accel.RoPEInterleaved)
 		l.KVWrite(b.KV.K[i], b.KV.V[i], k, v, b.KV.Slots)
 		l.Attention(att, q, b.KV.K[i], b.KV.V[i], rows, b.Pos, b.KV.Pages, sh)
 		l.MatMul(xb2, att, ly.wo)
