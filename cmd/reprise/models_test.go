@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -67,5 +68,39 @@ func TestInspect(t *testing.T) {
 	}
 	if code, _, errs := runCLI(t, "generate", "--model", junk); code != 1 || !strings.Contains(errs, "looked for the GGUF magic") {
 		t.Errorf("generate junk: %d %q", code, errs)
+	}
+}
+
+// serve on a GGUF file: its own name and the context served in /v1/models,
+// --served-model-name over it.
+func TestServeGGUF(t *testing.T) {
+	t.Setenv("REPRISE_PLAN_CACHE", "off")
+	for _, c := range []struct {
+		args []string
+		name string
+		ctx  int
+	}{
+		{nil, "llama", 128},
+		{[]string{"--served-model-name", "stories-gguf", "--max-model-len", "512"}, "stories-gguf", 512},
+	} {
+		url, _, stop := startServe(t, append([]string{"--model", storiesGGUF, "--graphs", "off", "--max-batch", "2", "--device-memory", "256MiB"}, c.args...)...)
+		resp, err := http.Get(url + "/v1/models")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var list struct {
+			Data []struct {
+				ID          string `json:"id"`
+				MaxModelLen int    `json:"max_model_len"`
+			} `json:"data"`
+		}
+		json.NewDecoder(resp.Body).Decode(&list)
+		resp.Body.Close()
+		if len(list.Data) != 1 || list.Data[0].ID != c.name || list.Data[0].MaxModelLen != c.ctx {
+			t.Errorf("%v: /v1/models %+v, want %s with %d positions", c.args, list, c.name, c.ctx)
+		}
+		if code := stop(); code != 0 {
+			t.Errorf("serve exited %d", code)
+		}
 	}
 }

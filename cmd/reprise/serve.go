@@ -211,8 +211,6 @@ func (f *serveFlags) check() error {
 		return fmt.Errorf("%w: --shutdown-timeout and --retry-after must not be negative", errUsage)
 	case f.logFormat != "text" && f.logFormat != "json":
 		return fmt.Errorf("%w: --log-format %q: want text or json", errUsage, f.logFormat)
-	case f.df.model.Model != "" && f.df.model.Tokenizer == "":
-		return fmt.Errorf("%w: --model needs its --tokenizer", errUsage)
 	}
 	return nil
 }
