@@ -33,8 +33,9 @@ func (d *deviceFlags) register(fs *flag.FlagSet, synthetic bool) {
 	fs.StringVar(&d.memory, "device-memory", "", "cap on the device memory reprise uses, e.g. 2GiB (CPU: the arena's capacity; default "+cpu.EnvMemory+" or a quarter of RAM)")
 	fs.Float64Var(&d.fraction, "device-memory-fraction", 0.9, "fraction of the device memory that weights, KV cache and graphs may take together; graph capture is planned within it")
 	fs.StringVar(&d.weights, "weights", "f32", "storage of weight matrices: f32 or bf16")
-	fs.StringVar(&d.model.Model, "model", "", "llama2.c checkpoint `path` (default: the embedded stories260K)")
-	fs.StringVar(&d.model.Tokenizer, "tokenizer", "", "llama2.c tokenizer `path` for --model")
+	fs.StringVar(&d.model.Model, "model", "", "model `path`: a GGUF file, a Hugging Face directory or a llama2.c checkpoint, told apart by content (default: the embedded stories260K)")
+	fs.StringVar(&d.model.Tokenizer, "tokenizer", "", "llama2.c tokenizer `path`: needed with a llama2.c checkpoint; replaces the model's own tokenizer")
+	fs.IntVar(&d.model.MaxSeq, "max-model-len", 0, "context length to serve, in positions (0: the model's own; above it is allowed, with a warning)")
 	if synthetic {
 		fs.StringVar(&d.model.Synthetic, "synthetic", "", "a synthetic model with seeded random weights: "+strings.Join(llama.SyntheticNames(), ", "))
 	}
@@ -99,14 +100,19 @@ func (d *deviceFlags) openSession(stderr io.Writer, tweak func(*llama.Options), 
 		return nil, err
 	}
 	s := &session{dev: dev}
-	if s.model, s.tok, err = llama.Open(dev, d.model, mo); err != nil {
+	var loaded *llama.Loaded
+	if s.model, loaded, err = llama.OpenLoaded(dev, d.model, mo); err != nil {
 		s.Close()
 		return nil, err
 	}
+	s.tok = loaded.Tokenizer
 	if eo.Logger == nil {
 		eo.Logger = d.log(stderr)
 	}
 	eo.MemoryFraction = d.fraction
+	for _, w := range loaded.Warnings {
+		eo.Logger.Warn(w, "model", d.model.Model)
+	}
 	if s.eng, err = engine.New(dev, s.model, eo); err != nil {
 		s.Close()
 		return nil, err

@@ -50,6 +50,9 @@ func runGenerate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	defer s.Close()
 	e, tok := s.eng, s.tok
 	if maxSeq := s.model.Config().SeqLen; *steps == 0 || *steps > maxSeq {
+		if *steps > maxSeq {
+			fmt.Fprintf(stderr, "reprise generate: --steps %d is past the model's context of %d positions; printing %d (--max-model-len raises the context)\n", *steps, maxSeq, maxSeq)
+		}
 		*steps = maxSeq
 	}
 	if err := e.Start(ctx); err != nil {

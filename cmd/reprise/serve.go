@@ -11,7 +11,6 @@ import (
 	"net/http/pprof"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -125,7 +124,8 @@ func (f *serveFlags) register(fs *flag.FlagSet) {
 	fs.Var(&f.maxBody, "max-body-bytes", "cap on a request body, e.g. 1MiB; past it the answer is 413")
 	fs.DurationVar(&f.shutdown, "shutdown-timeout", 30*time.Second, "on SIGINT/SIGTERM, how long requests in flight may take to finish before they are cancelled")
 	fs.IntVar(&f.kvPages, "kv-pages", 0, "KV cache pages of 16 positions, the sink included (0: enough for --max-batch requests of the model's length, within half the free device memory)")
-	fs.StringVar(&f.modelName, "model-name", "", "the model's name in the API (default stories260K, or --model's file name without extension)")
+	fs.StringVar(&f.modelName, "model-name", "", "the model's name in the API (default: the model's own: general.name of a GGUF file, a Hugging Face directory's name, a llama2.c file's name without extension, stories260K)")
+	fs.StringVar(&f.modelName, "served-model-name", "", "the same as --model-name (vLLM's spelling)")
 	fs.DurationVar(&f.retryAfter, "retry-after", serve.DefaultRetryAfter, "Retry-After of a 429 (rounded up to seconds)")
 	fs.StringVar(&f.debugListen, "debug-listen", "", "`address` to serve Go's profiler on (/debug/pprof/; off unless given: keep it private)")
 	fs.StringVar(&f.allowedOrigins, "allowed-origins", "", "comma-separated `origins` browsers may call the API from (CORS; * for any; default none)")
@@ -211,8 +211,6 @@ func (f *serveFlags) check() error {
 		return fmt.Errorf("%w: --shutdown-timeout and --retry-after must not be negative", errUsage)
 	case f.logFormat != "text" && f.logFormat != "json":
 		return fmt.Errorf("%w: --log-format %q: want text or json", errUsage, f.logFormat)
-	case f.df.model.Model != "" && f.df.model.Tokenizer == "":
-		return fmt.Errorf("%w: --model needs its --tokenizer", errUsage)
 	}
 	return nil
 }
@@ -253,10 +251,6 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	lg := newLogger(stderr, f.df.logJSON)
 
 	name := f.modelName
-	if name == "" && f.df.model.Model != "" {
-		base := filepath.Base(f.df.model.Model)
-		name = strings.TrimSuffix(base, filepath.Ext(base))
-	}
 	prog := newCaptureProgress(stderr, lg)
 	// The server logs at info (REPRISE_LOG), the engine too: its start-up
 	// and "capture finished" lines are what an operator reads.

@@ -17,36 +17,39 @@ import (
 type Config struct {
 	// Arch names the architecture the file declared ("llama", "mistral",
 	// "qwen2", "qwen3"), for messages and inspect.
-	Arch string
+	Arch string `json:"arch"`
 	// Dim is the residual width, Hidden the feed-forward width.
-	Dim, Hidden int
-	Layers      int
+	Dim    int `json:"dim"`
+	Hidden int `json:"hidden"`
+	Layers int `json:"layers"`
 	// Heads query heads and KVHeads key/value heads (grouped-query
 	// attention) of HeadDim each; HeadDim may differ from Dim/Heads.
-	Heads, KVHeads, HeadDim int
-	Vocab                   int
+	Heads   int `json:"heads"`
+	KVHeads int `json:"kv_heads"`
+	HeadDim int `json:"head_dim"`
+	Vocab   int `json:"vocab"`
 	// SeqLen is the context length served: positions 0..SeqLen-1.
-	SeqLen int
+	SeqLen int `json:"seq_len"`
 	// TrainedSeqLen is the context length the file declares (SeqLen may be
 	// raised above it on request).
-	TrainedSeqLen int
+	TrainedSeqLen int `json:"trained_seq_len"`
 	// RopeTheta is the RoPE base (10000 for Llama 2).
-	RopeTheta float64
+	RopeTheta float64 `json:"rope_theta"`
 	// RopeScaling, when set, rescales the RoPE frequencies (Llama 3.1).
-	RopeScaling *RopeScaling
+	RopeScaling *RopeScaling `json:"rope_scaling,omitempty"`
 	// NormEps is RMSNorm's epsilon.
-	NormEps float64
+	NormEps float64 `json:"norm_eps"`
 	// TiedEmbeddings: the classifier is the token embedding matrix.
-	TiedEmbeddings bool
+	TiedEmbeddings bool `json:"tied_embeddings"`
 	// QKVBias: q, k and v projections add a bias (Qwen2).
-	QKVBias bool
+	QKVBias bool `json:"qkv_bias"`
 	// QKNorm: q and k are RMS-normalised per head before RoPE, with weights
 	// of HeadDim (Qwen3).
-	QKNorm bool
+	QKNorm bool `json:"qk_norm"`
 	// SlidingWindow, when positive, limits attention to that many most
 	// recent positions (Mistral v0.1). It is honoured by capping SeqLen at
 	// it (the attention is then the full one).
-	SlidingWindow int
+	SlidingWindow int `json:"sliding_window,omitempty"`
 }
 
 // RopeScaling is a rescaling of the RoPE frequencies.

@@ -6,10 +6,22 @@
 // captures, allocates resource state or picks batches: models declare, the
 // engine executes.
 //
-// Weights come from a llama2.c checkpoint (package llama2c), the embedded
-// stories260K by default, or from Synthetic, named configurations with seeded
-// random weights for benchmarks. Matrices may be stored as bf16 (Options),
-// widened to float32 in the kernels; float32 is the default.
+// A model is built from an architecture-neutral Config and a Weights source
+// that gives each tensor by role with its type and bytes: llama2.c
+// checkpoints (package llama2c; the embedded stories260K by default), GGUF
+// files (package gguf; architectures llama, qwen2, qwen3), Hugging Face
+// directories (package safetensors; Llama, Mistral, Qwen2, Qwen3), and
+// Synthetic, named configurations with seeded random weights for benchmarks.
+// Detect tells the formats apart by content. Tensors are converted once
+// from the file's mapping (dequantised with package quant, permuted from
+// rotate-half into interleaved pairs where the file stores them so) through
+// bounded staging buffers into the Options' storage: float32 (default) or
+// bf16, widened to float32 in the kernels.
+//
+// A Config field the forward does not implement yet (rope scaling, q/k/v
+// biases, q/k norms) is refused by Config.Check naming it; a file field
+// that may change the maths and that the loader does not know is refused
+// the same way, never ignored.
 //
 // The architecture's maths beyond Llama 2 (Llama 3 rope scaling, Qwen2's
 // q/k/v biases, Qwen3's per-head q/k norms, head_dim apart from dim/heads)

@@ -180,6 +180,7 @@ func TestGGUFErrors(t *testing.T) {
 			return ti, d, true
 		}, nil, `"blk.0.attn_q.weight" of `, quant.ErrUnknownType},
 		{"unexpected bias", nil, nil, map[string][]byte{"blk.1.attn_q.bias": make([]byte, 256)}, `"blk.1.attn_q.bias"`, nil},
+		{"unknown tensor", nil, nil, map[string][]byte{"blk.1.attn_output.bias": make([]byte, 256)}, `tensor "blk.1.attn_output.bias" (and 0 more) is not part of the llama architecture`, nil},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			p := rewrite(t, src, "bad.gguf", c.set, c.tensor, c.extra)

@@ -12,6 +12,7 @@ import (
 // ggufWeights serves a GGUF file's tensors.
 type ggufWeights struct {
 	f      *gguf.File
+	used   map[string]bool
 	cfg    Config
 	rotate bool // q/k rows are rotate-half (qwen2, qwen3: ggml's NEOX RoPE)
 }
@@ -165,7 +166,7 @@ func GGUFWeights(f *gguf.File) (Weights, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &ggufWeights{f: f, cfg: cfg, rotate: cfg.Arch != "llama"}, nil
+	return &ggufWeights{f: f, cfg: cfg, rotate: cfg.Arch != "llama", used: map[string]bool{"rope_freqs.weight": true}}, nil
 }
 
 func (g *ggufWeights) Config() Config { return g.cfg }
@@ -176,6 +177,17 @@ func (g *ggufWeights) Done(w Weight) {
 	if t, ok := g.f.Tensor(w.Name); ok {
 		g.f.Drop(t)
 	}
+}
+
+// Unused lists the file's tensors no role asked for (see HFWeights.Unused).
+func (g *ggufWeights) Unused() []string {
+	var u []string
+	for _, t := range g.f.Tensors {
+		if !g.used[t.Name] {
+			u = append(u, t.Name)
+		}
+	}
+	return u
 }
 
 // ggufName is a role's tensor name.
@@ -199,6 +211,7 @@ func (g *ggufWeights) Weight(role string, layer int) (Weight, bool, error) {
 	if err != nil {
 		return Weight{}, false, err
 	}
+	g.used[name] = true
 	w := Weight{Name: name, File: g.f.Path, Type: t.Type, Data: data}
 	switch len(t.Shape) {
 	case 1:

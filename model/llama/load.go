@@ -181,7 +181,8 @@ func openSource(src Source) (*Loaded, error) {
 		if err != nil {
 			return nil, err
 		}
-		l = &Loaded{Weights: CheckpointWeights(ck), Name: src.Model, StopTokens: []int32{llama2c.BOS}}
+		base := filepath.Base(src.Model)
+		l = &Loaded{Weights: CheckpointWeights(ck), Name: strings.TrimSuffix(base, filepath.Ext(base)), StopTokens: []int32{llama2c.BOS}}
 	case FormatGGUF:
 		f, err := gguf.Open(src.Model)
 		if err != nil {
