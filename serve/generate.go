@@ -251,6 +251,9 @@ func (s *Server) submitError(err error, id string) *apiError {
 	return internalError(s.log, id, "submitting the request", err)
 }
 
+// errAborted ends the generations Server.Abort cuts.
+var errAborted = errors.New("serve: aborted by a forced shutdown")
+
 // generation is one submitted request being answered.
 type generation struct {
 	s        *Server
@@ -312,6 +315,10 @@ loop:
 		case <-g.ctx.Done():
 			g.cancelled()
 			return
+		case <-g.s.abort:
+			g.s.cut.Add(1)
+			reason, genErr = "error", errAborted
+			break loop
 		case o, ok := <-g.h.Outputs():
 			if !ok {
 				reason, genErr = "error", engine.ErrClosed
@@ -452,9 +459,9 @@ func (g *generation) failed(err error) {
 	g.s.metrics.finish(g.endpoint, "error", time.Since(g.arrived))
 	g.end("error")
 	var e *apiError
-	if errors.Is(err, engine.ErrClosed) {
+	if errors.Is(err, engine.ErrClosed) || errors.Is(err, errAborted) {
 		e = &apiError{status: http.StatusServiceUnavailable, typ: typeServer, code: "shutting_down",
-			message: "the engine stopped before the request finished"}
+			message: "the server shut down before the request finished"}
 	} else {
 		e = internalError(g.s.log, g.rec.id, "generation", err)
 	}
