@@ -173,3 +173,20 @@ func TestGenerateNoPrompt(t *testing.T) {
 		t.Errorf("an empty --prompt given is noted: %q", errs)
 	}
 }
+
+// A model or tokenizer path that names an endless device is a clear error,
+// not an allocation of all memory.
+func TestGenerateDevZero(t *testing.T) {
+	if _, err := os.Stat("/dev/zero"); err != nil {
+		t.Skip(err)
+	}
+	for _, args := range [][]string{
+		{"--model", "/dev/zero", "--tokenizer", "/dev/zero"},
+		{"--model", "../../model/stories260k/stories260K.bin", "--tokenizer", "/dev/zero"},
+	} {
+		code, _, errs := runCLI(t, append([]string{"generate", "--prompt", "x", "--graphs", "off", "--device-memory", "64MiB"}, args...)...)
+		if code != 1 || !strings.Contains(errs, "/dev/zero") {
+			t.Errorf("%q: exit %d, %q", args, code, errs)
+		}
+	}
+}
