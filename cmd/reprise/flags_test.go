@@ -190,3 +190,21 @@ func TestGenerateDevZero(t *testing.T) {
 		}
 	}
 }
+
+// A config file never panics the parser, and every error names a line.
+func FuzzParseConfig(f *testing.F) {
+	for _, s := range []string{"listen: a\nmax_batch: 3\n", "- a\nb: c\n", "a: [1, 2]\n", "a: &x 1\nb: *x\n", "a: 1\na: 2\n", "{a: 1}", ": :\n", "\t\n"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		settings, err := parseConfig([]byte(s))
+		if err != nil && !strings.Contains(err.Error(), "line ") {
+			t.Fatalf("%q: %v names no line", s, err)
+		}
+		for _, st := range settings {
+			if st.line < 1 {
+				t.Fatalf("%q: setting %+v has no line", s, st)
+			}
+		}
+	})
+}
