@@ -168,17 +168,25 @@ func TestFailpointAllocDuringCapture(t *testing.T) {
 	checkHealthy(t, v)
 }
 
-func TestFailpointAllocDuringStep(t *testing.T) {
+// faultBurst arms point to fail at its n-th call in phase, sends a burst,
+// and checks that the fault fired, failed some requests cleanly, and left
+// the engine serving.
+func faultBurst(t *testing.T, point, phase string, n int, err error) {
+	t.Helper()
 	defer failpoint.Reset()
 	v := failpointEnv(t, serve.Options{})
-	hook, fired := failpoint.FailNth(4, failpoint.PhaseStep, errInjectedOOM)
-	failpoint.Enable(failpoint.Alloc, hook)
+	hook, fired := failpoint.FailNth(n, phase, err)
+	failpoint.Enable(point, hook)
 	os := burst(t, v.ts.URL, 8, 24)
 	if !fired() {
-		t.Fatal("no allocation failed during a step")
+		t.Fatalf("%s never failed (phase %q)", point, phase)
 	}
 	checkOutcomes(t, os, true)
 	checkHealthy(t, v)
+}
+
+func TestFailpointAllocDuringStep(t *testing.T) {
+	faultBurst(t, failpoint.Alloc, failpoint.PhaseStep, 4, errInjectedOOM)
 }
 
 func TestFailpointAllocDuringPrePlan(t *testing.T) {
@@ -202,16 +210,7 @@ func TestFailpointAllocDuringPrePlan(t *testing.T) {
 }
 
 func TestFailpointReplayError(t *testing.T) {
-	defer failpoint.Reset()
-	v := failpointEnv(t, serve.Options{})
-	hook, fired := failpoint.FailNth(3, "", errors.New("cuda: kernel launch: an illegal memory access was encountered"))
-	failpoint.Enable(failpoint.Replay, hook)
-	os := burst(t, v.ts.URL, 8, 24)
-	if !fired() {
-		t.Fatal("no replay failed")
-	}
-	checkOutcomes(t, os, true)
-	checkHealthy(t, v)
+	faultBurst(t, failpoint.Replay, "", 3, errors.New("cuda: kernel launch: an illegal memory access was encountered"))
 }
 
 // A client that stops reading its stream is cut at the write bound; its
