@@ -7,6 +7,7 @@ import (
 
 	"github.com/reprise-ml/reprise/accel"
 	"github.com/reprise-ml/reprise/graph"
+	"github.com/reprise-ml/reprise/internal/failpoint"
 )
 
 // prePlan is decode step N+1, admitted and planned into its lease's slot on
@@ -23,6 +24,7 @@ type prePlan struct {
 // next are the requests of a decode step, whose step N+1 may be pre-planned
 // while this one runs.
 func (e *Engine) runStep(walk string, rows []graph.Row, next []*request) ([]int32, error) {
+	defer failpoint.Enter(failpoint.PhaseStep)()
 	t0 := time.Now()
 	n := len(rows)
 	tokens := 0
@@ -167,6 +169,7 @@ func (e *Engine) readNext(s accel.Stream, next accel.Tensor, n int) ([]int32, er
 // use. Tokens are not known yet: only counts matter to the plan, and the
 // tokens are staged at replay.
 func (e *Engine) prePlanNext(batch []*request) {
+	defer failpoint.Enter(failpoint.PhasePrePlan)()
 	if e.runner == nil || e.forceEager || e.opts.NoPrePlan || e.runner.NumSlots() < 2 || e.pre != nil {
 		return
 	}

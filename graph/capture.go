@@ -6,6 +6,7 @@ import (
 	"runtime/debug"
 
 	"github.com/reprise-ml/reprise/accel"
+	"github.com/reprise-ml/reprise/internal/failpoint"
 )
 
 // warmed is a spec prepared and run eagerly: what its capture reads. Sizing
@@ -119,6 +120,7 @@ func (r *Runner) warm(spec SlotSpec) (w *warmed, err error) {
 // since), captured, instantiated and checked against its eager result. It
 // returns the slot (sharing the warmed outputs) and what the graph holds.
 func (r *Runner) captureWarmed(w *warmed, pool accel.Pool) (slot *Slot, mem accel.GraphMemory, err error) {
+	defer failpoint.Enter(failpoint.PhaseCapture)()
 	defer r.guard(w, &err)
 	if err := r.pad.Reset(w.ids, false); err != nil {
 		return nil, mem, err

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/reprise-ml/reprise/accel"
+	"github.com/reprise-ml/reprise/internal/failpoint"
 )
 
 // SelectBucket is the tightest captured bucket for a step of walk with bs rows
@@ -224,6 +225,9 @@ func (r *Runner) RunForward(l *Lease, in Inputs, planDone accel.Event, launchSta
 	}
 	if launchStarted != nil {
 		launchStarted()
+	}
+	if err := failpoint.Inject(failpoint.Replay); err != nil {
+		return nil, err
 	}
 	if err := s.exec.Launch(r.stream); err != nil {
 		return nil, err

@@ -128,6 +128,8 @@
 //
 // The caller owns the http.Server and the engine: for a graceful shutdown
 // call Drain, then http.Server.Shutdown with a deadline (in-flight
-// requests finish), then http.Server.Close if the deadline passed (which
-// cancels what is left), then engine.Close.
+// requests finish); if the deadline passed, Abort (every generation left
+// ends with its final error event, counted by Cut), Shutdown again
+// briefly for those events to be written, and http.Server.Close; then
+// engine.Close.
 package serve

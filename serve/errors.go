@@ -3,6 +3,7 @@ package serve
 import (
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"strconv"
 )
@@ -47,6 +48,15 @@ const (
 	codeMissing          = "missing_required_parameter"
 	codeContextLength    = "context_length_exceeded"
 )
+
+// internalError is a 500 that tells the client nothing of the server's
+// insides (allocators, devices, pools): the error goes to the log under
+// id, which the answer gives so that an operator can find it.
+func internalError(log *slog.Logger, id, what string, err error) *apiError {
+	log.Error(what+" failed", "request_id", id, "err", err)
+	return &apiError{status: http.StatusInternalServerError, typ: typeServer, code: "internal_error",
+		message: fmt.Sprintf("internal server error (%s failed); the server's log has the details under request id %s", what, id)}
+}
 
 type errorBody struct {
 	Error errorDetail `json:"error"`

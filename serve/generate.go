@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/reprise-ml/reprise/engine"
+	"github.com/reprise-ml/reprise/internal/failpoint"
 )
 
 // DefaultTemperature is the temperature of a request that does not say
@@ -217,7 +218,7 @@ func (s *Server) handleGenerate(chat bool) http.HandlerFunc {
 		submitted := time.Now()
 		h, err := s.eng.Submit(r.Context(), j.req)
 		if err != nil {
-			writeError(w, s.submitError(err))
+			writeError(w, s.submitError(err, rec.id))
 			return
 		}
 		s.metrics.inFlight.Inc()
@@ -244,7 +245,7 @@ func clientGone() *apiError {
 		message: "the client closed the connection before the request was submitted"}
 }
 
-func (s *Server) submitError(err error) *apiError {
+func (s *Server) submitError(err error, id string) *apiError {
 	switch {
 	case errors.Is(err, engine.ErrQueueFull):
 		secs := int((s.opts.RetryAfter + time.Second - 1) / time.Second)
@@ -256,9 +257,11 @@ func (s *Server) submitError(err error) *apiError {
 	case errors.Is(err, engine.ErrInvalidRequest):
 		return badRequest("", codeInvalidValue, "%s", strings.TrimPrefix(err.Error(), engine.ErrInvalidRequest.Error()+": "))
 	}
-	s.log.Error("submit failed", "err", err)
-	return &apiError{status: http.StatusInternalServerError, typ: typeServer, message: "the engine refused the request: " + err.Error()}
+	return internalError(s.log, id, "submitting the request", err)
 }
+
+// errAborted ends the generations Server.Abort cuts.
+var errAborted = errors.New("serve: aborted by a forced shutdown")
 
 // generation is one submitted request being answered.
 type generation struct {
@@ -321,6 +324,10 @@ loop:
 		case <-g.ctx.Done():
 			g.cancelled()
 			return
+		case <-g.s.abort:
+			g.s.cut.Add(1)
+			reason, genErr = "error", errAborted
+			break loop
 		case o, ok := <-g.h.Outputs():
 			if !ok {
 				reason, genErr = "error", engine.ErrClosed
@@ -430,6 +437,9 @@ func (g *generation) event(v any) error {
 		return err
 	}
 	g.s.writeDeadline(g.rc)
+	if err := failpoint.Inject(failpoint.StreamEvent); err != nil {
+		return err
+	}
 	if _, err := fmt.Fprintf(g.w, "data: %s\n\n", b); err != nil {
 		return err
 	}
@@ -457,13 +467,12 @@ func (g *generation) failed(err error) {
 	g.h.Cancel()
 	g.s.metrics.finish(g.endpoint, "error", time.Since(g.arrived))
 	g.end("error")
-	e := &apiError{status: http.StatusInternalServerError, typ: typeServer, code: "generation_failed",
-		message: fmt.Sprintf("generation failed: %v", err)}
-	if errors.Is(err, engine.ErrClosed) {
-		e.status, e.code, e.message = http.StatusServiceUnavailable, "shutting_down", "the engine stopped before the request finished"
-	}
-	if err != nil {
-		g.s.log.Error("generation failed", "id", g.id, "err", err)
+	var e *apiError
+	if errors.Is(err, engine.ErrClosed) || errors.Is(err, errAborted) {
+		e = &apiError{status: http.StatusServiceUnavailable, typ: typeServer, code: "shutting_down",
+			message: "the server shut down before the request finished"}
+	} else {
+		e = internalError(g.s.log, g.rec.id, "generation", err)
 	}
 	if !g.j.p.stream {
 		writeError(g.w, e)

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -91,6 +92,10 @@ type Server struct {
 	log            *slog.Logger
 	// fingerprint is every response's system_fingerprint.
 	fingerprint string
+	// abort is closed by Abort: generations in flight end with an error.
+	abort     chan struct{}
+	abortOnce sync.Once
+	cut       atomic.Int64 // generations Abort ended
 }
 
 // New makes the server for an engine running the model info describes,
@@ -135,7 +140,7 @@ func New(e *engine.Engine, info engine.ModelInfo, tok Tokenizer, opts Options) (
 		opts.Logger = slog.Default()
 	}
 	s := &Server{eng: e, info: info, tok: tok, opts: opts, mux: http.NewServeMux(), metrics: newMetrics(e, opts.ModelName),
-		created: time.Now().Unix(), log: opts.Logger, fingerprint: fingerprint(info, opts.ModelName)}
+		created: time.Now().Unix(), log: opts.Logger, fingerprint: fingerprint(info, opts.ModelName), abort: make(chan struct{})}
 	s.metricsHandler = newMetricsHandler(s.metrics, slog.NewLogLogger(s.log.Handler(), slog.LevelWarn))
 	s.routes()
 	return s, nil
@@ -161,6 +166,18 @@ func (s *Server) Options() Options { return s.opts }
 // generations are refused with 503, while those in flight go on. Call it
 // before http.Server.Shutdown.
 func (s *Server) Drain() { s.draining.Store(true) }
+
+// Abort ends every generation in flight, and any that starts later, with
+// a final error event (a 503 body when nothing was sent yet): what a forced
+// shutdown does before http.Server.Close, so that no stream is cut without
+// one. It returns at once; handlers finish soon after.
+func (s *Server) Abort() {
+	s.draining.Store(true)
+	s.abortOnce.Do(func() { close(s.abort) })
+}
+
+// Cut is how many generations Abort ended before they finished.
+func (s *Server) Cut() int64 { return s.cut.Load() }
 
 // Paths the server answers.
 const (

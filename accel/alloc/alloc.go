@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/reprise-ml/reprise/accel"
+	"github.com/reprise-ml/reprise/internal/failpoint"
 )
 
 // Sizes the allocator works in.
@@ -252,6 +253,9 @@ func (a *Caching) ChargeOutside(stream int64, n int64) {
 func (a *Caching) Alloc(stream int64, n int64) (accel.Buffer, error) {
 	if n < 0 {
 		return accel.Buffer{}, fmt.Errorf("alloc: negative size %d: %w", n, accel.ErrInvalidArgument)
+	}
+	if err := failpoint.Inject(failpoint.Alloc); err != nil {
+		return accel.Buffer{}, err
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()

@@ -173,3 +173,38 @@ func TestGenerateNoPrompt(t *testing.T) {
 		t.Errorf("an empty --prompt given is noted: %q", errs)
 	}
 }
+
+// A model or tokenizer path that names an endless device is a clear error,
+// not an allocation of all memory.
+func TestGenerateDevZero(t *testing.T) {
+	if _, err := os.Stat("/dev/zero"); err != nil {
+		t.Skip(err)
+	}
+	for _, args := range [][]string{
+		{"--model", "/dev/zero", "--tokenizer", "/dev/zero"},
+		{"--model", "../../model/stories260k/stories260K.bin", "--tokenizer", "/dev/zero"},
+	} {
+		code, _, errs := runCLI(t, append([]string{"generate", "--prompt", "x", "--graphs", "off", "--device-memory", "64MiB"}, args...)...)
+		if code != 1 || !strings.Contains(errs, "/dev/zero") {
+			t.Errorf("%q: exit %d, %q", args, code, errs)
+		}
+	}
+}
+
+// A config file never panics the parser, and every error names a line.
+func FuzzParseConfig(f *testing.F) {
+	for _, s := range []string{"listen: a\nmax_batch: 3\n", "- a\nb: c\n", "a: [1, 2]\n", "a: &x 1\nb: *x\n", "a: 1\na: 2\n", "{a: 1}", ": :\n", "\t\n"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		settings, err := parseConfig([]byte(s))
+		if err != nil && !strings.Contains(err.Error(), "line ") {
+			t.Fatalf("%q: %v names no line", s, err)
+		}
+		for _, st := range settings {
+			if st.line < 1 {
+				t.Fatalf("%q: setting %+v has no line", s, st)
+			}
+		}
+	})
+}

@@ -57,8 +57,9 @@ take, for example:
     shutdown_timeout: 1m
 
 On SIGINT or SIGTERM the server stops accepting, lets the requests in flight
-finish for up to --shutdown-timeout, cancels what is left, and stops the
-engine; a second signal cancels at once.
+finish for up to --shutdown-timeout, cancels what is left (each gets a final
+error event, or a 503), and stops the engine; a second signal cancels at
+once. The exit status is 1 when requests were cut, else 0.
 
 Flags:
 `
@@ -350,13 +351,27 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 	}()
 	if err := hs.Shutdown(sctx); err != nil {
+		// Forced: each generation left ends with an error event (or a 503),
+		// then what has not finished in a moment is closed.
 		lg.Warn("requests still in flight at the deadline are cancelled", "err", err)
-		hs.Close()
+		srv.Abort()
+		grace, cancelGrace := context.WithTimeout(context.Background(), abortGrace)
+		if hs.Shutdown(grace) != nil {
+			hs.Close()
+		}
+		cancelGrace()
 	}
 	e.Close()
+	if n := srv.Cut(); n > 0 {
+		return fmt.Errorf("shutdown cut %d request(s) in flight (each was sent an error; --shutdown-timeout %s)", n, f.shutdown)
+	}
 	lg.Info("stopped")
 	return nil
 }
+
+// abortGrace is how long a forced shutdown waits for the cut requests'
+// final events to be written before it closes their connections.
+const abortGrace = 2 * time.Second
 
 // debugMux serves net/http/pprof's handlers, on their own listener so that
 // the API's (which may be public) never exposes them.

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
 )
 
 // Layer holds the weights of one transformer layer. Matrices are row-major
@@ -154,9 +153,9 @@ func (r *floatReader) skip(n int) { r.data = r.data[4*n:] }
 // LoadCheckpoint reads and parses the checkpoint file at path (see
 // ReadCheckpoint).
 func LoadCheckpoint(path string) (*Checkpoint, error) {
-	data, err := os.ReadFile(path)
+	data, err := readBounded(path, "checkpoint", headerBytes, HeaderFileSize)
 	if err != nil {
-		return nil, fmt.Errorf("llama2c: %w", err)
+		return nil, err
 	}
 	c, err := ReadCheckpoint(data)
 	if err != nil {

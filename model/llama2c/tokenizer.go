@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
-	"os"
 
 	"github.com/reprise-ml/reprise/internal/pairheap"
 )
@@ -100,9 +99,17 @@ func ReadTokenizer(data []byte, vocab int) (*Tokenizer, error) {
 // LoadTokenizer reads and parses the tokenizer file at path (see
 // ReadTokenizer).
 func LoadTokenizer(path string, vocab int) (*Tokenizer, error) {
-	data, err := os.ReadFile(path)
+	// max_token_length, then per token a score, a length and at most
+	// max_token_length bytes.
+	data, err := readBounded(path, "tokenizer", 4, func(h []byte) (int64, bool) {
+		maxLen := int64(int32(binary.LittleEndian.Uint32(h)))
+		if maxLen < 0 || vocab < byteTokenBase {
+			return 0, false
+		}
+		return satAdd(4, satMul(int64(vocab), 8+maxLen)), true
+	})
 	if err != nil {
-		return nil, fmt.Errorf("llama2c: %w", err)
+		return nil, err
 	}
 	t, err := ReadTokenizer(data, vocab)
 	if err != nil {
