@@ -179,6 +179,8 @@ type Engine struct {
 	// them) in lastLogits; loop-owned.
 	keepLogits bool
 	lastLogits []float32
+	// floor is what the largest eager step takes (ensureFloor).
+	floor int64
 }
 
 // New builds the engine's resources on dev. Call Start to capture graphs
@@ -276,6 +278,9 @@ func (e *Engine) Start(ctx context.Context) error {
 			return err
 		}
 		e.stream = s
+		if err := e.ensureFloor(s); err != nil {
+			return err
+		}
 	}
 	e.mu.Lock()
 	e.started = true
@@ -310,6 +315,13 @@ func (e *Engine) startGraphs(ctx context.Context, capture bool) error {
 	if ro.Logger == nil {
 		ro.Logger = e.log
 	}
+	if e.opts.BackgroundCapture {
+		// Warm-ups between steps must leave the largest step its memory
+		// (before serving, the plan keeps it free).
+		// (before serving, the plan keeps it free), and a segment besides:
+		// small blocks share segments, so free bytes may be split.
+		ro.KeepFree = func() int64 { return e.floor + segment }
+	}
 	r, err := graph.New(e.dev, e.node, e.model.Configs(), ro)
 	if err != nil {
 		return err
@@ -334,6 +346,11 @@ func (e *Engine) startGraphs(ctx context.Context, capture bool) error {
 	}
 	if m := r.MaxBatchSizeFor(WalkDecode); m > 0 && m < e.opts.MaxBatch {
 		e.opts.MaxBatch = m
+	}
+	// Every buffer a capture reads is claimed: what is left must hold the
+	// largest eager step beside the KV cache.
+	if err := e.ensureFloor(r.Stream()); err != nil {
+		return err
 	}
 	pools := e.pools()
 	captures := 0

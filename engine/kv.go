@@ -72,6 +72,16 @@ func NewKVCache(dev accel.Device, cfg KVConfig) (*KVCache, error) {
 	}
 	c := &KVCache{cfg: cfg, ppr: (cfg.MaxLen + cfg.PageSize - 1) / cfg.PageSize, reqs: map[int64]*kvState{},
 		slots: newSlotTensors(dev)}
+	if err := c.alloc(dev); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// alloc allocates the K and V tensors of cfg.Pages pages and frees every
+// page but the sink.
+func (c *KVCache) alloc(dev accel.Device) error {
+	cfg := c.cfg
 	slots := cfg.Pages * cfg.PageSize
 	c.layerB = int64(slots) * int64(cfg.KVDim) * 4
 	for l := 0; l < cfg.Layers; l++ {
@@ -79,7 +89,7 @@ func NewKVCache(dev accel.Device, cfg KVConfig) (*KVCache, error) {
 			b, err := dev.Alloc(c.layerB)
 			if err != nil {
 				c.Close(dev)
-				return nil, fmt.Errorf("kv: %d pages of %d positions × %d layers: %w", cfg.Pages, cfg.PageSize, cfg.Layers, err)
+				return fmt.Errorf("kv: %d pages of %d positions × %d layers: %w", cfg.Pages, cfg.PageSize, cfg.Layers, err)
 			}
 			*dst = append(*dst, accel.Tensor{Buf: b, DType: accel.F32, Rows: slots, Cols: cfg.KVDim})
 		}
@@ -87,7 +97,28 @@ func NewKVCache(dev accel.Device, cfg KVConfig) (*KVCache, error) {
 	for p := int32(cfg.Pages - 1); p > SinkPage; p-- {
 		c.free = append(c.free, p)
 	}
-	return c, nil
+	return nil
+}
+
+// PageBytes is the device memory one page takes over every layer.
+func (c *KVCache) PageBytes() int64 {
+	return 2 * int64(c.cfg.Layers) * int64(c.cfg.PageSize) * int64(c.cfg.KVDim) * 4
+}
+
+// resize gives the cache pages (the sink included). No row may hold a page.
+func (c *KVCache) resize(dev accel.Device, pages int) error {
+	if c.UsedPages() != 0 || c.owed != 0 {
+		return fmt.Errorf("kv: resize with %d pages in use and %d promised", c.UsedPages(), c.owed)
+	}
+	if pages < 2 {
+		return fmt.Errorf("kv: resize to %d pages (need at least one besides the sink)", pages)
+	}
+	for _, t := range append(c.K, c.V...) {
+		_ = dev.Free(t.Buf)
+	}
+	c.K, c.V, c.free = nil, nil, nil
+	c.cfg.Pages = pages
+	return c.alloc(dev)
 }
 
 // Close frees the cache and its per-slot plan buffers.

@@ -101,6 +101,16 @@ func (e *Engine) plan(ctx context.Context, pools []pool) (*PlanReport, error) {
 		budget += p.runner.WarmedOutputs()
 		rep.Pools = append(rep.Pools, pr)
 	}
+	// The plan keeps its floor (the largest warmed step) free; the largest
+	// eager step Start measured may be larger still (its buckets' warm-ups
+	// may have failed, or no bucket is as large): keep that free too.
+	var warmedFloor int64
+	for _, cs := range costs {
+		for _, c := range cs {
+			warmedFloor = max(warmedFloor, c.Peak)
+		}
+	}
+	budget -= max(0, e.floor-warmedFloor)
 	plan := graph.Plan(costs, budget, 0)
 	// When the plan leaves graphs out, buckets costed from a larger one are
 	// measured for their own cost and the plan is made again. Every rank

@@ -51,6 +51,10 @@ type Options struct {
 	// Progress, if set, is called after each capture with the number done,
 	// the total, and the capture just finished (for progress bars and logs).
 	Progress func(done, total int, spec SlotSpec, err error)
+	// KeepFree, if set, is the device memory a warm-up must leave free (for
+	// the largest eager step): one that leaves less is undone and its
+	// bucket not planned.
+	KeepFree func() int64
 }
 
 // Slot is one captured graph and the buffers its replay reads and writes.
