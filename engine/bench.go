@@ -114,7 +114,7 @@ type PrefillResult struct {
 	// Next is each prompt's sampled token.
 	Next []int32
 	// Logits are each prompt's last-position logits, when the model outputs
-	// them (its "logits" output).
+	// them (its OutputLogits output).
 	Logits [][]float32
 	// Duration is the step's wall time (plan, forward, read back).
 	Duration time.Duration

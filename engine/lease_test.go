@@ -156,8 +156,8 @@ func TestLeaseMismatchIsRefused(t *testing.T) {
 			if !errors.Is(err, ErrLeaseMismatch) {
 				t.Errorf("a step of key %q with %d rows on lease %v: %v, want ErrLeaseMismatch", c.key, c.rows, bucket, err)
 			}
-			if len(step.State) != 0 || len(step.Plans) != 0 {
-				t.Errorf("the refused step holds admission records %v and plans %v", step.State, step.Plans)
+			if len(step.State) != 0 || len(step.plans) != 0 {
+				t.Errorf("the refused step holds admission records %v and plans %v", step.State, step.plans)
 			}
 			if got, _ := p.get(lease); got != nil {
 				t.Errorf("the refused step is remembered for the lease's slot: a capture or replay would read its plans")

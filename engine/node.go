@@ -125,5 +125,9 @@ func (n *node) Forward(l *accel.Launcher, lease *graph.Lease, in map[string]acce
 	if err != nil {
 		return nil, err
 	}
-	return n.model.Forward(l, n.e.batch(step, in))
+	b, err := n.e.batch(step, in)
+	if err != nil {
+		return nil, err
+	}
+	return n.model.Forward(l, b)
 }

@@ -63,20 +63,27 @@ func (n *regionNode) Forward(l *accel.Launcher, lease *graph.Lease, in map[strin
 		return nil, fmt.Errorf("region %s: %w", n.rr.reg.Label, err)
 	}
 	rm := n.e.model.(RegionModel)
-	return rm.RegionForward(l, n.rr.reg.Label, n.e.batch(step, in))
+	b, err := n.e.batch(step, in)
+	if err != nil {
+		return nil, err
+	}
+	return rm.RegionForward(l, n.rr.reg.Label, b)
 }
 
 // batch assembles a step's batch, with its regions run by the region
 // runners when the step is eager (a region inside a captured whole step runs
 // inline: it is part of that graph).
-func (e *Engine) batch(step *Step, in map[string]accel.Tensor) *Batch {
-	b := batchFor(step, in)
+func (e *Engine) batch(step *Step, in map[string]accel.Tensor) (*Batch, error) {
+	b, err := batchFor(step, in)
+	if err != nil {
+		return nil, err
+	}
 	if step.Lease == nil {
 		b.region = e.regionFor(step, b)
 	} else {
 		b.region = e.inlineRegion(b)
 	}
-	return b
+	return b, nil
 }
 
 // inlineRegion runs a region as part of the forward around it.
@@ -121,7 +128,7 @@ func (e *Engine) regionFor(step *Step, outer *Batch) func(*accel.Launcher, strin
 			return e.inlineRegion(outer)(l, label, in)
 		}
 		rs := &Step{Walk: lease.Bucket.Walk, Key: step.Key, Rows: step.Rows[:step.Real], Real: step.Real, Lease: lease,
-			Tokens: lease.Bucket.Tokens, Plans: map[string]any{}, State: step.State}
+			Tokens: lease.Bucket.Tokens, plans: map[string]any{}, State: step.State}
 		out, err := rr.runner.RunRegion(lease, in, step.Tokens, func(s accel.Stream) error {
 			return rr.sr.Plan(s, e.stager, rs)
 		})

@@ -72,8 +72,9 @@ type Step struct {
 	// Tokens is the step's token count: the bucket's on a lease, else the
 	// sum of the rows' tokens.
 	Tokens int
-	// Plans holds each resource's plan, by resource name.
-	Plans map[string]any
+	// plans holds each resource's plan, by resource name; read them with
+	// their PlanKey.
+	plans map[string]any
 	// State holds each resource's private record of the step (what it
 	// admitted, to roll back or commit).
 	State map[string]any
@@ -85,7 +86,7 @@ type Step struct {
 // NewStep makes a step of rows.
 func NewStep(walk, key string, rows []graph.Row, real int, lease *graph.Lease) *Step {
 	s := &Step{Walk: walk, Key: key, Rows: rows, Real: real, Lease: lease,
-		Plans: map[string]any{}, State: map[string]any{}}
+		plans: map[string]any{}, State: map[string]any{}}
 	if lease != nil {
 		s.Tokens = lease.Bucket.Tokens
 	} else {
@@ -137,7 +138,7 @@ type Resource interface {
 	// Plan writes the step's addressing for the device through st, enqueued
 	// on s: into the lease's per-slot buffers, or eager buffers from
 	// step.Alloc. The plans of the resources it depends on are already in
-	// step.Plans.
+	// the step (read them with their PlanKey).
 	Plan(s accel.Stream, st *accel.Stager, step *Step) (any, error)
 	// Commit advances the real rows' state once the step ran.
 	Commit(step *Step) error
@@ -292,14 +293,14 @@ func (sr *StepRunner) Admit(step *Step) error {
 }
 
 // Plan plans the step in every resource in order, each seeing the plans of
-// those before it in step.Plans.
+// those before it.
 func (sr *StepRunner) Plan(s accel.Stream, st *accel.Stager, step *Step) error {
 	for _, r := range sr.res {
 		p, err := r.Plan(s, st, step)
 		if err != nil {
 			return fmt.Errorf("engine: plan %s: %w", r.Name(), err)
 		}
-		step.Plans[r.Name()] = p
+		step.plans[r.Name()] = p
 	}
 	return nil
 }

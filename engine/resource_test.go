@@ -69,8 +69,8 @@ func TestStepRunnerOrder(t *testing.T) {
 	if err := sr.Plan(nil, nil, step); err != nil {
 		t.Fatal(err)
 	}
-	if step.Plans["a"] != "a plan" || len(step.Plans) != 4 {
-		t.Fatalf("plans %v", step.Plans)
+	if step.plans["a"] != "a plan" || len(step.plans) != 4 {
+		t.Fatalf("plans %v", step.plans)
 	}
 }
 

@@ -76,11 +76,11 @@ func (e *Engine) runStep(walk string, rows []graph.Row, next []*request) ([]int3
 	}
 	var toks []int32
 	if err == nil {
-		toks, err = e.readNext(s, outs["next"], n)
+		toks, err = e.readNext(s, outs[OutputNext], n)
 	}
 	if err == nil && e.keepLogits {
 		e.lastLogits = nil
-		if lg, ok := outs["logits"]; ok {
+		if lg, ok := outs[OutputLogits]; ok {
 			var all []float32
 			if all, err = accel.DownloadF32(s, lg); err == nil {
 				e.lastLogits = all[:n*lg.Cols]
@@ -139,8 +139,12 @@ func (e *Engine) eagerForward(s accel.Stream, step *Step, in graph.Inputs) (map[
 		}
 		dev[name] = t
 	}
+	b, err := e.batch(step, dev)
+	if err != nil {
+		return nil, err
+	}
 	l := accel.On(s)
-	outs, err := e.model.Forward(l, e.batch(step, dev))
+	outs, err := e.model.Forward(l, b)
 	if err == nil {
 		err = l.Err()
 	}
@@ -150,7 +154,7 @@ func (e *Engine) eagerForward(s accel.Stream, step *Step, in graph.Inputs) (map[
 // readNext waits for the step and reads its sampled tokens.
 func (e *Engine) readNext(s accel.Stream, next accel.Tensor, n int) ([]int32, error) {
 	if next.IsNil() || next.Len() < n {
-		return nil, fmt.Errorf("engine: the forward gave no %d-row \"next\" output (got %v)", n, next)
+		return nil, fmt.Errorf("engine: the forward gave no %d-row %q output (got %v)", n, OutputNext, next)
 	}
 	h := e.host.Slice(0, int64(n)*4)
 	if err := s.CopyDtoH(h, next.Buf.Slice(0, int64(n)*4)); err != nil {
