@@ -19,8 +19,8 @@
 //     memory; a later capture that needs more room is an error.
 //   - A bucket is registered whole (every slot captured and its golden replay
 //     equal to eager) or not at all, and on every rank or on none: every rank
-//     meets the same barriers whether its captures passed or failed, and Agree
-//     drops a bucket everywhere if any rank dropped it.
+//     meets the same barriers whether its captures passed or failed, and
+//     comm.Agree drops a bucket everywhere if any rank dropped it.
 //   - A failed capture (error or panic) drops only its bucket, leaves the
 //     stream and the pool usable, and is logged at ERROR by name.
 //     REPRISE_REQUIRE_ACCELERATOR_GRAPHS=1 makes any drop a start-up error.

@@ -338,7 +338,7 @@ func (r *Runner) Capture(ctx context.Context, planned map[BucketKey]bool) error 
 			res.ok, res.why = false, "a slot was not captured"
 		}
 	}
-	agreed, err := Agree(ctx, r.group, flags, Min)
+	agreed, err := comm.Agree(ctx, r.group, flags, comm.Min)
 	if err != nil {
 		return fmt.Errorf("graph: %s: agree on buckets: %w", r.name, err)
 	}
