@@ -116,7 +116,7 @@ func (e *Engine) regionFor(step *Step, outer *Batch) func(*accel.Launcher, strin
 		}
 		var lease *graph.Lease
 		if rr.runner != nil && !e.forceEager {
-			lease = rr.runner.LeaseSlot(rr.reg.Config.Walk, step.Real, step.Tokens, step.Key, -1)
+			lease = rr.runner.LeaseSlot(graph.LeaseRequest{Walk: rr.reg.Config.Walk, Rows: step.Real, Tokens: step.Tokens, Key: step.Key})
 			if lease == nil && e.bg != nil {
 				e.bg.want(rr.runner, rr.reg.Config.Walk, step.Real, step.Tokens)
 				rr.runner.NoteEager(rr.reg.Config.Walk, "bucket not captured yet")

@@ -39,7 +39,7 @@ func (e *Engine) runStep(walk string, rows []graph.Row, next []*request) ([]int3
 		}
 	} else {
 		if e.runner != nil && !e.forceEager {
-			lease = e.runner.LeaseSlot(walk, n, tokens, "", -1)
+			lease = e.runner.LeaseSlot(graph.LeaseRequest{Walk: walk, Rows: n, Tokens: tokens})
 			if lease == nil && e.bg != nil {
 				e.bg.want(e.runner, walk, n, tokens)
 				e.runner.NoteEager(walk, "bucket not captured yet")
@@ -189,7 +189,7 @@ func (e *Engine) prePlanNext(batch []*request) {
 	if len(ids) == 0 {
 		return
 	}
-	lease := e.runner.LeaseSlot(WalkDecode, len(ids), -1, "", -1)
+	lease := e.runner.LeaseSlot(graph.LeaseRequest{Walk: WalkDecode, Rows: len(ids), AheadOfInputs: true})
 	if lease == nil {
 		return
 	}
