@@ -140,9 +140,9 @@ type Engine struct {
 	info   ModelInfo
 	opts   Options
 	log    *slog.Logger
-	sr     *StepRunner
-	kv     *KVCache
-	pos    *Positions
+	sr     *stepRunner
+	kv     *kvCache
+	pos    *positionsResource
 	samp   *Sampler
 	node   *node
 	runner *graph.Runner
@@ -219,11 +219,11 @@ func New(dev accel.Device, m Model, opts Options) (*Engine, error) {
 		pages = int(min(int64(want), budget/pageBytes))
 	}
 	var err error
-	if e.kv, err = NewKVCache(dev, KVConfig{Layers: info.Layers, KVDim: kvdim, PageSize: opts.PageSize, Pages: pages, MaxLen: info.MaxSeq}); err != nil {
+	if e.kv, err = newKVCache(dev, kvConfig{Layers: info.Layers, KVDim: kvdim, PageSize: opts.PageSize, Pages: pages, MaxLen: info.MaxSeq}); err != nil {
 		return nil, err
 	}
-	e.pos, e.samp = NewPositions(dev), NewSampler(dev)
-	if e.sr, err = NewStepRunner(e.kv, e.pos, e.samp); err != nil {
+	e.pos, e.samp = newPositions(dev), NewSampler(dev)
+	if e.sr, err = newStepRunner(e.kv, e.pos, e.samp); err != nil {
 		return nil, err
 	}
 	if e.stager, err = accel.NewStager(dev, 16, 4096); err != nil {
@@ -236,15 +236,15 @@ func New(dev accel.Device, m Model, opts Options) (*Engine, error) {
 	e.regions = map[string]*regionRun{}
 	if rm, ok := m.(RegionModel); ok {
 		for _, reg := range rm.Regions() {
-			var rs []Resource
+			var rs []resource
 			for _, name := range reg.Resources {
-				r := e.sr.Resource(name)
+				r := e.sr.resource(name)
 				if r == nil {
 					return nil, fmt.Errorf("engine: region %s reads unknown resource %q", reg.Label, name)
 				}
 				rs = append(rs, r)
 			}
-			sr, err := NewStepRunner(rs...)
+			sr, err := newStepRunner(rs...)
 			if err != nil {
 				return nil, err
 			}
@@ -257,9 +257,6 @@ func New(dev accel.Device, m Model, opts Options) (*Engine, error) {
 		"page_size", opts.PageSize, "kv_bytes", e.kv.Bytes(), "graphs", opts.Graphs)
 	return e, nil
 }
-
-// KV is the engine's KV cache (for metrics and tests).
-func (e *Engine) KV() *KVCache { return e.kv }
 
 // Runner is the graph runner, nil when graphs are off.
 func (e *Engine) Runner() *graph.Runner { return e.runner }
@@ -647,8 +644,8 @@ func (e *Engine) admit() []*request {
 			tokens+len(r.req.Prompt) > e.opts.MaxPrefillTokens || !e.kv.CanHold(r.maxLen) {
 			break
 		}
-		if err := e.sr.Ingest(r.id, RequestInfo{MaxLen: r.maxLen, Sampling: r.req.Sampling}); err != nil {
-			if errors.Is(err, ErrKVFull) {
+		if err := e.sr.Ingest(r.id, requestInfo{MaxLen: r.maxLen, Sampling: r.req.Sampling}); err != nil {
+			if errors.Is(err, errKVFull) {
 				break
 			}
 			e.waiting = e.waiting[1:]

@@ -9,7 +9,7 @@ import (
 // PlanKey names one resource's plan and gives its type, so that a reader gets
 // the plan as that type or an error: never a silent zero from a misspelt name
 // or a mistaken assertion.
-type PlanKey[T any] struct{ Resource string }
+type PlanKey[T any] struct{ resource string }
 
 // The engine's resources' plans.
 var (
@@ -25,12 +25,12 @@ var (
 // resource did not plan the step (a region plans only the resources it
 // reads). A plan of another type is an error.
 func (k PlanKey[T]) Lookup(step *Step) (v T, ok bool, err error) {
-	p, ok := step.plans[k.Resource]
+	p, ok := step.plans[k.resource]
 	if !ok {
 		return v, false, nil
 	}
 	if v, ok = p.(T); !ok {
-		return v, false, fmt.Errorf("engine: resource %s planned a %T, want %T", k.Resource, p, v)
+		return v, false, fmt.Errorf("engine: resource %s planned a %T, want %T", k.resource, p, v)
 	}
 	return v, true, nil
 }
@@ -40,7 +40,7 @@ func (k PlanKey[T]) Lookup(step *Step) (v T, ok bool, err error) {
 func (k PlanKey[T]) Get(step *Step) (T, error) {
 	v, ok, err := k.Lookup(step)
 	if err == nil && !ok {
-		err = fmt.Errorf("engine: step %s has no plan from resource %s", step.Walk, k.Resource)
+		err = fmt.Errorf("engine: step %s has no plan from resource %s", step.Walk, k.resource)
 	}
 	return v, err
 }

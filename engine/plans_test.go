@@ -10,7 +10,7 @@ import (
 // A plan is read as its resource's type: a missing plan is reported by Get
 // (and by Lookup's ok), a plan of another type is an error, never a zero.
 func TestPlanKeys(t *testing.T) {
-	step := NewStep(WalkDecode, "", nil, 0, nil)
+	step := newStep(WalkDecode, "", nil, 0, nil)
 	if _, err := KVCachePlan.Get(step); err == nil || !strings.Contains(err.Error(), "no plan from resource kv") {
 		t.Errorf("a missing KV plan: %v", err)
 	}

@@ -84,7 +84,7 @@ func (e *Engine) probeFloor(s accel.Stream) (int64, error) {
 }
 
 func (e *Engine) probeStep(s accel.Stream, walk string, rows []graph.Row) error {
-	step := NewStep(walk, "", rows, len(rows), nil)
+	step := newStep(walk, "", rows, len(rows), nil)
 	if err := e.node.prepare(s, step); err != nil {
 		return err
 	}

@@ -12,7 +12,7 @@ import (
 // graphs start, or with graphs off).
 type regionRun struct {
 	reg    Region
-	sr     *StepRunner
+	sr     *stepRunner
 	node   *regionNode
 	runner *graph.Runner
 }
@@ -50,7 +50,7 @@ func (n *regionNode) IngestPadding(ids []int64) error { return n.e.node.IngestPa
 func (n *regionNode) ResetPadding(ids []int64, free bool) error { return n.e.sr.Reset(ids, free) }
 
 func (n *regionNode) Prepare(s accel.Stream, lease *graph.Lease, rows []graph.Row) (graph.Inputs, error) {
-	step := NewStep(lease.Bucket.Walk, lease.Bucket.Key, rows, 0, lease)
+	step := newStep(lease.Bucket.Walk, lease.Bucket.Key, rows, 0, lease)
 	if err := n.slots.prepare(n.rr.sr, s, n.e.stager, step); err != nil {
 		return nil, notAdmitted(n.e.sr, err)
 	}

@@ -54,7 +54,7 @@ func (e *Engine) runStep(walk string, rows []graph.Row, next []*request) ([]int3
 				return nil, err
 			}
 		}
-		step = NewStep(walk, "", padded, n, lease)
+		step = newStep(walk, "", padded, n, lease)
 		if err := e.node.prepare(s, step); err != nil {
 			if lease != nil {
 				_ = e.runner.Discard(lease)
@@ -201,7 +201,7 @@ func (e *Engine) prePlanNext(batch []*request) {
 	if err != nil {
 		return
 	}
-	step := NewStep(WalkDecode, "", padded, len(ids), lease)
+	step := newStep(WalkDecode, "", padded, len(ids), lease)
 	ps := e.runner.PlanStream()
 	if err := e.node.prepare(ps, step); err != nil {
 		_ = e.runner.Discard(lease)
