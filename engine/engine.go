@@ -68,8 +68,8 @@ type Options struct {
 	// its golden check passes. Only for a single rank.
 	BackgroundCapture bool
 	// PlanCache is the directory measured capture costs persist in
-	// (default $REPRISE_PLAN_CACHE, else the user cache directory;
-	// "off" disables it).
+	// (default the user cache directory; "off" disables it). The command
+	// line sets it from --plan-cache or REPRISE_PLAN_CACHE.
 	PlanCache string
 	// Group is the ranks that must keep the same graphs (nil: one).
 	Group comm.Group

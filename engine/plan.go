@@ -13,10 +13,6 @@ import (
 	"github.com/reprise-ml/reprise/graph"
 )
 
-// EnvPlanCache names the directory where measured capture costs persist
-// ("off" disables the cache).
-const EnvPlanCache = "REPRISE_PLAN_CACHE"
-
 // planCacheVersion changes whenever what is measured or how changes.
 const planCacheVersion = 1
 
@@ -213,9 +209,6 @@ func (e *Engine) planKey(r *graph.Runner) string {
 
 func (e *Engine) planCacheFile(key string) string {
 	dir := e.opts.PlanCache
-	if dir == "" {
-		dir = os.Getenv(EnvPlanCache)
-	}
 	if dir == "off" {
 		return ""
 	}

@@ -39,7 +39,8 @@
 //     comm.Agree drops a bucket everywhere if any rank dropped it.
 //   - A failed capture (error or panic) drops only its bucket, leaves the
 //     stream and the pool usable, and is logged at ERROR by name.
-//     REPRISE_REQUIRE_ACCELERATOR_GRAPHS=1 makes any drop a start-up error.
+//     Options.RequireGraphs (REPRISE_REQUIRE_ACCELERATOR_GRAPHS=1 on the
+//     command line) makes any drop a start-up error.
 //   - Padding rows have negative handles (below -1, which means unset), stable
 //     per (prefix, key, index), so they never collide with a request id (>= 0).
 //     Their capture-time storage is released after capture; replays pad with

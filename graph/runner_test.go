@@ -139,29 +139,20 @@ func TestWarmupFailureDropsBucket(t *testing.T) {
 }
 
 func TestRequireGraphsSwitch(t *testing.T) {
-	failing := func(t *testing.T) *Runner {
+	failing := func(t *testing.T, require bool) *Runner {
 		n := newFakeNode(t, false)
 		n.fail[SlotSpec{Bucket: BucketKey{Walk: "decode", BatchSize: 1, Tokens: 1}}] = "error"
-		return newRunner(t, n, []*Config{small()}, Options{})
+		return newRunner(t, n, []*Config{small()}, Options{RequireGraphs: require})
 	}
-	t.Run("1", func(t *testing.T) {
-		t.Setenv(EnvRequireGraphs, "1")
-		err := failing(t).Capture(context.Background(), nil)
+	t.Run("on", func(t *testing.T) {
+		err := failing(t, true).Capture(context.Background(), nil)
 		if !errors.Is(err, ErrGraphsRequired) || !strings.Contains(err.Error(), "decode[bs=1,tokens=1,key=]") {
 			t.Fatalf("want ErrGraphsRequired naming the bucket, got %v", err)
 		}
 	})
-	t.Run("0", func(t *testing.T) {
-		t.Setenv(EnvRequireGraphs, "0")
-		if err := failing(t).Capture(context.Background(), nil); err != nil {
+	t.Run("off", func(t *testing.T) {
+		if err := failing(t, false).Capture(context.Background(), nil); err != nil {
 			t.Fatalf("with the switch off a drop is not an error: %v", err)
-		}
-	})
-	t.Run("bad", func(t *testing.T) {
-		t.Setenv(EnvRequireGraphs, "yes")
-		n := newFakeNode(t, false)
-		if _, err := New(n.dev, n, []*Config{small()}, Options{}); err == nil {
-			t.Fatal("an unknown value was accepted")
 		}
 	})
 }

@@ -124,7 +124,7 @@ func (f *serveFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.modelName, "model-name", "", "the model's name in the API (default stories260K, or --model's file name without extension)")
 	fs.DurationVar(&f.retryAfter, "retry-after", serve.DefaultRetryAfter, "Retry-After of a 429 (rounded up to seconds)")
 	fs.StringVar(&f.debugListen, "debug-listen", "", "`address` to serve Go's profiler on (/debug/pprof/; off unless given: keep it private)")
-	fs.StringVar(&f.planCache, "plan-cache", "", "directory of measured capture costs (default $"+engine.EnvPlanCache+" or the user cache; off disables)")
+	fs.StringVar(&f.planCache, "plan-cache", "", "directory of measured capture costs (default $"+envPlanCache+" or the user cache; off disables)")
 }
 
 // applyConfig sets, from the YAML file, every flag the command line did not
