@@ -49,7 +49,6 @@ func Run(t *testing.T, backend string, expect ...Expect) {
 	t.Run("BF16", func(t *testing.T) { testBF16(t, backend) })
 	t.Run("MisalignedOperand", func(t *testing.T) { testMisalignedOperand(t, backend) })
 	t.Run("ForeignBuffer", func(t *testing.T) { testForeignBuffer(t, backend) })
-	t.Run("ModelReference", func(t *testing.T) { testModel(t, backend) })
 }
 
 // The backend lists its devices by ordinal, each named, and refuses to open
