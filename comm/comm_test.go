@@ -3,6 +3,7 @@ package comm
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -73,5 +74,59 @@ func TestSingle(t *testing.T) {
 	got, err := s.AllGather(context.Background(), []int64{7})
 	if err != nil || len(got) != 1 || got[0][0] != 7 || s.Size() != 1 || s.Rank() != 0 {
 		t.Fatalf("single: %v %v", got, err)
+	}
+}
+
+func TestAgree(t *testing.T) {
+	g := NewLocal(3)
+	vals := [][]int64{{1, 1, 5}, {1, 0, 7}, {1, 1, 2}}
+	type res struct {
+		min, max []int64
+		err      error
+	}
+	out := make([]res, 3)
+	var wg sync.WaitGroup
+	for r := range g {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out[r].min, out[r].err = Agree(context.Background(), g[r], vals[r], Min)
+			if out[r].err == nil {
+				out[r].max, out[r].err = Agree(context.Background(), g[r], vals[r], Max)
+			}
+		}()
+	}
+	wg.Wait()
+	for r, o := range out {
+		if o.err != nil {
+			t.Fatalf("rank %d: %v", r, o.err)
+		}
+		if want := []int64{1, 0, 2}; !slices.Equal(o.min, want) {
+			t.Errorf("rank %d: Min gave %v, want %v", r, o.min, want)
+		}
+		if want := []int64{1, 1, 7}; !slices.Equal(o.max, want) {
+			t.Errorf("rank %d: Max gave %v, want %v", r, o.max, want)
+		}
+	}
+}
+
+// Ranks agreeing on vectors of different lengths is an error on every rank,
+// never a silent reduction over the shorter one.
+func TestAgreeLengthsDiffer(t *testing.T) {
+	g := NewLocal(2)
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for r := range g {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, errs[r] = Agree(context.Background(), g[r], make([]int64, 1+r), Min)
+		}()
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err == nil {
+			t.Errorf("rank %d agreed with a peer whose vector was of another length", r)
+		}
 	}
 }

@@ -122,6 +122,7 @@ func (e *Engine) backgroundUnit(ctx context.Context) bool {
 			}
 		}
 		for _, p := range bg.pools {
+			p.runner.ReleaseWarmed(planned[p.runner])
 			for _, sp := range p.runner.Specs() {
 				if planned[p.runner][sp.Bucket] && sp.Slot == 0 {
 					bg.pending = append(bg.pending, bgItem{p.runner, sp.Bucket})
@@ -135,6 +136,7 @@ func (e *Engine) backgroundUnit(ctx context.Context) bool {
 		if len(bg.pending) == 0 {
 			for _, p := range bg.pools {
 				_ = p.runner.ReleasePadding()
+				p.runner.ReleaseWarmed(nil)
 			}
 			e.bg = nil
 			e.captureFinished(bg.started)

@@ -49,7 +49,7 @@ func (e *Engine) benchDecode(bs, warmup, steps int, maxTime time.Duration, eager
 		e.mu.Unlock()
 		r := &request{id: id, req: Request{Prompt: []int32{1, int32(3 + i%200)}, MaxTokens: need}, maxLen: need + 1,
 			out: make(chan Output, 1), wake: func() {}}
-		if err := e.sr.Ingest(id, RequestInfo{MaxLen: need + 1}); err != nil {
+		if err := e.sr.Ingest(id, requestInfo{MaxLen: need + 1}); err != nil {
 			e.benchCleanup(reqs[:i])
 			return res, fmt.Errorf("engine: bench batch %d: %w", bs, err)
 		}
@@ -114,7 +114,7 @@ type PrefillResult struct {
 	// Next is each prompt's sampled token.
 	Next []int32
 	// Logits are each prompt's last-position logits, when the model outputs
-	// them (its "logits" output).
+	// them (its OutputLogits output).
 	Logits [][]float32
 	// Duration is the step's wall time (plan, forward, read back).
 	Duration time.Duration
@@ -148,7 +148,7 @@ func (e *Engine) prefillOnce(prompts [][]int32, eager bool) (PrefillResult, erro
 		id := e.nextID
 		e.nextID++
 		e.mu.Unlock()
-		if err := e.sr.Ingest(id, RequestInfo{MaxLen: len(p)}); err != nil {
+		if err := e.sr.Ingest(id, requestInfo{MaxLen: len(p)}); err != nil {
 			return res, err
 		}
 		reqs = append(reqs, &request{id: id, ingested: true})

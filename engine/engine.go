@@ -68,8 +68,8 @@ type Options struct {
 	// its golden check passes. Only for a single rank.
 	BackgroundCapture bool
 	// PlanCache is the directory measured capture costs persist in
-	// (default $REPRISE_PLAN_CACHE, else the user cache directory;
-	// "off" disables it).
+	// (default the user cache directory; "off" disables it). The command
+	// line sets it from --plan-cache or REPRISE_PLAN_CACHE.
 	PlanCache string
 	// Group is the ranks that must keep the same graphs (nil: one).
 	Group comm.Group
@@ -141,9 +141,9 @@ type Engine struct {
 	info   ModelInfo
 	opts   Options
 	log    *slog.Logger
-	sr     *StepRunner
-	kv     *KVCache
-	pos    *Positions
+	sr     *stepRunner
+	kv     *kvCache
+	pos    *positionsResource
 	samp   *Sampler
 	node   *node
 	runner *graph.Runner
@@ -180,6 +180,8 @@ type Engine struct {
 	// them) in lastLogits; loop-owned.
 	keepLogits bool
 	lastLogits []float32
+	// floor is what the largest eager step takes (ensureFloor).
+	floor int64
 }
 
 // New builds the engine's resources on dev. Call Start to capture graphs
@@ -218,11 +220,11 @@ func New(dev accel.Device, m Model, opts Options) (*Engine, error) {
 		pages = int(min(int64(want), budget/pageBytes))
 	}
 	var err error
-	if e.kv, err = NewKVCache(dev, KVConfig{Layers: info.Layers, KVDim: kvdim, PageSize: opts.PageSize, Pages: pages, MaxLen: info.MaxSeq}); err != nil {
+	if e.kv, err = newKVCache(dev, kvConfig{Layers: info.Layers, KVDim: kvdim, PageSize: opts.PageSize, Pages: pages, MaxLen: info.MaxSeq}); err != nil {
 		return nil, err
 	}
-	e.pos, e.samp = NewPositions(dev), NewSampler(dev)
-	if e.sr, err = NewStepRunner(e.kv, e.pos, e.samp); err != nil {
+	e.pos, e.samp = newPositions(dev), NewSampler(dev)
+	if e.sr, err = newStepRunner(e.kv, e.pos, e.samp); err != nil {
 		return nil, err
 	}
 	if e.stager, err = accel.NewStager(dev, 16, 4096); err != nil {
@@ -235,15 +237,15 @@ func New(dev accel.Device, m Model, opts Options) (*Engine, error) {
 	e.regions = map[string]*regionRun{}
 	if rm, ok := m.(RegionModel); ok {
 		for _, reg := range rm.Regions() {
-			var rs []Resource
+			var rs []resource
 			for _, name := range reg.Resources {
-				r := e.sr.Resource(name)
+				r := e.sr.resource(name)
 				if r == nil {
 					return nil, fmt.Errorf("engine: region %s reads unknown resource %q", reg.Label, name)
 				}
 				rs = append(rs, r)
 			}
-			sr, err := NewStepRunner(rs...)
+			sr, err := newStepRunner(rs...)
 			if err != nil {
 				return nil, err
 			}
@@ -256,9 +258,6 @@ func New(dev accel.Device, m Model, opts Options) (*Engine, error) {
 		"page_size", opts.PageSize, "kv_bytes", e.kv.Bytes(), "graphs", opts.Graphs)
 	return e, nil
 }
-
-// KV is the engine's KV cache (for metrics and tests).
-func (e *Engine) KV() *KVCache { return e.kv }
 
 // Runner is the graph runner, nil when graphs are off.
 func (e *Engine) Runner() *graph.Runner { return e.runner }
@@ -277,6 +276,9 @@ func (e *Engine) Start(ctx context.Context) error {
 			return err
 		}
 		e.stream = s
+		if err := e.ensureFloor(s); err != nil {
+			return err
+		}
 	}
 	e.mu.Lock()
 	e.started = true
@@ -311,6 +313,13 @@ func (e *Engine) startGraphs(ctx context.Context, capture bool) error {
 	if ro.Logger == nil {
 		ro.Logger = e.log
 	}
+	if e.opts.BackgroundCapture {
+		// Warm-ups between steps must leave the largest step its memory
+		// (before serving, the plan keeps it free).
+		// (before serving, the plan keeps it free), and a segment besides:
+		// small blocks share segments, so free bytes may be split.
+		ro.KeepFree = func() int64 { return e.floor + segment }
+	}
 	r, err := graph.New(e.dev, e.node, e.model.Configs(), ro)
 	if err != nil {
 		return err
@@ -335,6 +344,11 @@ func (e *Engine) startGraphs(ctx context.Context, capture bool) error {
 	}
 	if m := r.MaxBatchSizeFor(WalkDecode); m > 0 && m < e.opts.MaxBatch {
 		e.opts.MaxBatch = m
+	}
+	// Every buffer a capture reads is claimed: what is left must hold the
+	// largest eager step beside the KV cache.
+	if err := e.ensureFloor(r.Stream()); err != nil {
+		return err
 	}
 	pools := e.pools()
 	captures := 0
@@ -646,8 +660,8 @@ func (e *Engine) admit() []*request {
 			tokens+len(r.req.Prompt) > e.opts.MaxPrefillTokens || !e.kv.CanHold(r.maxLen) {
 			break
 		}
-		if err := e.sr.Ingest(r.id, RequestInfo{MaxLen: r.maxLen, Sampling: r.req.Sampling}); err != nil {
-			if errors.Is(err, ErrKVFull) {
+		if err := e.sr.Ingest(r.id, requestInfo{MaxLen: r.maxLen, Sampling: r.req.Sampling}); err != nil {
+			if errors.Is(err, errKVFull) {
 				break
 			}
 			e.waiting = e.waiting[1:]

@@ -9,6 +9,9 @@ import (
 	"github.com/reprise-ml/reprise/graph"
 )
 
+// KV is the engine's KV cache.
+func (e *Engine) KV() *kvCache { return e.kv }
+
 // OnLoop runs fn on the engine's loop goroutine, between two steps, and
 // waits for it: what fn reads of the loop's state is exact, and what it
 // submits or cancels is seen by the very next step.
@@ -104,7 +107,7 @@ func (e *Engine) SlotBufferKeys() map[string][]graph.SlotKey {
 // each region's label), the resources whose per-slot buffers that runner's
 // captures read, in sweep order.
 func (e *Engine) RunnerResources() map[string][]string {
-	names := func(sr *StepRunner) []string {
+	names := func(sr *stepRunner) []string {
 		var ns []string
 		for _, r := range sr.Resources() {
 			ns = append(ns, r.Name())

@@ -16,11 +16,11 @@ const KVName = "kv"
 // real requests for storage and never writes into theirs.
 const SinkPage = 0
 
-// ErrKVFull: the cache cannot promise a request the pages it may need.
-var ErrKVFull = errors.New("kv cache full")
+// errKVFull: the cache cannot promise a request the pages it may need.
+var errKVFull = errors.New("kv cache full")
 
-// KVConfig shapes a paged KV cache.
-type KVConfig struct {
+// kvConfig shapes a paged KV cache.
+type kvConfig struct {
 	Layers   int
 	KVDim    int // KV heads × head size
 	PageSize int // positions per page
@@ -28,12 +28,12 @@ type KVConfig struct {
 	MaxLen   int // positions a request may hold
 }
 
-// KVCache is the paged KV cache: per layer a K and a V tensor of Pages ×
+// kvCache is the paged KV cache: per layer a K and a V tensor of Pages ×
 // PageSize slots, pages handed to requests as their positions need them.
 // A request is promised, when it is ingested, the pages its MaxLen may need,
 // so a running request never fails to grow: requests that do not fit wait.
-type KVCache struct {
-	cfg    KVConfig
+type kvCache struct {
+	cfg    kvConfig
 	ppr    int // page-table width: pages a request may hold
 	K, V   []accel.Tensor
 	free   []int32
@@ -65,13 +65,23 @@ type KVPlan struct {
 	K, V     []accel.Tensor
 }
 
-// NewKVCache allocates the cache on dev.
-func NewKVCache(dev accel.Device, cfg KVConfig) (*KVCache, error) {
+// newKVCache allocates the cache on dev.
+func newKVCache(dev accel.Device, cfg kvConfig) (*kvCache, error) {
 	if cfg.Layers < 1 || cfg.KVDim < 1 || cfg.PageSize < 1 || cfg.Pages < 2 || cfg.MaxLen < 1 {
 		return nil, fmt.Errorf("kv: bad config %+v (need at least one page besides the sink)", cfg)
 	}
-	c := &KVCache{cfg: cfg, ppr: (cfg.MaxLen + cfg.PageSize - 1) / cfg.PageSize, reqs: map[int64]*kvState{},
+	c := &kvCache{cfg: cfg, ppr: (cfg.MaxLen + cfg.PageSize - 1) / cfg.PageSize, reqs: map[int64]*kvState{},
 		slots: newSlotTensors(dev)}
+	if err := c.alloc(dev); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// alloc allocates the K and V tensors of cfg.Pages pages and frees every
+// page but the sink.
+func (c *kvCache) alloc(dev accel.Device) error {
+	cfg := c.cfg
 	slots := cfg.Pages * cfg.PageSize
 	c.layerB = int64(slots) * int64(cfg.KVDim) * 4
 	for l := 0; l < cfg.Layers; l++ {
@@ -79,7 +89,7 @@ func NewKVCache(dev accel.Device, cfg KVConfig) (*KVCache, error) {
 			b, err := dev.Alloc(c.layerB)
 			if err != nil {
 				c.Close(dev)
-				return nil, fmt.Errorf("kv: %d pages of %d positions × %d layers: %w", cfg.Pages, cfg.PageSize, cfg.Layers, err)
+				return fmt.Errorf("kv: %d pages of %d positions × %d layers: %w", cfg.Pages, cfg.PageSize, cfg.Layers, err)
 			}
 			*dst = append(*dst, accel.Tensor{Buf: b, DType: accel.F32, Rows: slots, Cols: cfg.KVDim})
 		}
@@ -87,11 +97,32 @@ func NewKVCache(dev accel.Device, cfg KVConfig) (*KVCache, error) {
 	for p := int32(cfg.Pages - 1); p > SinkPage; p-- {
 		c.free = append(c.free, p)
 	}
-	return c, nil
+	return nil
+}
+
+// PageBytes is the device memory one page takes over every layer.
+func (c *kvCache) PageBytes() int64 {
+	return 2 * int64(c.cfg.Layers) * int64(c.cfg.PageSize) * int64(c.cfg.KVDim) * 4
+}
+
+// resize gives the cache pages (the sink included). No row may hold a page.
+func (c *kvCache) resize(dev accel.Device, pages int) error {
+	if c.UsedPages() != 0 || c.owed != 0 {
+		return fmt.Errorf("kv: resize with %d pages in use and %d promised", c.UsedPages(), c.owed)
+	}
+	if pages < 2 {
+		return fmt.Errorf("kv: resize to %d pages (need at least one besides the sink)", pages)
+	}
+	for _, t := range append(c.K, c.V...) {
+		_ = dev.Free(t.Buf)
+	}
+	c.K, c.V, c.free = nil, nil, nil
+	c.cfg.Pages = pages
+	return c.alloc(dev)
 }
 
 // Close frees the cache and its per-slot plan buffers.
-func (c *KVCache) Close(dev accel.Device) {
+func (c *kvCache) Close(dev accel.Device) {
 	for _, t := range append(c.K, c.V...) {
 		_ = dev.Free(t.Buf)
 	}
@@ -100,35 +131,35 @@ func (c *KVCache) Close(dev accel.Device) {
 }
 
 // Config is the cache's shape.
-func (c *KVCache) Config() KVConfig { return c.cfg }
+func (c *kvCache) Config() kvConfig { return c.cfg }
 
 // Bytes is the device memory the cache holds.
-func (c *KVCache) Bytes() int64 { return 2 * int64(c.cfg.Layers) * c.layerB }
+func (c *kvCache) Bytes() int64 { return 2 * int64(c.cfg.Layers) * c.layerB }
 
 // PagesFor is the pages n positions need.
-func (c *KVCache) PagesFor(n int) int { return (n + c.cfg.PageSize - 1) / c.cfg.PageSize }
+func (c *kvCache) PagesFor(n int) int { return (n + c.cfg.PageSize - 1) / c.cfg.PageSize }
 
 // FreePages is the pages neither allocated nor promised.
-func (c *KVCache) FreePages() int { return len(c.free) - c.owed }
+func (c *kvCache) FreePages() int { return len(c.free) - c.owed }
 
 // UsedPages is the pages allocated to requests (not the sink).
-func (c *KVCache) UsedPages() int { return c.cfg.Pages - 1 - len(c.free) }
+func (c *kvCache) UsedPages() int { return c.cfg.Pages - 1 - len(c.free) }
 
 // CanHold reports whether a request of maxLen positions could be promised
 // its pages now.
-func (c *KVCache) CanHold(maxLen int) bool { return c.PagesFor(maxLen) <= c.FreePages() }
+func (c *kvCache) CanHold(maxLen int) bool { return c.PagesFor(maxLen) <= c.FreePages() }
 
 // Fits reports whether a request of maxLen positions could ever fit.
-func (c *KVCache) Fits(maxLen int) bool {
+func (c *kvCache) Fits(maxLen int) bool {
 	return maxLen <= c.cfg.MaxLen && c.PagesFor(maxLen) <= c.cfg.Pages-1
 }
 
-func (c *KVCache) Name() string        { return KVName }
-func (c *KVCache) DependsOn() []string { return []string{PositionsName} }
+func (c *kvCache) Name() string        { return KVName }
+func (c *kvCache) DependsOn() []string { return []string{PositionsName} }
 
 // Ingest opens a row. A real request is promised the pages its MaxLen may
-// need, or refused with ErrKVFull.
-func (c *KVCache) Ingest(id int64, info RequestInfo) error {
+// need, or refused with errKVFull.
+func (c *kvCache) Ingest(id int64, info requestInfo) error {
 	if _, dup := c.reqs[id]; dup {
 		return fmt.Errorf("kv: row %d already open", id)
 	}
@@ -139,7 +170,7 @@ func (c *KVCache) Ingest(id int64, info RequestInfo) error {
 		}
 		st.promise = c.PagesFor(info.MaxLen)
 		if st.promise > c.FreePages() {
-			return fmt.Errorf("kv: %d pages for %d positions, %d free: %w", st.promise, info.MaxLen, c.FreePages(), ErrKVFull)
+			return fmt.Errorf("kv: %d pages for %d positions, %d free: %w", st.promise, info.MaxLen, c.FreePages(), errKVFull)
 		}
 		c.owed += st.promise
 	}
@@ -147,14 +178,14 @@ func (c *KVCache) Ingest(id int64, info RequestInfo) error {
 	return nil
 }
 
-func (c *KVCache) release(st *kvState) {
+func (c *kvCache) release(st *kvState) {
 	c.free = append(c.free, st.pages...)
 	c.owed -= max(0, st.promise-len(st.pages))
 	st.promise = 0
 	st.pages = nil
 }
 
-func (c *KVCache) Remove(id int64) error {
+func (c *kvCache) Remove(id int64) error {
 	if st, ok := c.reqs[id]; ok {
 		c.release(st)
 		delete(c.reqs, id)
@@ -163,7 +194,7 @@ func (c *KVCache) Remove(id int64) error {
 }
 
 // Reset returns a row to position 0; with free its pages go back.
-func (c *KVCache) Reset(id int64, free bool) error {
+func (c *kvCache) Reset(id int64, free bool) error {
 	st, ok := c.reqs[id]
 	if !ok {
 		return nil
@@ -178,18 +209,18 @@ func (c *KVCache) Reset(id int64, free bool) error {
 // Admit gives each row the pages its new positions need. Padding rows get
 // none, they write into the sink, except in a capture, where they hold
 // capture-time pages released after capture.
-func (c *KVCache) Admit(step *Step) (AdmitStatus, int) {
+func (c *kvCache) Admit(step *Step) (admitStatus, int) {
 	need, extra := 0, 0
 	for _, r := range step.Rows {
 		st, ok := c.reqs[r.ID]
 		if !ok {
-			return AllocFailed, 0
+			return admitAllocFailed, 0
 		}
 		if atRest(r.ID, step) {
 			continue
 		}
 		if st.next+len(r.Tokens) > c.cfg.MaxLen {
-			return AllocFailed, 0
+			return admitAllocFailed, 0
 		}
 		want := c.PagesFor(st.next + len(r.Tokens))
 		if n := want - len(st.pages); n > 0 {
@@ -202,7 +233,7 @@ func (c *KVCache) Admit(step *Step) (AdmitStatus, int) {
 		}
 	}
 	if free := len(c.free) - c.owed; extra > free || need > len(c.free) {
-		return AllocFailed, max(extra-free, need-len(c.free))
+		return admitAllocFailed, max(extra-free, need-len(c.free))
 	}
 	rec := &kvRecord{start: make([]int, len(step.Rows)), count: make([]int, len(step.Rows)), added: make([][]int32, len(step.Rows))}
 	for i, r := range step.Rows {
@@ -223,10 +254,10 @@ func (c *KVCache) Admit(step *Step) (AdmitStatus, int) {
 		}
 	}
 	step.State[KVName] = rec
-	return Admitted, 0
+	return admitOK, 0
 }
 
-func (c *KVCache) Unadmit(step *Step) {
+func (c *kvCache) Unadmit(step *Step) {
 	rec, ok := step.State[KVName].(*kvRecord)
 	if !ok {
 		return
@@ -255,7 +286,7 @@ func (c *KVCache) Unadmit(step *Step) {
 // Plan writes each token's slot (padding rows at rest: the sink; a packed
 // bucket's tail: -1, which writes nothing) and each row's page table (unused
 // entries point at the sink).
-func (c *KVCache) Plan(s accel.Stream, sg *accel.Stager, step *Step) (any, error) {
+func (c *kvCache) Plan(s accel.Stream, sg *accel.Stager, step *Step) (any, error) {
 	rec := step.State[KVName].(*kvRecord)
 	bs := step.BatchSize()
 	slots := make([]int32, step.Tokens)
@@ -291,13 +322,13 @@ func (c *KVCache) Plan(s accel.Stream, sg *accel.Stager, step *Step) (any, error
 	return &KVPlan{Slots: ts[0], Pages: ts[1], PageSize: ps, K: c.K, V: c.V}, nil
 }
 
-func (c *KVCache) Commit(step *Step) error { return nil }
+func (c *kvCache) Commit(step *Step) error { return nil }
 
-func (c *KVCache) SupportsPrePlan() bool    { return true }
-func (c *KVCache) ForcesDoubleBuffer() bool { return true }
-func (c *KVCache) CanCapture() bool         { return true }
+func (c *kvCache) SupportsPrePlan() bool    { return true }
+func (c *kvCache) ForcesDoubleBuffer() bool { return true }
+func (c *kvCache) CanCapture() bool         { return true }
 
-func (c *KVCache) BuildGraphBuffers(specs []graph.SlotSpec) error {
+func (c *kvCache) BuildGraphBuffers(specs []graph.SlotSpec) error {
 	return c.slots.build(KVName, specs, func(sp graph.SlotSpec) []shape {
 		return []shape{{accel.I32, 1, sp.Bucket.Tokens}, {accel.I32, sp.Bucket.BatchSize, c.ppr}}
 	})

@@ -10,14 +10,14 @@ import (
 	"github.com/reprise-ml/reprise/graph"
 )
 
-func newKV(t *testing.T, pages int) (*KVCache, accel.Stream, *accel.Stager) {
+func newKV(t *testing.T, pages int) (*kvCache, accel.Stream, *accel.Stager) {
 	t.Helper()
 	dev, err := accel.Open("cpu", 0, accel.Options{MemoryLimit: 64 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { dev.Close() })
-	kv, err := NewKVCache(dev, KVConfig{Layers: 1, KVDim: 4, PageSize: 4, Pages: pages, MaxLen: 32})
+	kv, err := newKVCache(dev, kvConfig{Layers: 1, KVDim: 4, PageSize: 4, Pages: pages, MaxLen: 32})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -31,28 +31,28 @@ func TestKVSinkAndPromises(t *testing.T) {
 	if kv.FreePages() != 4 {
 		t.Fatalf("free %d, want 4 (the sink is never free)", kv.FreePages())
 	}
-	if err := kv.Ingest(1, RequestInfo{MaxLen: 10}); err != nil { // 3 pages promised
+	if err := kv.Ingest(1, requestInfo{MaxLen: 10}); err != nil { // 3 pages promised
 		t.Fatal(err)
 	}
 	if kv.FreePages() != 1 || kv.CanHold(5) {
 		t.Fatalf("free %d after a 3-page promise", kv.FreePages())
 	}
-	if err := kv.Ingest(2, RequestInfo{MaxLen: 8}); !errors.Is(err, ErrKVFull) {
+	if err := kv.Ingest(2, requestInfo{MaxLen: 8}); !errors.Is(err, errKVFull) {
 		t.Fatalf("a request beyond what is free: %v", err)
 	}
 	pad := graph.PaddingHandle("kv-test/0")
-	if err := kv.Ingest(pad, RequestInfo{}); err != nil {
+	if err := kv.Ingest(pad, requestInfo{}); err != nil {
 		t.Fatal(err)
 	}
 	// A replay step: request 1 with 6 tokens, a padding row with one.
 	lease := &graph.Lease{Bucket: graph.BucketKey{Walk: "w", BatchSize: 2, Tokens: 8}}
-	step := NewStep("w", "", []graph.Row{{ID: 1, Tokens: make([]int32, 6)}, {ID: pad, Tokens: make([]int32, 1)}}, 1, nil)
+	step := newStep("w", "", []graph.Row{{ID: 1, Tokens: make([]int32, 6)}, {ID: pad, Tokens: make([]int32, 1)}}, 1, nil)
 	step.Tokens = 8
 	step.Lease = lease
 	if err := kv.BuildGraphBuffers([]graph.SlotSpec{{Bucket: lease.Bucket}}); err != nil {
 		t.Fatal(err)
 	}
-	if st, _ := kv.Admit(step); st != Admitted {
+	if st, _ := kv.Admit(step); st != admitOK {
 		t.Fatalf("admit: %v", st)
 	}
 	if kv.UsedPages() != 2 || kv.FreePages() != 1 {
@@ -91,10 +91,10 @@ func TestKVSinkAndPromises(t *testing.T) {
 func TestKVCaptureTimePadding(t *testing.T) {
 	kv, _, _ := newKV(t, 5)
 	pad := graph.PaddingHandle("kv-test/capture")
-	kv.Ingest(pad, RequestInfo{})
+	kv.Ingest(pad, requestInfo{})
 	lease := &graph.Lease{Bucket: graph.BucketKey{Walk: "w", BatchSize: 1, Tokens: 5}, Capture: true}
-	step := NewStep("w", "", []graph.Row{{ID: pad, Tokens: make([]int32, 5)}}, 0, lease)
-	if st, _ := kv.Admit(step); st != Admitted {
+	step := newStep("w", "", []graph.Row{{ID: pad, Tokens: make([]int32, 5)}}, 0, lease)
+	if st, _ := kv.Admit(step); st != admitOK {
 		t.Fatal("capture admit refused")
 	}
 	if kv.UsedPages() != 2 {
@@ -112,7 +112,7 @@ func TestKVCaptureTimePadding(t *testing.T) {
 // promised to others are still physically free.
 func TestKVPromisedPagesAreNotLent(t *testing.T) {
 	// admit admits one step of rows (id, token count) on lease.
-	admit := func(kv *KVCache, lease *graph.Lease, rows ...[2]int64) (*Step, AdmitStatus, int) {
+	admit := func(kv *kvCache, lease *graph.Lease, rows ...[2]int64) (*Step, admitStatus, int) {
 		var rs []graph.Row
 		real := 0
 		for _, r := range rows {
@@ -121,11 +121,11 @@ func TestKVPromisedPagesAreNotLent(t *testing.T) {
 				real++
 			}
 		}
-		step := NewStep("w", "", rs, real, lease)
+		step := newStep("w", "", rs, real, lease)
 		st, short := kv.Admit(step)
 		return step, st, short
 	}
-	check := func(kv *KVCache, when string, used, free int) {
+	check := func(kv *kvCache, when string, used, free int) {
 		t.Helper()
 		if kv.UsedPages() != used || kv.FreePages() != free {
 			t.Fatalf("%s: used %d free %d, want used %d free %d", when, kv.UsedPages(), kv.FreePages(), used, free)
@@ -135,20 +135,20 @@ func TestKVPromisedPagesAreNotLent(t *testing.T) {
 	t.Run("capture padding", func(t *testing.T) {
 		// Page size 4; 4 pages besides the sink, all promised to request 1.
 		kv, _, _ := newKV(t, 5)
-		if err := kv.Ingest(1, RequestInfo{MaxLen: 16}); err != nil {
+		if err := kv.Ingest(1, requestInfo{MaxLen: 16}); err != nil {
 			t.Fatal(err)
 		}
 		check(kv, "after the promise", 0, 0)
 		pad := graph.PaddingHandle("kv-test/promise")
-		if err := kv.Ingest(pad, RequestInfo{}); err != nil {
+		if err := kv.Ingest(pad, requestInfo{}); err != nil {
 			t.Fatal(err)
 		}
 		capture := &graph.Lease{Bucket: graph.BucketKey{Walk: "w", BatchSize: 1, Tokens: 5}, Capture: true}
 		// 5 positions are 2 pages; all 4 physically free pages are request
 		// 1's, so the padding row must be refused, 2 pages short.
 		step, st, short := admit(kv, capture, [2]int64{pad, 5})
-		if st != AllocFailed || short != 2 {
-			t.Fatalf("a capture's padding row admitting 5 positions into promised pages: %v (%d short), want %v (2 short)", st, short, AllocFailed)
+		if st != admitAllocFailed || short != 2 {
+			t.Fatalf("a capture's padding row admitting 5 positions into promised pages: %v (%d short), want %v (2 short)", st, short, admitAllocFailed)
 		}
 		if _, ok := step.State[KVName]; ok || kv.reqs[pad].next != 0 || len(kv.reqs[pad].pages) != 0 {
 			t.Fatalf("a refused admission left state: record %v, padding row at %d with pages %v",
@@ -156,7 +156,7 @@ func TestKVPromisedPagesAreNotLent(t *testing.T) {
 		}
 		check(kv, "after the refusal", 0, 0)
 		// Request 1 still gets every page it was promised.
-		if _, st, short := admit(kv, nil, [2]int64{1, 16}); st != Admitted {
+		if _, st, short := admit(kv, nil, [2]int64{1, 16}); st != admitOK {
 			t.Fatalf("request 1 admitting its 16 promised positions: %v (%d short)", st, short)
 		}
 		check(kv, "after request 1 took its promise", 4, 0)
@@ -166,7 +166,7 @@ func TestKVPromisedPagesAreNotLent(t *testing.T) {
 		// Once request 1 is gone its pages are nobody's: the padding row fits.
 		kv.Remove(1)
 		check(kv, "after request 1 left", 0, 4)
-		if _, st, short := admit(kv, capture, [2]int64{pad, 5}); st != Admitted {
+		if _, st, short := admit(kv, capture, [2]int64{pad, 5}); st != admitOK {
 			t.Fatalf("a capture's padding row with every page unpromised: %v (%d short)", st, short)
 		}
 		check(kv, "with the padding row's capture pages", 2, 2)
@@ -176,36 +176,36 @@ func TestKVPromisedPagesAreNotLent(t *testing.T) {
 
 	t.Run("another request's growth", func(t *testing.T) {
 		kv, _, _ := newKV(t, 5)
-		if err := kv.Ingest(1, RequestInfo{MaxLen: 12}); err != nil { // 3 pages promised
+		if err := kv.Ingest(1, requestInfo{MaxLen: 12}); err != nil { // 3 pages promised
 			t.Fatal(err)
 		}
-		if err := kv.Ingest(2, RequestInfo{MaxLen: 4}); err != nil { // 1 page promised
+		if err := kv.Ingest(2, requestInfo{MaxLen: 4}); err != nil { // 1 page promised
 			t.Fatal(err)
 		}
 		check(kv, "after both promises", 0, 0)
 		// Request 2 fills its one promised page.
-		if _, st, short := admit(kv, nil, [2]int64{2, 4}); st != Admitted {
+		if _, st, short := admit(kv, nil, [2]int64{2, 4}); st != admitOK {
 			t.Fatalf("request 2 within its promise: %v (%d short)", st, short)
 		}
 		check(kv, "after request 2's prefill", 1, 0)
 		// One more position needs a second page: 3 are physically free, but
 		// all 3 are request 1's.
 		step, st, short := admit(kv, nil, [2]int64{2, 1})
-		if st != AllocFailed || short != 1 {
-			t.Fatalf("request 2 growing past its promise into request 1's pages: %v (%d short), want %v (1 short)", st, short, AllocFailed)
+		if st != admitAllocFailed || short != 1 {
+			t.Fatalf("request 2 growing past its promise into request 1's pages: %v (%d short), want %v (1 short)", st, short, admitAllocFailed)
 		}
 		if _, ok := step.State[KVName]; ok || kv.reqs[2].next != 4 || len(kv.reqs[2].pages) != 1 {
 			t.Fatalf("a refused admission left state: record %v, request 2 at %d with pages %v",
 				step.State[KVName], kv.reqs[2].next, kv.reqs[2].pages)
 		}
 		// Nor in a batch with request 1: the step is refused whole.
-		if _, st, _ := admit(kv, nil, [2]int64{1, 1}, [2]int64{2, 1}); st != AllocFailed {
-			t.Fatalf("a batch where request 2 grows past its promise: %v, want %v", st, AllocFailed)
+		if _, st, _ := admit(kv, nil, [2]int64{1, 1}, [2]int64{2, 1}); st != admitAllocFailed {
+			t.Fatalf("a batch where request 2 grows past its promise: %v, want %v", st, admitAllocFailed)
 		}
 		check(kv, "after the refusals", 1, 0)
 		// Request 1 grows to its whole promise, a step at a time.
 		for _, n := range []int64{5, 4, 3} {
-			if _, st, short := admit(kv, nil, [2]int64{1, n}); st != Admitted {
+			if _, st, short := admit(kv, nil, [2]int64{1, n}); st != admitOK {
 				t.Fatalf("request 1 admitting %d more positions of its promise: %v (%d short)", n, st, short)
 			}
 		}

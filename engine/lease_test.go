@@ -25,7 +25,7 @@ func (s rowState) String() string {
 
 // rowStateOf reads a row's state; ok is false when some resource does not
 // know the row.
-func rowStateOf(kv *KVCache, pos *Positions, samp *Sampler, id int64) (rowState, bool) {
+func rowStateOf(kv *kvCache, pos *positionsResource, samp *Sampler, id int64) (rowState, bool) {
 	k, ok1 := kv.reqs[id]
 	p, ok2 := pos.reqs[id]
 	s, ok3 := samp.reqs[id]
@@ -47,13 +47,13 @@ func TestLeaseMismatchIsRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { dev.Close() })
-	kv, err := NewKVCache(dev, KVConfig{Layers: 1, KVDim: 4, PageSize: 4, Pages: 12, MaxLen: 16})
+	kv, err := newKVCache(dev, kvConfig{Layers: 1, KVDim: 4, PageSize: 4, Pages: 12, MaxLen: 16})
 	if err != nil {
 		t.Fatal(err)
 	}
-	pos, samp := NewPositions(dev), NewSampler(dev)
+	pos, samp := newPositions(dev), NewSampler(dev)
 	t.Cleanup(func() { kv.Close(dev); pos.Close(); samp.Close() })
-	sr, err := NewStepRunner(kv, pos, samp)
+	sr, err := newStepRunner(kv, pos, samp)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +75,7 @@ func TestLeaseMismatchIsRefused(t *testing.T) {
 	}
 	ids := []int64{1, 2, 3}
 	for _, id := range ids {
-		if err := sr.Ingest(id, RequestInfo{MaxLen: 12}); err != nil {
+		if err := sr.Ingest(id, requestInfo{MaxLen: 12}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -119,7 +119,7 @@ func TestLeaseMismatchIsRefused(t *testing.T) {
 	before := snap()
 	var ok slotSteps
 	lease := &graph.Lease{Bucket: bucket, Slot: 0}
-	step := NewStep(WalkDecode, "cfg", rows(2), 2, lease)
+	step := newStep(WalkDecode, "cfg", rows(2), 2, lease)
 	if err := prepare(&ok, step); err != nil {
 		t.Fatalf("a step of key %q with 2 rows on lease %v: %v", step.Key, bucket, err)
 	}
@@ -151,13 +151,13 @@ func TestLeaseMismatchIsRefused(t *testing.T) {
 			before := snap()
 			var p slotSteps
 			lease := &graph.Lease{Bucket: bucket, Slot: 0}
-			step := NewStep(WalkDecode, c.key, rows(c.rows), c.rows, lease)
+			step := newStep(WalkDecode, c.key, rows(c.rows), c.rows, lease)
 			err := prepare(&p, step)
 			if !errors.Is(err, ErrLeaseMismatch) {
 				t.Errorf("a step of key %q with %d rows on lease %v: %v, want ErrLeaseMismatch", c.key, c.rows, bucket, err)
 			}
-			if len(step.State) != 0 || len(step.Plans) != 0 {
-				t.Errorf("the refused step holds admission records %v and plans %v", step.State, step.Plans)
+			if len(step.State) != 0 || len(step.plans) != 0 {
+				t.Errorf("the refused step holds admission records %v and plans %v", step.State, step.plans)
 			}
 			if got, _ := p.get(lease); got != nil {
 				t.Errorf("the refused step is remembered for the lease's slot: a capture or replay would read its plans")

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/reprise-ml/reprise/accel"
@@ -36,8 +37,8 @@ type Model interface {
 	// Preprocess turns a step's rows into the forward's static inputs,
 	// sized for the step's bucket when it has a lease.
 	Preprocess(step *Step) graph.Inputs
-	// Forward enqueues the forward on l and returns its outputs; "next"
-	// ([1, rows] I32) is the sampled token of each row.
+	// Forward enqueues the forward on l and returns its outputs by name;
+	// OutputNext ([1, rows] I32) is the sampled token of each row.
 	Forward(l *accel.Launcher, b *Batch) (map[string]accel.Tensor, error)
 }
 
@@ -55,13 +56,16 @@ type Batch struct {
 	region func(l *accel.Launcher, label string, in map[string]accel.Tensor) (*RegionResult, error)
 }
 
-// batchFor assembles a step's batch from its inputs and plans.
-func batchFor(step *Step, in map[string]accel.Tensor) *Batch {
+// batchFor assembles a step's batch from its inputs and plans. A plan the
+// step lacks stays zero (a region's step plans only the resources it reads);
+// a plan of the wrong type is an error.
+func batchFor(step *Step, in map[string]accel.Tensor) (*Batch, error) {
 	b := &Batch{Walk: step.Walk, Lease: step.Lease, Rows: step.BatchSize(), Tokens: step.Tokens, In: in}
-	b.Pos, _ = step.Plans[PositionsName].(accel.Tensor)
-	b.KV, _ = step.Plans[KVName].(*KVPlan)
-	b.Sample, _ = step.Plans[SamplerName].(accel.SampleParams)
-	return b
+	var errs [3]error
+	b.Pos, _, errs[0] = PositionsPlan.Lookup(step)
+	b.KV, _, errs[1] = KVCachePlan.Lookup(step)
+	b.Sample, _, errs[2] = SamplerPlan.Lookup(step)
+	return b, errors.Join(errs[:]...)
 }
 
 // Region is an inner part of a walk's forward that the engine may capture on

@@ -13,12 +13,12 @@ import (
 type node struct {
 	e      *Engine
 	model  Model
-	sr     *StepRunner
+	sr     *stepRunner
 	stager *accel.Stager
 	slots  slotSteps
 }
 
-func newNode(e *Engine, m Model, sr *StepRunner, st *accel.Stager) *node {
+func newNode(e *Engine, m Model, sr *stepRunner, st *accel.Stager) *node {
 	return &node{e: e, model: m, sr: sr, stager: st}
 }
 
@@ -33,7 +33,7 @@ type slotSteps struct {
 // prepare admits and plans step through sr and, on a lease, remembers it for
 // the lease's slot. A lease for other key info, or fewer rows than the step,
 // is ErrLeaseMismatch.
-func (p *slotSteps) prepare(sr *StepRunner, s accel.Stream, st *accel.Stager, step *Step) error {
+func (p *slotSteps) prepare(sr *stepRunner, s accel.Stream, st *accel.Stager, step *Step) error {
 	if l := step.Lease; l != nil && (l.Bucket.Key != step.Key || len(step.Rows) > l.Bucket.BatchSize) {
 		return fmt.Errorf("engine: step %s key %q with %d rows on lease %v: %w",
 			step.Walk, step.Key, len(step.Rows), l.Bucket, ErrLeaseMismatch)
@@ -71,8 +71,8 @@ func (p *slotSteps) get(lease *graph.Lease) (*Step, error) {
 // (graph.ErrNotAdmitted) while real requests hold resources: the capture is
 // tried again later rather than dropped. With no request open, nothing can
 // free what the step lacks: the refusal is final, and says so.
-func notAdmitted(sr *StepRunner, err error) error {
-	var ae *AdmitError
+func notAdmitted(sr *stepRunner, err error) error {
+	var ae *admitError
 	if !errors.As(err, &ae) {
 		return err
 	}
@@ -88,7 +88,7 @@ func (n *node) BuildGraphBuffers(specs []graph.SlotSpec) error { return n.sr.Bui
 
 func (n *node) IngestPadding(ids []int64) error {
 	for _, id := range ids {
-		if err := n.sr.Ingest(id, RequestInfo{}); err != nil {
+		if err := n.sr.Ingest(id, requestInfo{}); err != nil {
 			return err
 		}
 	}
@@ -103,7 +103,7 @@ func (n *node) Prepare(s accel.Stream, lease *graph.Lease, rows []graph.Row) (gr
 	for real < len(rows) && !graph.IsPadding(rows[real].ID) {
 		real++
 	}
-	step := NewStep(lease.Bucket.Walk, lease.Bucket.Key, rows, real, lease)
+	step := newStep(lease.Bucket.Walk, lease.Bucket.Key, rows, real, lease)
 	if err := n.prepare(s, step); err != nil {
 		return nil, notAdmitted(n.sr, err)
 	}
@@ -125,5 +125,9 @@ func (n *node) Forward(l *accel.Launcher, lease *graph.Lease, in map[string]acce
 	if err != nil {
 		return nil, err
 	}
-	return n.model.Forward(l, n.e.batch(step, in))
+	b, err := n.e.batch(step, in)
+	if err != nil {
+		return nil, err
+	}
+	return n.model.Forward(l, b)
 }

@@ -60,7 +60,7 @@ func TestPaddingRowsRestAfterPaddedSteps(t *testing.T) {
 	var setupErr error
 	if err := e.OnLoop(ctx, func() {
 		for slot := range r.NumSlots() {
-			l := r.LeaseSlot(engine.WalkDecode, real, -1, "", slot)
+			l := r.LeaseSlot(graph.LeaseRequest{Walk: engine.WalkDecode, Rows: real, AheadOfInputs: true, PinSlot: true, Slot: slot})
 			if l == nil || l.Bucket.BatchSize != bucket {
 				t.Errorf("%d decode rows lease %v on slot %d, want a bucket of %d", real, l, slot, bucket)
 				return

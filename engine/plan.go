@@ -13,10 +13,6 @@ import (
 	"github.com/reprise-ml/reprise/graph"
 )
 
-// EnvPlanCache names the directory where measured capture costs persist
-// ("off" disables the cache).
-const EnvPlanCache = "REPRISE_PLAN_CACHE"
-
 // planCacheVersion changes whenever what is measured or how changes.
 const planCacheVersion = 1
 
@@ -101,6 +97,16 @@ func (e *Engine) plan(ctx context.Context, pools []pool) (*PlanReport, error) {
 		budget += p.runner.WarmedOutputs()
 		rep.Pools = append(rep.Pools, pr)
 	}
+	// The plan keeps its floor (the largest warmed step) free; the largest
+	// eager step Start measured may be larger still (its buckets' warm-ups
+	// may have failed, or no bucket is as large): keep that free too.
+	var warmedFloor int64
+	for _, cs := range costs {
+		for _, c := range cs {
+			warmedFloor = max(warmedFloor, c.Peak)
+		}
+	}
+	budget -= max(0, e.floor-warmedFloor)
 	plan := graph.Plan(costs, budget, 0)
 	// When the plan leaves graphs out, buckets costed from a larger one are
 	// measured for their own cost and the plan is made again. Every rank
@@ -203,9 +209,6 @@ func (e *Engine) planKey(r *graph.Runner) string {
 
 func (e *Engine) planCacheFile(key string) string {
 	dir := e.opts.PlanCache
-	if dir == "" {
-		dir = os.Getenv(EnvPlanCache)
-	}
 	if dir == "off" {
 		return ""
 	}

@@ -10,11 +10,11 @@ import (
 // PositionsName is the positions resource's name.
 const PositionsName = "positions"
 
-// Positions is the resource that counts each request's positions: a step's
+// positionsResource is the resource that counts each request's positions: a step's
 // tokens land at the positions after everything admitted before it, so a
 // pre-planned step N+1 already sees step N's tokens though N has not
 // committed.
-type Positions struct {
+type positionsResource struct {
 	slots *slotTensors
 	reqs  map[int64]*posState
 }
@@ -24,15 +24,15 @@ type posState struct{ committed, next int }
 // posRecord is what a step admitted: each row's first position and count.
 type posRecord struct{ start, count []int }
 
-// NewPositions makes the resource.
-func NewPositions(dev accel.Device) *Positions {
-	return &Positions{slots: newSlotTensors(dev), reqs: map[int64]*posState{}}
+// newPositions makes the resource.
+func newPositions(dev accel.Device) *positionsResource {
+	return &positionsResource{slots: newSlotTensors(dev), reqs: map[int64]*posState{}}
 }
 
-func (p *Positions) Name() string        { return PositionsName }
-func (p *Positions) DependsOn() []string { return nil }
+func (p *positionsResource) Name() string        { return PositionsName }
+func (p *positionsResource) DependsOn() []string { return nil }
 
-func (p *Positions) Ingest(id int64, _ RequestInfo) error {
+func (p *positionsResource) Ingest(id int64, _ requestInfo) error {
 	if _, dup := p.reqs[id]; dup {
 		return fmt.Errorf("positions: row %d already open", id)
 	}
@@ -40,20 +40,20 @@ func (p *Positions) Ingest(id int64, _ RequestInfo) error {
 	return nil
 }
 
-func (p *Positions) Remove(id int64) error { delete(p.reqs, id); return nil }
+func (p *positionsResource) Remove(id int64) error { delete(p.reqs, id); return nil }
 
-func (p *Positions) Reset(id int64, _ bool) error {
+func (p *positionsResource) Reset(id int64, _ bool) error {
 	if st, ok := p.reqs[id]; ok {
 		*st = posState{}
 	}
 	return nil
 }
 
-func (p *Positions) Admit(step *Step) (AdmitStatus, int) {
+func (p *positionsResource) Admit(step *Step) (admitStatus, int) {
 	rec := &posRecord{start: make([]int, len(step.Rows)), count: make([]int, len(step.Rows))}
 	for _, r := range step.Rows {
 		if _, ok := p.reqs[r.ID]; !ok {
-			return AllocFailed, 0
+			return admitAllocFailed, 0
 		}
 	}
 	for i, r := range step.Rows {
@@ -65,10 +65,10 @@ func (p *Positions) Admit(step *Step) (AdmitStatus, int) {
 		st.next += len(r.Tokens)
 	}
 	step.State[PositionsName] = rec
-	return Admitted, 0
+	return admitOK, 0
 }
 
-func (p *Positions) Unadmit(step *Step) {
+func (p *positionsResource) Unadmit(step *Step) {
 	rec, ok := step.State[PositionsName].(*posRecord)
 	if !ok {
 		return
@@ -89,7 +89,7 @@ func atRest(id int64, step *Step) bool {
 }
 
 // Starts is each row's first position in an admitted step.
-func (p *Positions) Starts(step *Step) []int {
+func (p *positionsResource) Starts(step *Step) []int {
 	if rec, ok := step.State[PositionsName].(*posRecord); ok {
 		return rec.start
 	}
@@ -98,7 +98,7 @@ func (p *Positions) Starts(step *Step) []int {
 
 // Plan writes one position per token of the step; tokens past the real ones
 // (a packed bucket's tail) get position 0.
-func (p *Positions) Plan(s accel.Stream, sg *accel.Stager, step *Step) (any, error) {
+func (p *positionsResource) Plan(s accel.Stream, sg *accel.Stager, step *Step) (any, error) {
 	rec := step.State[PositionsName].(*posRecord)
 	pos := make([]int32, step.Tokens)
 	t := 0
@@ -118,7 +118,7 @@ func (p *Positions) Plan(s accel.Stream, sg *accel.Stager, step *Step) (any, err
 	return ts[0], nil
 }
 
-func (p *Positions) Commit(step *Step) error {
+func (p *positionsResource) Commit(step *Step) error {
 	rec, ok := step.State[PositionsName].(*posRecord)
 	if !ok {
 		return fmt.Errorf("positions: commit of a step never admitted")
@@ -132,7 +132,7 @@ func (p *Positions) Commit(step *Step) error {
 }
 
 // Committed is a request's committed length.
-func (p *Positions) Committed(id int64) int {
+func (p *positionsResource) Committed(id int64) int {
 	if st, ok := p.reqs[id]; ok {
 		return st.committed
 	}
@@ -140,13 +140,13 @@ func (p *Positions) Committed(id int64) int {
 }
 
 // Close frees the per-slot plan buffers.
-func (p *Positions) Close() { p.slots.free() }
+func (p *positionsResource) Close() { p.slots.free() }
 
-func (p *Positions) SupportsPrePlan() bool    { return true }
-func (p *Positions) ForcesDoubleBuffer() bool { return true }
-func (p *Positions) CanCapture() bool         { return true }
+func (p *positionsResource) SupportsPrePlan() bool    { return true }
+func (p *positionsResource) ForcesDoubleBuffer() bool { return true }
+func (p *positionsResource) CanCapture() bool         { return true }
 
-func (p *Positions) BuildGraphBuffers(specs []graph.SlotSpec) error {
+func (p *positionsResource) BuildGraphBuffers(specs []graph.SlotSpec) error {
 	return p.slots.build(PositionsName, specs, func(sp graph.SlotSpec) []shape {
 		return []shape{{accel.I32, 1, sp.Bucket.Tokens}}
 	})

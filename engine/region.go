@@ -12,7 +12,7 @@ import (
 // graphs start, or with graphs off).
 type regionRun struct {
 	reg    Region
-	sr     *StepRunner
+	sr     *stepRunner
 	node   *regionNode
 	runner *graph.Runner
 }
@@ -50,7 +50,7 @@ func (n *regionNode) IngestPadding(ids []int64) error { return n.e.node.IngestPa
 func (n *regionNode) ResetPadding(ids []int64, free bool) error { return n.e.sr.Reset(ids, free) }
 
 func (n *regionNode) Prepare(s accel.Stream, lease *graph.Lease, rows []graph.Row) (graph.Inputs, error) {
-	step := NewStep(lease.Bucket.Walk, lease.Bucket.Key, rows, 0, lease)
+	step := newStep(lease.Bucket.Walk, lease.Bucket.Key, rows, 0, lease)
 	if err := n.slots.prepare(n.rr.sr, s, n.e.stager, step); err != nil {
 		return nil, notAdmitted(n.e.sr, err)
 	}
@@ -63,20 +63,27 @@ func (n *regionNode) Forward(l *accel.Launcher, lease *graph.Lease, in map[strin
 		return nil, fmt.Errorf("region %s: %w", n.rr.reg.Label, err)
 	}
 	rm := n.e.model.(RegionModel)
-	return rm.RegionForward(l, n.rr.reg.Label, n.e.batch(step, in))
+	b, err := n.e.batch(step, in)
+	if err != nil {
+		return nil, err
+	}
+	return rm.RegionForward(l, n.rr.reg.Label, b)
 }
 
 // batch assembles a step's batch, with its regions run by the region
 // runners when the step is eager (a region inside a captured whole step runs
 // inline: it is part of that graph).
-func (e *Engine) batch(step *Step, in map[string]accel.Tensor) *Batch {
-	b := batchFor(step, in)
+func (e *Engine) batch(step *Step, in map[string]accel.Tensor) (*Batch, error) {
+	b, err := batchFor(step, in)
+	if err != nil {
+		return nil, err
+	}
 	if step.Lease == nil {
 		b.region = e.regionFor(step, b)
 	} else {
 		b.region = e.inlineRegion(b)
 	}
-	return b
+	return b, nil
 }
 
 // inlineRegion runs a region as part of the forward around it.
@@ -109,7 +116,7 @@ func (e *Engine) regionFor(step *Step, outer *Batch) func(*accel.Launcher, strin
 		}
 		var lease *graph.Lease
 		if rr.runner != nil && !e.forceEager {
-			lease = rr.runner.LeaseSlot(rr.reg.Config.Walk, step.Real, step.Tokens, step.Key, -1)
+			lease = rr.runner.LeaseSlot(graph.LeaseRequest{Walk: rr.reg.Config.Walk, Rows: step.Real, Tokens: step.Tokens, Key: step.Key})
 			if lease == nil && e.bg != nil {
 				e.bg.want(rr.runner, rr.reg.Config.Walk, step.Real, step.Tokens)
 				rr.runner.NoteEager(rr.reg.Config.Walk, "bucket not captured yet")
@@ -121,7 +128,7 @@ func (e *Engine) regionFor(step *Step, outer *Batch) func(*accel.Launcher, strin
 			return e.inlineRegion(outer)(l, label, in)
 		}
 		rs := &Step{Walk: lease.Bucket.Walk, Key: step.Key, Rows: step.Rows[:step.Real], Real: step.Real, Lease: lease,
-			Tokens: lease.Bucket.Tokens, Plans: map[string]any{}, State: step.State}
+			Tokens: lease.Bucket.Tokens, plans: map[string]any{}, State: step.State}
 		out, err := rr.runner.RunRegion(lease, in, step.Tokens, func(s accel.Stream) error {
 			return rr.sr.Plan(s, e.stager, rs)
 		})

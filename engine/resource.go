@@ -10,48 +10,48 @@ import (
 	"github.com/reprise-ml/reprise/graph"
 )
 
-// AdmitStatus is a resource's answer to a step.
-type AdmitStatus int
+// admitStatus is a resource's answer to a step.
+type admitStatus int
 
 // Admission outcomes.
 const (
-	// Admitted: the resource holds what the step needs.
-	Admitted AdmitStatus = iota
-	// Pending: the step cannot run yet but will once others finish.
-	Pending
-	// AllocFailed: the resource is short of storage (Short units).
-	AllocFailed
+	// admitOK: the resource holds what the step needs.
+	admitOK admitStatus = iota
+	// admitPending: the step cannot run yet but will once others finish.
+	admitPending
+	// admitAllocFailed: the resource is short of storage (Short units).
+	admitAllocFailed
 )
 
-func (a AdmitStatus) String() string {
+func (a admitStatus) String() string {
 	switch a {
-	case Admitted:
+	case admitOK:
 		return "admitted"
-	case Pending:
+	case admitPending:
 		return "pending"
-	case AllocFailed:
+	case admitAllocFailed:
 		return "allocation failed"
 	}
 	return fmt.Sprintf("admit(%d)", int(a))
 }
 
-// AdmitError says which resource refused a step and how. It is backpressure
+// admitError says which resource refused a step and how. It is backpressure
 // for the scheduler, never a crash.
-type AdmitError struct {
-	Resource string
-	Status   AdmitStatus
+type admitError struct {
+	resource string
+	Status   admitStatus
 	Short    int // units the resource lacked (pages for the KV cache)
 }
 
-func (e *AdmitError) Error() string {
-	if e.Status == AllocFailed {
-		return fmt.Sprintf("engine: resource %s: %s (%d short)", e.Resource, e.Status, e.Short)
+func (e *admitError) Error() string {
+	if e.Status == admitAllocFailed {
+		return fmt.Sprintf("engine: resource %s: %s (%d short)", e.resource, e.Status, e.Short)
 	}
-	return fmt.Sprintf("engine: resource %s: %s", e.Resource, e.Status)
+	return fmt.Sprintf("engine: resource %s: %s", e.resource, e.Status)
 }
 
-// RequestInfo is what resources learn about a request when it is ingested.
-type RequestInfo struct {
+// requestInfo is what resources learn about a request when it is ingested.
+type requestInfo struct {
 	// MaxLen is the most positions the request will hold (prompt plus
 	// generated tokens).
 	MaxLen   int
@@ -72,20 +72,21 @@ type Step struct {
 	// Tokens is the step's token count: the bucket's on a lease, else the
 	// sum of the rows' tokens.
 	Tokens int
-	// Plans holds each resource's plan, by resource name.
-	Plans map[string]any
+	// plans holds each resource's plan, by resource name; read them with
+	// their PlanKey.
+	plans map[string]any
 	// State holds each resource's private record of the step (what it
 	// admitted, to roll back or commit).
 	State map[string]any
-	// eager plan buffers, freed by StepRunner.Finish
+	// eager plan buffers, freed by stepRunner.Finish
 	scratch []accel.Buffer
 	stream  accel.Stream
 }
 
-// NewStep makes a step of rows.
-func NewStep(walk, key string, rows []graph.Row, real int, lease *graph.Lease) *Step {
+// newStep makes a step of rows.
+func newStep(walk, key string, rows []graph.Row, real int, lease *graph.Lease) *Step {
 	s := &Step{Walk: walk, Key: key, Rows: rows, Real: real, Lease: lease,
-		Plans: map[string]any{}, State: map[string]any{}}
+		plans: map[string]any{}, State: map[string]any{}}
 	if lease != nil {
 		s.Tokens = lease.Bucket.Tokens
 	} else {
@@ -117,27 +118,27 @@ func (s *Step) Alloc(st accel.Stream, dt accel.DType, rows, cols int) (accel.Ten
 	return accel.Tensor{Buf: b, DType: dt, Rows: rows, Cols: cols}, nil
 }
 
-// Resource is one kind of per-request state a node's steps use.
-type Resource interface {
+// resource is one kind of per-request state a node's steps use.
+type resource interface {
 	Name() string
 	// DependsOn names resources whose plans this one reads.
 	DependsOn() []string
 	// Ingest opens a request (or a padding row: id < -1).
-	Ingest(id int64, info RequestInfo) error
+	Ingest(id int64, info requestInfo) error
 	// Remove releases everything the request holds.
 	Remove(id int64) error
 	// Reset returns a row to rest (length and position 0); free also
 	// releases its storage.
 	Reset(id int64, free bool) error
 	// Admit reserves what the step needs, or refuses it.
-	Admit(step *Step) (AdmitStatus, int)
+	Admit(step *Step) (admitStatus, int)
 	// Unadmit undoes Admit for a step that will not run (a failed admission
 	// of a later resource, a stale pre-plan).
 	Unadmit(step *Step)
 	// Plan writes the step's addressing for the device through st, enqueued
 	// on s: into the lease's per-slot buffers, or eager buffers from
 	// step.Alloc. The plans of the resources it depends on are already in
-	// step.Plans.
+	// the step (read them with their PlanKey).
 	Plan(s accel.Stream, st *accel.Stager, step *Step) (any, error)
 	// Commit advances the real rows' state once the step ran.
 	Commit(step *Step) error
@@ -153,18 +154,18 @@ type Resource interface {
 	CanCapture() bool
 }
 
-// StepRunner sweeps a node's resources in dependency order (alphabetical
+// stepRunner sweeps a node's resources in dependency order (alphabetical
 // among equals) through declare -> admit -> plan -> (forward) -> commit.
-type StepRunner struct {
-	res []Resource
+type stepRunner struct {
+	res []resource
 	// requests are the real requests open (padding rows aside).
 	requests map[int64]bool
 }
 
-// NewStepRunner orders the resources. Unknown dependencies, a resource that
+// newStepRunner orders the resources. Unknown dependencies, a resource that
 // depends on itself and cycles are errors.
-func NewStepRunner(rs ...Resource) (*StepRunner, error) {
-	byName := map[string]Resource{}
+func newStepRunner(rs ...resource) (*stepRunner, error) {
+	byName := map[string]resource{}
 	for _, r := range rs {
 		if _, dup := byName[r.Name()]; dup {
 			return nil, fmt.Errorf("engine: two resources named %q", r.Name())
@@ -181,7 +182,7 @@ func NewStepRunner(rs ...Resource) (*StepRunner, error) {
 			}
 		}
 	}
-	var order []Resource
+	var order []resource
 	done := map[string]bool{}
 	for len(order) < len(rs) {
 		var ready []string
@@ -214,14 +215,14 @@ func NewStepRunner(rs ...Resource) (*StepRunner, error) {
 		done[name] = true
 		order = append(order, byName[name])
 	}
-	return &StepRunner{res: order, requests: map[int64]bool{}}, nil
+	return &stepRunner{res: order, requests: map[int64]bool{}}, nil
 }
 
 // Resources in sweep order.
-func (sr *StepRunner) Resources() []Resource { return sr.res }
+func (sr *stepRunner) Resources() []resource { return sr.res }
 
-// Resource by name, or nil.
-func (sr *StepRunner) Resource(name string) Resource {
+// resource by name, or nil.
+func (sr *stepRunner) resource(name string) resource {
 	for _, r := range sr.res {
 		if r.Name() == name {
 			return r
@@ -232,7 +233,7 @@ func (sr *StepRunner) Resource(name string) Resource {
 
 // Ingest opens a request in every resource; on failure the ones already
 // opened are removed.
-func (sr *StepRunner) Ingest(id int64, info RequestInfo) error {
+func (sr *stepRunner) Ingest(id int64, info requestInfo) error {
 	for i, r := range sr.res {
 		if err := r.Ingest(id, info); err != nil {
 			for _, r2 := range sr.res[:i] {
@@ -248,11 +249,11 @@ func (sr *StepRunner) Ingest(id int64, info RequestInfo) error {
 }
 
 // Requests is the number of real requests open.
-func (sr *StepRunner) Requests() int { return len(sr.requests) }
+func (sr *stepRunner) Requests() int { return len(sr.requests) }
 
 // Remove reaches every resource even if some fail; it returns the first
 // error.
-func (sr *StepRunner) Remove(id int64) error {
+func (sr *stepRunner) Remove(id int64) error {
 	delete(sr.requests, id)
 	var first error
 	for _, r := range sr.res {
@@ -264,7 +265,7 @@ func (sr *StepRunner) Remove(id int64) error {
 }
 
 // Reset returns rows to rest in every resource.
-func (sr *StepRunner) Reset(ids []int64, free bool) error {
+func (sr *stepRunner) Reset(ids []int64, free bool) error {
 	var first error
 	for _, r := range sr.res {
 		for _, id := range ids {
@@ -277,36 +278,36 @@ func (sr *StepRunner) Reset(ids []int64, free bool) error {
 }
 
 // Admit admits the step in every resource in order, stopping at the first
-// refusal (an *AdmitError naming it) after undoing the admissions before it.
-func (sr *StepRunner) Admit(step *Step) error {
+// refusal (an *admitError naming it) after undoing the admissions before it.
+func (sr *stepRunner) Admit(step *Step) error {
 	for i, r := range sr.res {
 		st, short := r.Admit(step)
-		if st != Admitted {
+		if st != admitOK {
 			for j := i - 1; j >= 0; j-- {
 				sr.res[j].Unadmit(step)
 			}
-			return &AdmitError{Resource: r.Name(), Status: st, Short: short}
+			return &admitError{resource: r.Name(), Status: st, Short: short}
 		}
 	}
 	return nil
 }
 
 // Plan plans the step in every resource in order, each seeing the plans of
-// those before it in step.Plans.
-func (sr *StepRunner) Plan(s accel.Stream, st *accel.Stager, step *Step) error {
+// those before it.
+func (sr *stepRunner) Plan(s accel.Stream, st *accel.Stager, step *Step) error {
 	for _, r := range sr.res {
 		p, err := r.Plan(s, st, step)
 		if err != nil {
 			return fmt.Errorf("engine: plan %s: %w", r.Name(), err)
 		}
-		step.Plans[r.Name()] = p
+		step.plans[r.Name()] = p
 	}
 	return nil
 }
 
 // Commit commits the step in every resource, reaching all even after an
 // error.
-func (sr *StepRunner) Commit(step *Step) error {
+func (sr *stepRunner) Commit(step *Step) error {
 	var first error
 	for _, r := range sr.res {
 		if err := r.Commit(step); err != nil && first == nil {
@@ -317,7 +318,7 @@ func (sr *StepRunner) Commit(step *Step) error {
 }
 
 // Abort undoes an admitted step that will not run, in every resource.
-func (sr *StepRunner) Abort(step *Step) {
+func (sr *stepRunner) Abort(step *Step) {
 	for i := len(sr.res) - 1; i >= 0; i-- {
 		sr.res[i].Unadmit(step)
 	}
@@ -325,7 +326,7 @@ func (sr *StepRunner) Abort(step *Step) {
 
 // Finish frees the step's eager plan buffers (in stream order, so work
 // already enqueued still reads them).
-func (sr *StepRunner) Finish(step *Step) error {
+func (sr *stepRunner) Finish(step *Step) error {
 	var errs []error
 	for _, b := range step.scratch {
 		errs = append(errs, step.stream.Free(b))
@@ -335,7 +336,7 @@ func (sr *StepRunner) Finish(step *Step) error {
 }
 
 // DoubleBuffer reports whether buckets need two slots.
-func (sr *StepRunner) DoubleBuffer() bool {
+func (sr *stepRunner) DoubleBuffer() bool {
 	for _, r := range sr.res {
 		if r.SupportsPrePlan() || r.ForcesDoubleBuffer() {
 			return true
@@ -345,7 +346,7 @@ func (sr *StepRunner) DoubleBuffer() bool {
 }
 
 // Blocked lists resources that cannot be captured.
-func (sr *StepRunner) Blocked() []string {
+func (sr *stepRunner) Blocked() []string {
 	var out []string
 	for _, r := range sr.res {
 		if !r.CanCapture() {
@@ -356,7 +357,7 @@ func (sr *StepRunner) Blocked() []string {
 }
 
 // BuildGraphBuffers has every resource claim its per-slot buffers.
-func (sr *StepRunner) BuildGraphBuffers(specs []graph.SlotSpec) error {
+func (sr *stepRunner) BuildGraphBuffers(specs []graph.SlotSpec) error {
 	for _, r := range sr.res {
 		if err := r.BuildGraphBuffers(specs); err != nil {
 			return fmt.Errorf("engine: %s: %w", r.Name(), err)

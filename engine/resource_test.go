@@ -14,21 +14,21 @@ import (
 type fakeRes struct {
 	name   string
 	deps   []string
-	refuse AdmitStatus
+	refuse admitStatus
 	log    *[]string
 }
 
 func (f *fakeRes) Name() string                    { return f.name }
 func (f *fakeRes) DependsOn() []string             { return f.deps }
-func (f *fakeRes) Ingest(int64, RequestInfo) error { return nil }
+func (f *fakeRes) Ingest(int64, requestInfo) error { return nil }
 func (f *fakeRes) Remove(int64) error              { *f.log = append(*f.log, "remove "+f.name); return nil }
 func (f *fakeRes) Reset(int64, bool) error         { return nil }
-func (f *fakeRes) Admit(*Step) (AdmitStatus, int) {
+func (f *fakeRes) Admit(*Step) (admitStatus, int) {
 	*f.log = append(*f.log, "admit "+f.name)
-	if f.refuse != Admitted {
+	if f.refuse != admitOK {
 		return f.refuse, 3
 	}
-	return Admitted, 0
+	return admitOK, 0
 }
 func (f *fakeRes) Unadmit(*Step) { *f.log = append(*f.log, "unadmit "+f.name) }
 func (f *fakeRes) Plan(_ accel.Stream, _ *accel.Stager, s *Step) (any, error) {
@@ -51,7 +51,7 @@ func TestStepRunnerOrder(t *testing.T) {
 	var log []string
 	mk := func(name string, deps ...string) *fakeRes { return &fakeRes{name: name, deps: deps, log: &log} }
 	// z has no dependencies but sorts last among equals; c depends on z.
-	sr, err := NewStepRunner(mk("c", "z"), mk("b"), mk("z"), mk("a", "c"))
+	sr, err := newStepRunner(mk("c", "z"), mk("b"), mk("z"), mk("a", "c"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,12 +65,12 @@ func TestStepRunnerOrder(t *testing.T) {
 	if !sr.DoubleBuffer() {
 		t.Error("a resource forcing a double buffer should give two slots")
 	}
-	step := NewStep("decode", "", nil, 0, nil)
+	step := newStep("decode", "", nil, 0, nil)
 	if err := sr.Plan(nil, nil, step); err != nil {
 		t.Fatal(err)
 	}
-	if step.Plans["a"] != "a plan" || len(step.Plans) != 4 {
-		t.Fatalf("plans %v", step.Plans)
+	if step.plans["a"] != "a plan" || len(step.plans) != 4 {
+		t.Fatalf("plans %v", step.plans)
 	}
 }
 
@@ -78,15 +78,15 @@ func TestStepRunnerBadDependencies(t *testing.T) {
 	var log []string
 	mk := func(name string, deps ...string) *fakeRes { return &fakeRes{name: name, deps: deps, log: &log} }
 	for _, c := range []struct {
-		rs   []Resource
+		rs   []resource
 		want string
 	}{
-		{[]Resource{mk("a", "nope")}, "unknown"},
-		{[]Resource{mk("a", "a")}, "itself"},
-		{[]Resource{mk("a", "b"), mk("b", "c"), mk("c", "a"), mk("d")}, "cycle: a, b, c"},
-		{[]Resource{mk("a"), mk("a")}, "two resources"},
+		{[]resource{mk("a", "nope")}, "unknown"},
+		{[]resource{mk("a", "a")}, "itself"},
+		{[]resource{mk("a", "b"), mk("b", "c"), mk("c", "a"), mk("d")}, "cycle: a, b, c"},
+		{[]resource{mk("a"), mk("a")}, "two resources"},
 	} {
-		if _, err := NewStepRunner(c.rs...); err == nil || !strings.Contains(err.Error(), c.want) {
+		if _, err := newStepRunner(c.rs...); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("want an error containing %q, got %v", c.want, err)
 		}
 	}
@@ -95,15 +95,15 @@ func TestStepRunnerBadDependencies(t *testing.T) {
 func TestStepRunnerAdmitStopsAtFirstFailure(t *testing.T) {
 	var log []string
 	a := &fakeRes{name: "a", log: &log}
-	b := &fakeRes{name: "b", log: &log, refuse: AllocFailed}
+	b := &fakeRes{name: "b", log: &log, refuse: admitAllocFailed}
 	c := &fakeRes{name: "c", log: &log}
-	sr, err := NewStepRunner(a, b, c)
+	sr, err := newStepRunner(a, b, c)
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = sr.Admit(NewStep("decode", "", nil, 0, nil))
-	var ae *AdmitError
-	if !errors.As(err, &ae) || ae.Resource != "b" || ae.Status != AllocFailed || ae.Short != 3 {
+	err = sr.Admit(newStep("decode", "", nil, 0, nil))
+	var ae *admitError
+	if !errors.As(err, &ae) || ae.resource != "b" || ae.Status != admitAllocFailed || ae.Short != 3 {
 		t.Fatalf("admit error %v", err)
 	}
 	if want := []string{"admit a", "admit b", "unadmit a"}; !slices.Equal(log, want) {
@@ -111,14 +111,14 @@ func TestStepRunnerAdmitStopsAtFirstFailure(t *testing.T) {
 	}
 	// Commit and Remove reach every resource even after one fails.
 	log = nil
-	if err := sr.Commit(NewStep("decode", "", nil, 0, nil)); err == nil {
+	if err := sr.Commit(newStep("decode", "", nil, 0, nil)); err == nil {
 		t.Fatal("a failing commit was not reported")
 	}
 	if want := []string{"commit a", "commit b", "commit c"}; !slices.Equal(log, want) {
 		t.Fatalf("commit reached %v", log)
 	}
 	log = nil
-	sr.Abort(NewStep("decode", "", nil, 0, nil))
+	sr.Abort(newStep("decode", "", nil, 0, nil))
 	if want := []string{"unadmit c", "unadmit b", "unadmit a"}; !slices.Equal(log, want) {
 		t.Fatalf("abort reached %v", log)
 	}
@@ -126,7 +126,7 @@ func TestStepRunnerAdmitStopsAtFirstFailure(t *testing.T) {
 
 func TestBlockedResources(t *testing.T) {
 	var log []string
-	sr, _ := NewStepRunner(&fakeRes{name: "a", log: &log}, &fakeRes{name: "d", log: &log})
+	sr, _ := newStepRunner(&fakeRes{name: "a", log: &log}, &fakeRes{name: "d", log: &log})
 	if got := sr.Blocked(); !slices.Equal(got, []string{"d"}) {
 		t.Fatalf("blocked %v", got)
 	}
@@ -145,14 +145,14 @@ func TestStepRunnerDoubleBuffer(t *testing.T) {
 	mk := func(name string) *fakeRes { return &fakeRes{name: name, log: &log} } // only "c" forces a double buffer
 	for _, c := range []struct {
 		what string
-		rs   []Resource
+		rs   []resource
 		want bool
 	}{
-		{"a resource forcing a double buffer", []Resource{mk("a"), mk("c")}, true},
-		{"a resource supporting pre-planning", []Resource{mk("a"), prePlanRes{mk("b")}}, true},
-		{"neither", []Resource{mk("a"), mk("b")}, false},
+		{"a resource forcing a double buffer", []resource{mk("a"), mk("c")}, true},
+		{"a resource supporting pre-planning", []resource{mk("a"), prePlanRes{mk("b")}}, true},
+		{"neither", []resource{mk("a"), mk("b")}, false},
 	} {
-		sr, err := NewStepRunner(c.rs...)
+		sr, err := newStepRunner(c.rs...)
 		if err != nil {
 			t.Fatal(err)
 		}

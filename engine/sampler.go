@@ -46,7 +46,7 @@ func NewSampler(dev accel.Device) *Sampler {
 func (s *Sampler) Name() string        { return SamplerName }
 func (s *Sampler) DependsOn() []string { return nil }
 
-func (s *Sampler) Ingest(id int64, info RequestInfo) error {
+func (s *Sampler) Ingest(id int64, info requestInfo) error {
 	if _, dup := s.reqs[id]; dup {
 		return fmt.Errorf("sampler: row %d already open", id)
 	}
@@ -63,11 +63,11 @@ func (s *Sampler) Reset(id int64, _ bool) error {
 	return nil
 }
 
-func (s *Sampler) Admit(step *Step) (AdmitStatus, int) {
+func (s *Sampler) Admit(step *Step) (admitStatus, int) {
 	rec := &sampRecord{offset: make([]int, len(step.Rows))}
 	for _, r := range step.Rows {
 		if _, ok := s.reqs[r.ID]; !ok {
-			return AllocFailed, 0
+			return admitAllocFailed, 0
 		}
 	}
 	for i, r := range step.Rows {
@@ -78,7 +78,7 @@ func (s *Sampler) Admit(step *Step) (AdmitStatus, int) {
 		}
 	}
 	step.State[SamplerName] = rec
-	return Admitted, 0
+	return admitOK, 0
 }
 
 func (s *Sampler) Unadmit(step *Step) {

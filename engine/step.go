@@ -41,7 +41,7 @@ func (e *Engine) runStep(walk string, rows []graph.Row, next []*request) ([]int3
 		}
 	} else {
 		if e.runner != nil && !e.forceEager {
-			lease = e.runner.LeaseSlot(walk, n, tokens, "", -1)
+			lease = e.runner.LeaseSlot(graph.LeaseRequest{Walk: walk, Rows: n, Tokens: tokens})
 			if lease == nil && e.bg != nil {
 				e.bg.want(e.runner, walk, n, tokens)
 				e.runner.NoteEager(walk, "bucket not captured yet")
@@ -56,7 +56,7 @@ func (e *Engine) runStep(walk string, rows []graph.Row, next []*request) ([]int3
 				return nil, err
 			}
 		}
-		step = NewStep(walk, "", padded, n, lease)
+		step = newStep(walk, "", padded, n, lease)
 		if err := e.node.prepare(s, step); err != nil {
 			if lease != nil {
 				_ = e.runner.Discard(lease)
@@ -78,11 +78,11 @@ func (e *Engine) runStep(walk string, rows []graph.Row, next []*request) ([]int3
 	}
 	var toks []int32
 	if err == nil {
-		toks, err = e.readNext(s, outs["next"], n)
+		toks, err = e.readNext(s, outs[OutputNext], n)
 	}
 	if err == nil && e.keepLogits {
 		e.lastLogits = nil
-		if lg, ok := outs["logits"]; ok {
+		if lg, ok := outs[OutputLogits]; ok {
 			var all []float32
 			if all, err = accel.DownloadF32(s, lg); err == nil {
 				e.lastLogits = all[:n*lg.Cols]
@@ -141,8 +141,12 @@ func (e *Engine) eagerForward(s accel.Stream, step *Step, in graph.Inputs) (map[
 		}
 		dev[name] = t
 	}
+	b, err := e.batch(step, dev)
+	if err != nil {
+		return nil, err
+	}
 	l := accel.On(s)
-	outs, err := e.model.Forward(l, e.batch(step, dev))
+	outs, err := e.model.Forward(l, b)
 	if err == nil {
 		err = l.Err()
 	}
@@ -152,7 +156,7 @@ func (e *Engine) eagerForward(s accel.Stream, step *Step, in graph.Inputs) (map[
 // readNext waits for the step and reads its sampled tokens.
 func (e *Engine) readNext(s accel.Stream, next accel.Tensor, n int) ([]int32, error) {
 	if next.IsNil() || next.Len() < n {
-		return nil, fmt.Errorf("engine: the forward gave no %d-row \"next\" output (got %v)", n, next)
+		return nil, fmt.Errorf("engine: the forward gave no %d-row %q output (got %v)", n, OutputNext, next)
 	}
 	h := e.host.Slice(0, int64(n)*4)
 	if err := s.CopyDtoH(h, next.Buf.Slice(0, int64(n)*4)); err != nil {
@@ -188,7 +192,7 @@ func (e *Engine) prePlanNext(batch []*request) {
 	if len(ids) == 0 {
 		return
 	}
-	lease := e.runner.LeaseSlot(WalkDecode, len(ids), -1, "", -1)
+	lease := e.runner.LeaseSlot(graph.LeaseRequest{Walk: WalkDecode, Rows: len(ids), AheadOfInputs: true})
 	if lease == nil {
 		return
 	}
@@ -200,7 +204,7 @@ func (e *Engine) prePlanNext(batch []*request) {
 	if err != nil {
 		return
 	}
-	step := NewStep(WalkDecode, "", padded, len(ids), lease)
+	step := newStep(WalkDecode, "", padded, len(ids), lease)
 	ps := e.runner.PlanStream()
 	if err := e.node.prepare(ps, step); err != nil {
 		_ = e.runner.Discard(lease)

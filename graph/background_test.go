@@ -28,8 +28,8 @@ func warmAll(t *testing.T, r *Runner) []SlotSpec {
 // leased is the bucket a step of bs rows would replay on now (by its
 // tokens, and before its inputs exist), or "eager".
 func leased(r *Runner, bs int) string {
-	l := r.LeaseSlot("decode", bs, bs, "", -1)
-	lb := r.LeaseSlot("decode", bs, -1, "", -1)
+	l := r.LeaseSlot(LeaseRequest{Walk: "decode", Rows: bs, Tokens: bs})
+	lb := r.LeaseSlot(LeaseRequest{Walk: "decode", Rows: bs, AheadOfInputs: true})
 	switch {
 	case l == nil && lb == nil:
 		return "eager"

@@ -95,6 +95,11 @@ func (r *Runner) warm(spec SlotSpec) (w *warmed, err error) {
 				w.slot.padMeta = spec.Config.DummyMetadata(w.ids)
 			}
 			if w.golden, err = r.keepOutputs(w.slot, outs); err != nil {
+				r.freeOutputs(w.slot)
+				return nil, err
+			}
+			if err := r.checkKeepsFree(spec); err != nil {
+				r.freeOutputs(w.slot)
 				return nil, err
 			}
 		} else {
@@ -113,6 +118,21 @@ func (r *Runner) warm(spec SlotSpec) (w *warmed, err error) {
 		}
 	}
 	return w, nil
+}
+
+// checkKeepsFree fails a warm-up that left less device memory free than
+// Options.KeepFree asks.
+func (r *Runner) checkKeepsFree(spec SlotSpec) error {
+	if r.opts.KeepFree == nil {
+		return nil
+	}
+	want := r.opts.KeepFree()
+	st := r.dev.Allocator().Stats()
+	free := r.dev.MemInfo().Free + (st.Reserved - st.PoolReserved) - (st.Allocated - st.PoolAllocated)
+	if free < want {
+		return fmt.Errorf("graph: %v: its static outputs leave %d bytes free, the largest eager step needs %d", spec, free, want)
+	}
+	return nil
 }
 
 // captureWarmed captures a warmed spec into pool: the step is prepared again
@@ -329,3 +349,15 @@ func (r *Runner) bucketFailed(k BucketKey, err error) error {
 // ReleasePadding hands back the padding rows' capture-time storage (after a
 // run of CaptureBucket calls).
 func (r *Runner) ReleasePadding() error { return r.pad.ReleaseAll() }
+
+// ReleaseWarmed gives back the static outputs of warmed specs whose bucket is
+// not in keep (nil: every one): a background plan that left a bucket out
+// must not hold its outputs for good.
+func (r *Runner) ReleaseWarmed(keep map[BucketKey]bool) {
+	for k, w := range r.warmedSpecs {
+		if !keep[w.spec.Bucket] {
+			r.freeOutputs(w.slot)
+			delete(r.warmedSpecs, k)
+		}
+	}
+}

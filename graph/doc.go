@@ -10,6 +10,22 @@
 // buffers and replays. The engine drives it through the Node interface, which
 // this package owns: graph never imports the engine.
 //
+// A Runner's methods, by phase:
+//   - Start-up: New, Prepare (claim every buffer before any capture), Size,
+//     MeasureCosts, SizeLent, WarmedOutputs and AgreePlan (measure and plan
+//     with Plan, all ranks together), Capture (the planned buckets, all
+//     ranks together), Close.
+//   - Background (one rank, between steps): WarmNext, CaptureBucket,
+//     ReleaseWarmed, ReleasePadding.
+//   - Per step: LeaseSlot (a LeaseRequest), PadInputs, DeclareInputsFor,
+//     StepIDs, StepMetadata, RunForward or RunRegion, then Release (the step
+//     ran) or Discard (it will not); NoteEager for a step that ran eager.
+//     PlanStream and Stream are the streams plans and replays go on.
+//   - Inspection: Buckets, Bucket, Dropped, SelectBucket,
+//     SelectBatchedBucket, CanRun, CapturesWalk, MaxBatchSizeFor, SlotFor,
+//     Specs, Configs, EagerWalks, NumSlots, Pool, PoolMemory, OutsideMemory,
+//     Telemetry.
+//
 // Invariants:
 //   - Every runner claims its static buffers (Prepare) before any runner
 //     captures. Static inputs are interned per (config, input) at the largest
@@ -19,11 +35,12 @@
 //     memory; a later capture that needs more room is an error.
 //   - A bucket is registered whole (every slot captured and its golden replay
 //     equal to eager) or not at all, and on every rank or on none: every rank
-//     meets the same barriers whether its captures passed or failed, and Agree
-//     drops a bucket everywhere if any rank dropped it.
+//     meets the same barriers whether its captures passed or failed, and
+//     comm.Agree drops a bucket everywhere if any rank dropped it.
 //   - A failed capture (error or panic) drops only its bucket, leaves the
 //     stream and the pool usable, and is logged at ERROR by name.
-//     REPRISE_REQUIRE_ACCELERATOR_GRAPHS=1 makes any drop a start-up error.
+//     Options.RequireGraphs (REPRISE_REQUIRE_ACCELERATOR_GRAPHS=1 on the
+//     command line) makes any drop a start-up error.
 //   - Padding rows have negative handles (below -1, which means unset), stable
 //     per (prefix, key, index), so they never collide with a request id (>= 0).
 //     Their capture-time storage is released after capture; replays pad with

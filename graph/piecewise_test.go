@@ -16,7 +16,7 @@ func region(t *testing.T, r *Runner, n *fakeNode, walk string, toks []int32) (*R
 	for i, tok := range toks {
 		rows[i] = Row{ID: int64(1000 + len(n.reqs)*len(toks) + i), Tokens: []int32{tok}}
 	}
-	lease := r.LeaseSlot(walk, len(rows), len(toks), "", -1)
+	lease := r.LeaseSlot(LeaseRequest{Walk: walk, Rows: len(rows), Tokens: len(toks)})
 	if lease == nil {
 		return nil, rows
 	}
@@ -128,7 +128,7 @@ func TestPiecewiseRegions(t *testing.T) {
 	// The dropped shape serves eager: a 2-row region gets no lease... it
 	// fits the 4-row shape, the tightest left; one larger than any capture
 	// gets none.
-	if l := ra.LeaseSlot("a", 2, 2, "", -1); l == nil || l.Bucket.BatchSize != 4 {
+	if l := ra.LeaseSlot(LeaseRequest{Walk: "a", Rows: 2, Tokens: 2}); l == nil || l.Bucket.BatchSize != 4 {
 		t.Fatalf("a 2-row region leased %v", l)
 	}
 	if out, _ := region(t, ra, n, "a", make([]int32, 9)); out != nil {

@@ -78,7 +78,7 @@ func TestReplayWaitsOnPlanEvent(t *testing.T) {
 
 	// Step A replays normally: its plan is prepared on the replay stream.
 	a := rowsOf(100, toksA...)
-	la := r.LeaseSlot("decode", len(a), len(a), "", -1)
+	la := r.LeaseSlot(LeaseRequest{Walk: "decode", Rows: len(a), Tokens: len(a)})
 	outs := replayRows(t, r, n, la, a)
 	if got, err := accel.DownloadI32(r.Stream(), outs["next"]); err != nil || !slices.Equal(got[:len(a)], wantNextA) {
 		t.Fatalf("step A: next %v (%v), want %v", got, err, wantNextA)
@@ -94,7 +94,7 @@ func TestReplayWaitsOnPlanEvent(t *testing.T) {
 		t.Fatal(err)
 	}
 	b := rowsOf(200, toksB...)
-	lb := r.LeaseSlot("decode", len(b), len(b), "", -1)
+	lb := r.LeaseSlot(LeaseRequest{Walk: "decode", Rows: len(b), Tokens: len(b)})
 	if lb.Bucket != la.Bucket || lb.Slot != la.Slot {
 		t.Fatalf("step B leased %v slot %d, step A %v slot %d: want the same slot", lb.Bucket, lb.Slot, la.Bucket, la.Slot)
 	}

@@ -51,25 +51,41 @@ func (r *Runner) SelectBatchedBucket(walk string, bs int, key string) *Bucket {
 	return best
 }
 
+// LeaseRequest is what an upcoming step asks LeaseSlot for.
+type LeaseRequest struct {
+	Walk string
+	// Key is the step's key info.
+	Key string
+	// Rows is the step's batch size, Tokens its input tokens.
+	Rows, Tokens int
+	// AheadOfInputs: the step's inputs are not built yet (pre-plan), so
+	// only batched captures can answer (their token count follows from the
+	// batch size: SelectBatchedBucket); Tokens is not read.
+	AheadOfInputs bool
+	// PinSlot leases Slot rather than the bucket's next one: a caller that
+	// reserved a slot passes it back so both submissions target it.
+	PinSlot bool
+	Slot    int
+}
+
 // LeaseSlot picks the bucket and double-buffer slot an upcoming step replays
-// on, or returns nil (eager). tokens < 0 means the inputs are not built yet
-// (the bucket comes from SelectBatchedBucket). slot < 0 advances the bucket's
-// counter so consecutive leases alternate slots; a caller that reserved a slot
-// (pre-plan) passes it back so both submissions target the same one. The
-// lease names the capture walk, on which resources key their per-slot state.
-func (r *Runner) LeaseSlot(walk string, bs, tokens int, key string, slot int) *Lease {
+// on, or returns nil (eager). Unless the request pins a slot, it advances the
+// bucket's counter so consecutive leases alternate slots. The lease names the
+// capture walk, on which resources key their per-slot state.
+func (r *Runner) LeaseSlot(req LeaseRequest) *Lease {
 	var b *Bucket
-	if tokens < 0 {
-		b = r.SelectBatchedBucket(walk, bs, key)
+	if req.AheadOfInputs {
+		b = r.SelectBatchedBucket(req.Walk, req.Rows, req.Key)
 	} else {
-		b = r.SelectBucket(walk, bs, tokens, key)
+		b = r.SelectBucket(req.Walk, req.Rows, req.Tokens, req.Key)
 	}
 	if b == nil {
 		return nil
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if slot < 0 {
+	slot := req.Slot
+	if !req.PinSlot {
 		slot = r.counters[b.Key] % r.nslots
 		r.counters[b.Key]++
 	}

@@ -82,7 +82,7 @@ func TestSelectBucket(t *testing.T) {
 		t.Error("CapturesWalk / CanRun")
 	}
 	// A lease through an alias names the capture walk.
-	if l := r.LeaseSlot("verify", 1, 1, "", -1); l.Bucket.Walk != "decode" {
+	if l := r.LeaseSlot(LeaseRequest{Walk: "verify", Rows: 1, Tokens: 1}); l.Bucket.Walk != "decode" {
 		t.Errorf("lease through an alias names %q", l.Bucket.Walk)
 	}
 }
@@ -91,23 +91,23 @@ func TestLeaseSlots(t *testing.T) {
 	r := registered(t, []*Config{{Walk: "decode", Batched: &Batched{TokensPerRow: 1}, BatchSizes: []int{1, 4}}}, 2)
 	var got []int
 	for i := 0; i < 5; i++ {
-		got = append(got, r.LeaseSlot("decode", 1, 1, "", -1).Slot)
+		got = append(got, r.LeaseSlot(LeaseRequest{Walk: "decode", Rows: 1, Tokens: 1}).Slot)
 	}
 	if !slices.Equal(got, []int{0, 1, 0, 1, 0}) {
 		t.Fatalf("slots %v do not alternate", got)
 	}
 	// Another bucket has its own counter.
-	if s := r.LeaseSlot("decode", 3, 3, "", -1).Slot; s != 0 {
+	if s := r.LeaseSlot(LeaseRequest{Walk: "decode", Rows: 3, Tokens: 3}).Slot; s != 0 {
 		t.Fatalf("bs=4's first lease took slot %d", s)
 	}
 	// A reserved slot is passed back and does not advance the counter.
-	if s := r.LeaseSlot("decode", 1, 1, "", 1).Slot; s != 1 {
+	if s := r.LeaseSlot(LeaseRequest{Walk: "decode", Rows: 1, Tokens: 1, PinSlot: true, Slot: 1}).Slot; s != 1 {
 		t.Fatalf("reserved slot 1 came back as %d", s)
 	}
-	if s := r.LeaseSlot("decode", 1, 1, "", -1).Slot; s != 1 {
+	if s := r.LeaseSlot(LeaseRequest{Walk: "decode", Rows: 1, Tokens: 1}).Slot; s != 1 {
 		t.Fatalf("the counter moved on a reserved lease: %d", s)
 	}
-	if r.LeaseSlot("decode", 5, 5, "", -1) != nil {
+	if r.LeaseSlot(LeaseRequest{Walk: "decode", Rows: 5, Tokens: 5}) != nil {
 		t.Fatal("a lease for a batch larger than any capture")
 	}
 }
@@ -139,7 +139,7 @@ func TestReplayEqualsEager(t *testing.T) {
 		wantY, wantNext := n.eager(eagerRows)
 
 		real := rows()
-		lease := r.LeaseSlot("decode", bs, bs, "", -1)
+		lease := r.LeaseSlot(LeaseRequest{Walk: "decode", Rows: bs, Tokens: bs})
 		if lease == nil {
 			t.Fatalf("bs=%d: no bucket", bs)
 		}

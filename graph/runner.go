@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -15,15 +14,10 @@ import (
 	"github.com/reprise-ml/reprise/comm"
 )
 
-// EnvRequireGraphs names the switch that turns a dropped bucket into a start-up
-// failure: "1" requires every bucket, "0" (or unset) serves dropped buckets
-// eager.
-const EnvRequireGraphs = "REPRISE_REQUIRE_ACCELERATOR_GRAPHS"
-
 // NumWarmup is the number of eager runs before each capture.
 const NumWarmup = 2
 
-// ErrGraphsRequired: a bucket was dropped and EnvRequireGraphs=1.
+// ErrGraphsRequired: a bucket was dropped and Options.RequireGraphs is set.
 var ErrGraphsRequired = errors.New("accelerator graphs required")
 
 // Options configure a Runner.
@@ -48,9 +42,17 @@ type Options struct {
 	// Deterministic (relative; default 1e-3). Deterministic devices compare
 	// bit for bit.
 	Tolerance float64
+	// RequireGraphs makes a dropped bucket a Capture error
+	// (ErrGraphsRequired) instead of a bucket served eager. The command
+	// line sets it from REPRISE_REQUIRE_ACCELERATOR_GRAPHS.
+	RequireGraphs bool
 	// Progress, if set, is called after each capture with the number done,
 	// the total, and the capture just finished (for progress bars and logs).
 	Progress func(done, total int, spec SlotSpec, err error)
+	// KeepFree, if set, is the device memory a warm-up must leave free (for
+	// the largest eager step): one that leaves less is undone and its
+	// bucket not planned.
+	KeepFree func() int64
 }
 
 // Slot is one captured graph and the buffers its replay reads and writes.
@@ -132,9 +134,6 @@ func New(dev accel.Device, node Node, configs []*Config, opts Options) (*Runner,
 	if opts.Tolerance == 0 {
 		opts.Tolerance = 1e-3
 	}
-	if _, err := requireGraphs(); err != nil {
-		return nil, err
-	}
 	r := &Runner{name: opts.Name, dev: dev, node: node, group: opts.Group, log: opts.Logger, opts: opts,
 		eager: map[string][]string{}, static: map[staticKey]*staticBuf{}, buckets: map[BucketKey]*Bucket{},
 		warmedSpecs: map[specKey]*warmed{}, warmFailed: map[BucketKey]bool{},
@@ -158,17 +157,6 @@ func New(dev accel.Device, node Node, configs []*Config, opts Options) (*Runner,
 	r.pad = NewPaddingRows(r.name, node)
 	r.tele.init()
 	return r, nil
-}
-
-func requireGraphs() (bool, error) {
-	switch v := os.Getenv(EnvRequireGraphs); v {
-	case "", "0":
-		return false, nil
-	case "1":
-		return true, nil
-	default:
-		return false, fmt.Errorf("graph: %s=%q: want 1 (require every graph) or 0", EnvRequireGraphs, v)
-	}
 }
 
 // NumSlots is the number of double-buffer slots per bucket.
@@ -334,7 +322,7 @@ func (r *Runner) Capture(ctx context.Context, planned map[BucketKey]bool) error 
 			res.ok, res.why = false, "a slot was not captured"
 		}
 	}
-	agreed, err := Agree(ctx, r.group, flags, Min)
+	agreed, err := comm.Agree(ctx, r.group, flags, comm.Min)
 	if err != nil {
 		return fmt.Errorf("graph: %s: agree on buckets: %w", r.name, err)
 	}
@@ -363,9 +351,9 @@ func (r *Runner) Capture(ctx context.Context, planned map[BucketKey]bool) error 
 	r.mu.Unlock()
 	if len(dropped) > 0 {
 		r.log.Error("accelerator graph buckets dropped", "runner", r.name, "count", len(dropped), "buckets", strings.Join(dropped, " "))
-		if req, _ := requireGraphs(); req {
-			return fmt.Errorf("graph: %s: %d bucket(s) dropped (%s) and %s=1: %w",
-				r.name, len(dropped), strings.Join(dropped, ", "), EnvRequireGraphs, ErrGraphsRequired)
+		if r.opts.RequireGraphs {
+			return fmt.Errorf("graph: %s: %d bucket(s) dropped (%s): %w",
+				r.name, len(dropped), strings.Join(dropped, ", "), ErrGraphsRequired)
 		}
 	}
 	return nil

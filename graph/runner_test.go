@@ -81,8 +81,8 @@ func TestSingleSlotRunner(t *testing.T) {
 			t.Fatalf("%v has %d slots", k, got)
 		}
 	}
-	l1 := r.LeaseSlot("decode", 1, -1, "", -1)
-	l2 := r.LeaseSlot("decode", 1, -1, "", -1)
+	l1 := r.LeaseSlot(LeaseRequest{Walk: "decode", Rows: 1, AheadOfInputs: true})
+	l2 := r.LeaseSlot(LeaseRequest{Walk: "decode", Rows: 1, AheadOfInputs: true})
 	if l1.Slot != 0 || l2.Slot != 0 {
 		t.Fatalf("single-slot leases %d, %d", l1.Slot, l2.Slot)
 	}
@@ -116,7 +116,7 @@ func TestFailureIsolation(t *testing.T) {
 			if r.Stream().Capturing() {
 				t.Fatal("stream left capturing")
 			}
-			if r.LeaseSlot("decode", 2, -1, "", -1).Bucket.BatchSize != 4 {
+			if r.LeaseSlot(LeaseRequest{Walk: "decode", Rows: 2, AheadOfInputs: true}).Bucket.BatchSize != 4 {
 				t.Fatal("bs=2 should lease the bs=4 bucket")
 			}
 			if tel := r.Telemetry(); len(tel.Dropped) != 1 {
@@ -139,29 +139,20 @@ func TestWarmupFailureDropsBucket(t *testing.T) {
 }
 
 func TestRequireGraphsSwitch(t *testing.T) {
-	failing := func(t *testing.T) *Runner {
+	failing := func(t *testing.T, require bool) *Runner {
 		n := newFakeNode(t, false)
 		n.fail[SlotSpec{Bucket: BucketKey{Walk: "decode", BatchSize: 1, Tokens: 1}}] = "error"
-		return newRunner(t, n, []*Config{small()}, Options{})
+		return newRunner(t, n, []*Config{small()}, Options{RequireGraphs: require})
 	}
-	t.Run("1", func(t *testing.T) {
-		t.Setenv(EnvRequireGraphs, "1")
-		err := failing(t).Capture(context.Background(), nil)
+	t.Run("on", func(t *testing.T) {
+		err := failing(t, true).Capture(context.Background(), nil)
 		if !errors.Is(err, ErrGraphsRequired) || !strings.Contains(err.Error(), "decode[bs=1,tokens=1,key=]") {
 			t.Fatalf("want ErrGraphsRequired naming the bucket, got %v", err)
 		}
 	})
-	t.Run("0", func(t *testing.T) {
-		t.Setenv(EnvRequireGraphs, "0")
-		if err := failing(t).Capture(context.Background(), nil); err != nil {
+	t.Run("off", func(t *testing.T) {
+		if err := failing(t, false).Capture(context.Background(), nil); err != nil {
 			t.Fatalf("with the switch off a drop is not an error: %v", err)
-		}
-	})
-	t.Run("bad", func(t *testing.T) {
-		t.Setenv(EnvRequireGraphs, "yes")
-		n := newFakeNode(t, false)
-		if _, err := New(n.dev, n, []*Config{small()}, Options{}); err == nil {
-			t.Fatal("an unknown value was accepted")
 		}
 	})
 }
@@ -392,7 +383,7 @@ func TestMetadataAndDeclareInputs(t *testing.T) {
 	if err := r.Capture(context.Background(), nil); err != nil {
 		t.Fatal(err)
 	}
-	l := r.LeaseSlot("decode", 3, 3, "", -1)
+	l := r.LeaseSlot(LeaseRequest{Walk: "decode", Rows: 3, Tokens: 3})
 	ids, err := r.StepIDs(l, []int64{7, 8, 9})
 	if err != nil {
 		t.Fatal(err)
@@ -430,7 +421,7 @@ func TestMetadataAndDeclareInputs(t *testing.T) {
 			t.Fatal(err)
 		}
 		real := []Row{{ID: 7, Tokens: []int32{1, 2, 3}}, {ID: 8, Tokens: []int32{4}}}
-		l := r.LeaseSlot("prefill", len(real), 4, "", -1)
+		l := r.LeaseSlot(LeaseRequest{Walk: "prefill", Rows: len(real), Tokens: 4})
 		if l == nil || !l.Packed() {
 			t.Fatalf("lease %v, want a packed bucket", l)
 		}

@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"github.com/reprise-ml/reprise/accel/alloc"
+	"github.com/reprise-ml/reprise/comm"
 )
 
 // CaptureCost is what one bucket costs on the device: its eager step's peak
@@ -196,7 +197,7 @@ func (r *Runner) SizeLent(ctx context.Context, costs map[BucketKey]CaptureCost, 
 	if wanted {
 		flag = 1
 	}
-	agreed, err := Agree(ctx, r.group, []int64{flag}, Max)
+	agreed, err := comm.Agree(ctx, r.group, []int64{flag}, comm.Max)
 	if err != nil {
 		return Resized{}, err
 	}
@@ -422,7 +423,7 @@ func (r *Runner) AgreePlan(ctx context.Context, planned map[BucketKey]bool) (map
 			flags[i] = 1
 		}
 	}
-	agreed, err := Agree(ctx, r.group, flags, Min)
+	agreed, err := comm.Agree(ctx, r.group, flags, comm.Min)
 	if err != nil {
 		return nil, err
 	}

@@ -76,7 +76,7 @@ func TestStaticInputTailZeroed(t *testing.T) {
 				for _, row := range rows {
 					tokens += len(row.Tokens)
 				}
-				l := r.LeaseSlot("prefill", len(rows), tokens, "", -1)
+				l := r.LeaseSlot(LeaseRequest{Walk: "prefill", Rows: len(rows), Tokens: tokens})
 				if l == nil || l.Bucket != bucket {
 					t.Fatalf("%d rows of %d tokens leased %v, want %v", len(rows), tokens, l, bucket)
 				}

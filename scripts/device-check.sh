@@ -271,12 +271,12 @@ record binaries PASS $(($(date +%s) - t0)) ""
 
 # Where the test binary's compiled-in source paths lead (see the top).
 TESTDIR=$ROOT
-if grep -a -q 'github.com/reprise-ml/reprise/accel/acceltest/model\.go' bin/cuda.test; then
-	src=github.com/reprise-ml/reprise/accel/acceltest/model.go
+if grep -a -q 'github.com/reprise-ml/reprise/accel/acceltest/modeltest/model\.go' bin/cuda.test; then
+	src=github.com/reprise-ml/reprise/accel/acceltest/modeltest/model.go
 else
-	src=$(grep -a -o -E -m1 '(/[[:alnum:]._+-]+)+/accel/acceltest/model\.go' bin/cuda.test | head -1 || true)
+	src=$(grep -a -o -E -m1 '(/[[:alnum:]._+-]+)+/accel/acceltest/modeltest/model\.go' bin/cuda.test | head -1 || true)
 fi
-prefix=${src%/accel/acceltest/model.go}
+prefix=${src%/accel/acceltest/modeltest/model.go}
 if [ -z "$src" ]; then
 	say "note: no acceltest source path found in bin/cuda.test; running it from $ROOT"
 elif [ "${prefix#/}" = "$prefix" ]; then

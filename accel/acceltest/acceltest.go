@@ -53,7 +53,6 @@ func Run(t *testing.T, backend string, expect ...Expect) {
 	t.Run("QuantMatMul", func(t *testing.T) { testQuantMatMul(t, backend) })
 	t.Run("MisalignedOperand", func(t *testing.T) { testMisalignedOperand(t, backend) })
 	t.Run("ForeignBuffer", func(t *testing.T) { testForeignBuffer(t, backend) })
-	t.Run("ModelReference", func(t *testing.T) { testModel(t, backend) })
 }
 
 // The backend lists its devices by ordinal, each named, and refuses to open

@@ -6,6 +6,7 @@ import (
 
 	"github.com/reprise-ml/reprise/accel"
 	"github.com/reprise-ml/reprise/accel/acceltest"
+	"github.com/reprise-ml/reprise/accel/acceltest/modeltest"
 )
 
 // withPacking runs the test with packed weights on: the vector kernels
@@ -238,9 +239,11 @@ func TestConformanceKernelSets(t *testing.T) {
 	t.Run("packed", func(t *testing.T) {
 		withPacking(t)
 		acceltest.Run(t, "cpu", acceltest.Expect{ExecBytesPerNode: ExecBytesPerNode, ExactExecBytes: true})
+		t.Run("ModelReference", func(t *testing.T) { modeltest.Run(t, "cpu") })
 	})
 	t.Run("plain", func(t *testing.T) {
 		withMode(t, kernelMode{threads: 2})
 		acceltest.Run(t, "cpu", acceltest.Expect{ExecBytesPerNode: ExecBytesPerNode, ExactExecBytes: true})
+		t.Run("ModelReference", func(t *testing.T) { modeltest.Run(t, "cpu") })
 	})
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/reprise-ml/reprise/accel"
 	"github.com/reprise-ml/reprise/accel/acceltest"
+	"github.com/reprise-ml/reprise/accel/acceltest/modeltest"
 	_ "github.com/reprise-ml/reprise/accel/cpu"
 	"github.com/reprise-ml/reprise/accel/cuda"
 )
@@ -17,6 +18,7 @@ import (
 // ExecBytesPerNode per operation.
 func TestConformance(t *testing.T) {
 	acceltest.Run(t, "cuda", acceltest.Expect{ExecBytesPerNode: cuda.ExecBytesPerNode})
+	t.Run("ModelReference", func(t *testing.T) { modeltest.Run(t, "cuda") })
 }
 
 // open opens CUDA device 0 with a stream. It skips where there is no CUDA

@@ -33,6 +33,10 @@ func fallbackHeader(sum, nvrtc string) string {
 	return fmt.Sprintf("// reprise kernels.cu sha256 %s compute_%d %s", sum, fallbackArch, nvrtc)
 }
 
+// fallbackRegenerate is the second line of kernels_fallback.ptx: the command
+// that regenerates it.
+const fallbackRegenerate = "// regenerate: go test ./accel/cuda -run TestFallbackPTX -args -update-fallback-ptx (needs NVRTC, the oldest at hand: its PTX loads on every newer driver)"
+
 func sourceSum() string {
 	h := sha256.Sum256([]byte(kernelSource))
 	return hex.EncodeToString(h[:])

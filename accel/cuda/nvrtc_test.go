@@ -64,6 +64,9 @@ var updateFallback = flag.Bool("update-fallback-ptx", false, "regenerate kernels
 // driver); without NVRTC a stale fallback is only reported, and Open never
 // loads it.
 func TestFallbackPTX(t *testing.T) {
+	if lines := strings.SplitN(fallbackPTX, "\n", 3); len(lines) < 3 || lines[1] != fallbackRegenerate {
+		t.Errorf("the fallback PTX's second line should be the command that regenerates it, %q", fallbackRegenerate)
+	}
 	_, by, current := fallbackImage()
 	if *updateFallback {
 		nv, err := findNVRTC(0)
@@ -75,7 +78,7 @@ func TestFallbackPTX(t *testing.T) {
 			t.Fatal(err)
 		}
 		body := strings.TrimRight(string(img.image), "\x00")
-		out := fallbackHeader(sourceSum(), fmt.Sprintf("NVRTC %d.%d", nv.major, nv.minor)) + "\n" + body
+		out := fallbackHeader(sourceSum(), fmt.Sprintf("NVRTC %d.%d", nv.major, nv.minor)) + "\n" + fallbackRegenerate + "\n" + body
 		if err := os.WriteFile("kernels_fallback.ptx", []byte(out), 0o644); err != nil {
 			t.Fatal(err)
 		}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/reprise-ml/reprise/accel"
 	"github.com/reprise-ml/reprise/accel/acceltest"
+	"github.com/reprise-ml/reprise/accel/acceltest/modeltest"
 	_ "github.com/reprise-ml/reprise/accel/cpu"
 	"github.com/reprise-ml/reprise/accel/opencl"
 )
@@ -17,6 +18,7 @@ import (
 // ExecBytesPerNode per command.
 func TestConformance(t *testing.T) {
 	acceltest.Run(t, "opencl", acceltest.Expect{ExecBytesPerNode: opencl.ExecBytesPerNode, ExactExecBytes: true})
+	t.Run("ModelReference", func(t *testing.T) { modeltest.Run(t, "opencl") })
 }
 
 // open opens OpenCL device 0 with a stream. It skips where OpenCL is not

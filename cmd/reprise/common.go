@@ -88,6 +88,9 @@ type session struct {
 // options) and an engine over them (its MemoryFraction comes from the
 // flags, and its Logger too unless eo has one). Close releases all three.
 func (d *deviceFlags) openSession(stderr io.Writer, tweak func(*llama.Options), eo engine.Options) (*session, error) {
+	if err := fromEnv(&eo); err != nil {
+		return nil, err
+	}
 	mo, err := d.modelOptions()
 	if err != nil {
 		return nil, err
@@ -197,4 +200,30 @@ func (l *optionalList) Set(v string) error {
 		return nil
 	}
 	return (*intList)(l).Set(v)
+}
+
+// The environment variables that configure the engine and its graph runner;
+// they are read here, once, and passed down in engine.Options.
+const (
+	// envPlanCache is the plan cache directory when no --plan-cache is
+	// given ("off" disables the cache).
+	envPlanCache = "REPRISE_PLAN_CACHE"
+	// envRequireGraphs "1" turns a dropped bucket into a start-up failure;
+	// "0" (or unset) serves dropped buckets eager.
+	envRequireGraphs = "REPRISE_REQUIRE_ACCELERATOR_GRAPHS"
+)
+
+// fromEnv fills what eo leaves unset from the environment.
+func fromEnv(eo *engine.Options) error {
+	if eo.PlanCache == "" {
+		eo.PlanCache = os.Getenv(envPlanCache)
+	}
+	switch v := os.Getenv(envRequireGraphs); v {
+	case "", "0":
+	case "1":
+		eo.Runner.RequireGraphs = true
+	default:
+		return fmt.Errorf("%w: %s=%q: want 1 (require every graph) or 0", errUsage, envRequireGraphs, v)
+	}
+	return nil
 }

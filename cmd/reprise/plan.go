@@ -51,7 +51,7 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	df.register(fs, true)
 	asJSON := fs.Bool("json", false, "print JSON (fields documented in docs/PLANNING.md)")
 	capture := fs.Bool("capture", false, "also capture the plan and print what it took")
-	cache := fs.String("plan-cache", "", "directory of measured capture costs (default $"+engine.EnvPlanCache+" or the user cache; off disables)")
+	cache := fs.String("plan-cache", "", "directory of measured capture costs (default $"+envPlanCache+" or the user cache; off disables)")
 	seed := fs.Uint64("seed", 1, "seed of a synthetic model's weights")
 	if err := parse(fs, args); err != nil {
 		return err

@@ -131,7 +131,7 @@ func (f *serveFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.debugListen, "debug-listen", "", "`address` to serve Go's profiler on (/debug/pprof/; off unless given: keep it private)")
 	fs.StringVar(&f.allowedOrigins, "allowed-origins", "", "comma-separated `origins` browsers may call the API from (CORS; * for any; default none)")
 	fs.StringVar(&f.logFormat, "log-format", "text", "logs as `text` (key=value) or json (one JSON object a line)")
-	fs.StringVar(&f.planCache, "plan-cache", "", "directory of measured capture costs (default $"+engine.EnvPlanCache+" or the user cache; off disables)")
+	fs.StringVar(&f.planCache, "plan-cache", "", "directory of measured capture costs (default $"+envPlanCache+" or the user cache; off disables)")
 }
 
 // applyConfig sets, from the YAML file, every flag the command line did not

@@ -18,7 +18,7 @@ type Options struct {
 	// Weights is the storage of the matrices: accel.F32 (default) or
 	// accel.BF16.
 	Weights accel.DType
-	// Logits also returns each row's logits as output "logits" [rows,
+	// Logits also returns each row's logits as output engine.OutputLogits [rows,
 	// vocab], for tests and inspection.
 	Logits bool
 	// PrefillLengths are the packed prefill token buckets to capture
@@ -406,9 +406,9 @@ func (m *Model) Forward(l *accel.Launcher, b *engine.Batch) (map[string]accel.Te
 	next := l.Alloc(accel.I32, 1, R)
 	l.Sample(next, logits, b.Sample)
 	l.Free(x, lx)
-	out := map[string]accel.Tensor{"next": next}
+	out := map[string]accel.Tensor{engine.OutputNext: next}
 	if m.opts.Logits {
-		out["logits"] = logits
+		out[engine.OutputLogits] = logits
 	} else {
 		l.Free(logits)
 	}

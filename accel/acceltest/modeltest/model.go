@@ -1,24 +1,34 @@
-package acceltest
+// Package modeltest is the model half of the accel conformance suite: the
+// embedded stories260K's greedy output on a backend, through the engine,
+// eager and replayed, equals the llama2.c reference program's, token for
+// token. It is apart from acceltest so that the kernel and graph suite
+// compiles no engine and no model: each backend's TestConformance runs both.
+package modeltest
 
 import (
 	"context"
 	"testing"
 
 	"github.com/reprise-ml/reprise/accel"
+	"github.com/reprise-ml/reprise/accel/acceltest"
 	"github.com/reprise-ml/reprise/engine"
 	"github.com/reprise-ml/reprise/model/llama"
 	"github.com/reprise-ml/reprise/model/stories260k"
 )
 
-// testModel is the model half of the suite: stories260K's greedy output on
-// the backend, eager and replayed, equals the llama2.c reference program's
-// (model/stories260k/testdata), token for token.
-func testModel(t *testing.T, backend string) {
+// Run checks that stories260K's greedy output on the backend, eager and
+// replayed, equals the llama2.c reference program's
+// (model/stories260k/testdata), token for token. A backend that is not
+// present here skips.
+func Run(t *testing.T, backend string) {
+	if err := accel.Probe(backend); err != nil {
+		t.Skipf("backend %s not usable here: %v", backend, err)
+	}
 	want, ok := stories260k.Reference("Once upon a time")
 	if !ok {
 		t.Fatal("no reference output")
 	}
-	e := Open(t, backend, accel.Options{MemoryLimit: 1 << 30})
+	e := acceltest.Open(t, backend, accel.Options{MemoryLimit: 1 << 30})
 	for _, graphs := range []bool{false, true} {
 		if graphs && !e.Dev.Capability().GraphCapture {
 			continue
