@@ -69,7 +69,11 @@ func TestBucketThatNeverFitsIsLeftOutOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	const deferred = "accelerator graph warm-up deferred: resources busy"
-	for logs.count("background capture done") == 0 {
+	deadline := time.Now().Add(2 * time.Minute)
+	for logs.count("capture finished") == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("background capture did not finish")
+		}
 		if n := logs.count(deferred); n > 20 {
 			t.Fatalf("an idle engine deferred a warm-up %d times", n)
 		}

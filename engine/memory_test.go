@@ -119,7 +119,7 @@ func TestBackgroundWarmUpsLeaveTheFloor(t *testing.T) {
 	}
 	var once sync.Once
 	deadline := time.Now().Add(2 * time.Minute)
-	for logs.count("background capture planned") == 0 && logs.count("background capture done") == 0 {
+	for logs.count("background capture planned") == 0 && logs.count("capture finished") == 0 {
 		if time.Now().After(deadline) {
 			t.Fatal("background warm-ups did not end")
 		}
