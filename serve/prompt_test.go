@@ -39,7 +39,7 @@ func TestMaxBytesPerTokenBounds(t *testing.T) {
 		pieces = append(pieces, string(tok.Piece(llama2c.EOS, id)))
 	}
 	rng := rand.New(rand.NewPCG(1, 2))
-	for i := range 300 {
+	for i := range 150 {
 		var b strings.Builder
 		n := rng.IntN(200)
 		for range n {

@@ -156,7 +156,7 @@ func probe(t *testing.T, url string) []string {
 // request answered cleanly, then no KV page held, no goroutine left over,
 // and the probes answered as a fresh server answers them.
 func TestSoak(t *testing.T) {
-	dur := 3 * time.Second
+	dur := 2 * time.Second
 	if os.Getenv(EnvSoak) == "1" {
 		dur = 60 * time.Second
 	}
