@@ -2,10 +2,12 @@ package llama
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/reprise-ml/reprise/accel"
+	"github.com/reprise-ml/reprise/model/llama2c"
 )
 
 // weightBytes predicts what New uploads, for either storage.
@@ -15,11 +17,17 @@ func TestWeightBytes(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer dev.Close()
-	for _, src := range []Source{{}, {Synthetic: "6M", Seed: 1}} {
-		ck, _, _, err := Load(src)
-		if err != nil {
-			t.Fatal(err)
-		}
+	shared, _, err := Default()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The same weights with a classifier of their own (stored as the
+	// matrices are, like the embedding then).
+	unshared := *shared
+	unshared.Config.SharedClassifier = false
+	unshared.Classifier = slices.Clone(shared.TokenEmbedding)
+	for _, ck := range []*llama2c.Checkpoint{shared, &unshared} {
+		src := ck.Config
 		for _, dt := range []accel.DType{accel.F32, accel.BF16} {
 			s, err := dev.NewStream()
 			if err != nil {
@@ -31,7 +39,7 @@ func TestWeightBytes(t *testing.T) {
 				t.Fatal(err)
 			}
 			if got, want := weightBytes(FromLlama2c(ck.Config), dt), m.Info().WeightBytes; got != want {
-				t.Errorf("%+v %s: weightBytes %d, uploaded %d", src, dt, got, want)
+				t.Errorf("%v %s: weightBytes %d, uploaded %d", src, dt, got, want)
 			}
 			m.Close()
 		}
@@ -41,16 +49,31 @@ func TestWeightBytes(t *testing.T) {
 // Weights that do not fit say how much they need and how much there is,
 // not the allocator's chain.
 func TestWeightsOutOfMemory(t *testing.T) {
-	dev, err := accel.Open("cpu", 0, accel.Options{MemoryLimit: 16 << 20})
+	dev, err := accel.Open("cpu", 0, accel.Options{MemoryLimit: 2 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer dev.Close()
-	_, _, err = Open(dev, Source{Synthetic: "6M", Seed: 1}, Options{})
+	ck, _, err := Default()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// stories260K with its layers four times over: 3.6 MiB.
+	big := *ck
+	for range 3 {
+		big.Layers = append(big.Layers, ck.Layers...)
+	}
+	big.Config.Layers = len(big.Layers)
+	s, err := dev.NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	_, err = New(dev, s, &big, Options{Name: "big"})
 	if !errors.Is(err, accel.ErrOutOfMemory) {
 		t.Fatalf("got %v, want out of device memory", err)
 	}
-	for _, want := range []string{"the weights need ", " MiB (synthetic-6M, f32 weights); the device's memory is 16.0 MiB"} {
+	for _, want := range []string{"the weights need 3.6 MiB (big, f32 weights); the device's memory is 2.0 MiB"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("%q lacks %q", err, want)
 		}
