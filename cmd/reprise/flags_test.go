@@ -208,3 +208,14 @@ func FuzzParseConfig(f *testing.F) {
 		}
 	})
 }
+
+func TestUnknownCommand(t *testing.T) {
+	for args, want := range map[string]string{
+		"serv":       "reprise: unknown command \"serv\"; did you mean \"serve\"? (reprise help lists the commands)\n",
+		"frobnicate": "reprise: unknown command \"frobnicate\" (reprise help lists the commands)\n",
+	} {
+		if code, _, errs := runCLI(t, args); code != 2 || errs != want {
+			t.Errorf("%s: exit %d, %q, want %q", args, code, errs, want)
+		}
+	}
+}

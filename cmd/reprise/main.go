@@ -44,8 +44,18 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	c, ok := commands[args[0]]
 	if !ok {
-		fmt.Fprintf(stderr, "reprise: unknown command %q\n\n", args[0])
-		usage(stderr)
+		// One line, as for an unknown flag.
+		msg := fmt.Sprintf("reprise: unknown command %q", args[0])
+		best, bestD := "", 0
+		for name := range commands {
+			if d := editDistance(args[0], name); best == "" || d < bestD || d == bestD && name < best {
+				best, bestD = name, d
+			}
+		}
+		if best != "" && bestD <= max(2, len(args[0])/3) {
+			msg += fmt.Sprintf("; did you mean %q?", best)
+		}
+		fmt.Fprintln(stderr, msg+" (reprise help lists the commands)")
 		return 2
 	}
 	if err := c.run(ctx, args[1:], stdout, stderr); err != nil {
