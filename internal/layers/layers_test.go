@@ -55,6 +55,13 @@ func TestCheckFindsPlantedViolations(t *testing.T) {
 			"accel/kit/kit.go":    "package kit\nimport _ \"" + module + "/engine\"\n",
 			"accel/fast/other.go": "package fast\nimport _ \"" + module + "/accel/kit\"\n",
 		}, []string{"accel/kit (under accel) imports engine"}},
+		{"accel imports an internal leaf, not an internal package above", map[string]string{
+			"accel/fast/fast.go":    backend,
+			"internal/leaf/l.go":    "package leaf\nimport _ \"fmt\"\n",
+			"internal/upper/u.go":   "package upper\nimport _ \"" + module + "/engine\"\n",
+			"accel/fast/uses.go":    "package fast\nimport _ \"" + module + "/internal/leaf\"\n",
+			"accel/fast/uses_up.go": "package fast\nimport _ \"" + module + "/internal/upper\"\n",
+		}, []string{"accel/fast (under accel) imports internal/upper"}},
 		{"model checks imported by a non-test file", map[string]string{
 			"accel/acceltest/modeltest/m.go": "package modeltest\nimport _ \"" + module + "/engine\"\n",
 			"accel/fast/fast.go":             backend,
