@@ -18,10 +18,11 @@ const fixtures = "../gguf/testdata/"
 // reference program prints it.
 func generateText(t *testing.T, dev accel.Device, src Source, graphs bool, prompt string, steps int) string {
 	t.Helper()
-	m, tok, err := Open(dev, src, Options{PrefillBatchSizes: []int{1}, PrefillLengths: []int{16}, DecodeBatchSizes: []int{1}})
+	m, l, err := OpenLoaded(dev, src, Options{PrefillBatchSizes: []int{1}, PrefillLengths: []int{16}, DecodeBatchSizes: []int{1}})
 	if err != nil {
 		t.Fatal(err)
 	}
+	tok := l.Text
 	defer m.Close()
 	e, err := engine.New(dev, m, engine.Options{Graphs: graphs, MaxBatch: 1, PlanCache: "off"})
 	if err != nil {

@@ -56,7 +56,7 @@ func TestQuantizedFixtures(t *testing.T) {
 			must(t, err)
 			defer e.Close()
 			must(t, e.Start(context.Background()))
-			ids := l.Tokenizer.Encode("Once upon a time", true, false)
+			ids := l.Text.Encode("Once upon a time", true, false)
 			seq := make([]int32, len(ids))
 			for i, x := range ids {
 				seq[i] = int32(x)
