@@ -13,7 +13,6 @@ import (
 	"github.com/reprise-ml/reprise/accel/cpu"
 	"github.com/reprise-ml/reprise/engine"
 	"github.com/reprise-ml/reprise/model/llama"
-	"github.com/reprise-ml/reprise/model/llama2c"
 )
 
 // deviceFlags are the flags every command that runs a model shares.
@@ -80,7 +79,7 @@ func (d *deviceFlags) modelOptions() (llama.Options, error) {
 type session struct {
 	dev   accel.Device
 	model *llama.Model
-	tok   *llama2c.Tokenizer
+	tok   llama.TextTokenizer
 	eng   *engine.Engine
 }
 
@@ -108,7 +107,7 @@ func (d *deviceFlags) openSession(stderr io.Writer, tweak func(*llama.Options), 
 		s.Close()
 		return nil, err
 	}
-	s.tok = loaded.Tokenizer
+	s.tok = loaded.Text
 	if eo.Logger == nil {
 		eo.Logger = d.log(stderr)
 	}

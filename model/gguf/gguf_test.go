@@ -319,3 +319,19 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// llama.cpp's converters write uint32 -1 for an absent special token.
+func TestVocabNoToken(t *testing.T) {
+	f, err := Open("testdata/stories260K.gguf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	v, err := f.Vocab()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.PAD != -1 || v.BOS != 1 || v.EOS != 2 || len(v.Tokens) != 512 || v.Model != "llama" {
+		t.Fatalf("vocab: pad %d bos %d eos %d, %d tokens, model %q", v.PAD, v.BOS, v.EOS, len(v.Tokens), v.Model)
+	}
+}

@@ -65,6 +65,11 @@ func (f *File) Vocab() (*tokenizer.Vocab, error) {
 		}
 		if err == nil {
 			*id.dst = int(max(min(n, 1<<40), -1))
+			if n == 1<<32-1 {
+				// llama.cpp's converters write uint32 -1 for "no such
+				// token" (LLAMA_TOKEN_NULL).
+				*id.dst = tokenizer.NoToken
+			}
 		}
 	}
 	for _, b := range []struct {

@@ -12,6 +12,7 @@ import (
 	"github.com/reprise-ml/reprise/model/gguf"
 	"github.com/reprise-ml/reprise/model/llama2c"
 	"github.com/reprise-ml/reprise/model/stories260k"
+	"github.com/reprise-ml/reprise/tokenizer"
 )
 
 // DefaultName is the embedded default model's name.
@@ -99,8 +100,15 @@ func Detect(path string) (string, error) {
 type Loaded struct {
 	Format  string
 	Weights Weights
-	// Tokenizer is nil for synthetic models.
+	// Text is the tokenizer generate and serve use (nil for synthetic
+	// models): a llama2.c tokenizer, or Vocab adapted.
+	Text TextTokenizer
+	// Tokenizer is the llama2.c tokenizer, for llama2.c checkpoints, the
+	// embedded model and --tokenizer (nil otherwise).
 	Tokenizer *llama2c.Tokenizer
+	// Vocab is the model's own tokenizer (GGUF vocabulary, tokenizer.json),
+	// nil for llama2.c tokenizers.
+	Vocab tokenizer.Tokenizer
 	// Name is the model's own name (general.name, the directory's name,
 	// the file's name).
 	Name       string
@@ -165,7 +173,7 @@ func openSource(src Source) (*Loaded, error) {
 		if err != nil {
 			return nil, err
 		}
-		return &Loaded{Format: FormatEmbedded, Weights: CheckpointWeights(ck), Tokenizer: tok, Name: DefaultName, StopTokens: []int32{llama2c.BOS}}, nil
+		return &Loaded{Format: FormatEmbedded, Weights: CheckpointWeights(ck), Tokenizer: tok, Text: tok, Name: DefaultName, StopTokens: []int32{llama2c.BOS}}, nil
 	}
 	format, err := Detect(src.Model)
 	if err != nil {
@@ -199,7 +207,7 @@ func openSource(src Source) (*Loaded, error) {
 		}
 		l = &Loaded{Weights: ws, Name: name, StopTokens: ggufStopTokens(f)}
 		if src.Tokenizer == "" {
-			if l.Tokenizer, err = ggufTokenizer(f); err != nil {
+			if l.Vocab, err = ggufTokenizer(f); err != nil {
 				ws.Close()
 				return nil, err
 			}
@@ -211,8 +219,10 @@ func openSource(src Source) (*Loaded, error) {
 		}
 		l = &Loaded{Weights: hf, Name: filepath.Base(filepath.Clean(src.Model)), StopTokens: hf.StopTokens()}
 		if src.Tokenizer == "" {
-			hf.Close()
-			return nil, fmt.Errorf("llama: %s: %w: tokenizer.json needs the tokenizer package; pass a llama2.c --tokenizer meanwhile", src.Model, ErrNotImplemented)
+			if l.Vocab, err = hfTokenizer(src.Model); err != nil {
+				hf.Close()
+				return nil, err
+			}
 		}
 	}
 	l.Format = format
@@ -223,6 +233,15 @@ func openSource(src Source) (*Loaded, error) {
 			return nil, err
 		}
 		l.Tokenizer = tok
+	}
+	if l.Vocab != nil {
+		if err := tokenizer.CheckEmbedding(l.Vocab, l.Weights.Config().Vocab, src.Model); err != nil {
+			l.Close()
+			return nil, fmt.Errorf("llama: %w", err)
+		}
+		l.Text = vocabText{l.Vocab}
+	} else if l.Tokenizer != nil {
+		l.Text = l.Tokenizer
 	}
 	return l, nil
 }

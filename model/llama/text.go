@@ -1,0 +1,83 @@
+package llama
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/reprise-ml/reprise/model/gguf"
+	"github.com/reprise-ml/reprise/model/llama2c"
+	"github.com/reprise-ml/reprise/tokenizer"
+)
+
+// TextTokenizer is what generate and serve need of a tokenizer: the shape
+// of llama2.c's (*llama2c.Tokenizer is one), which every model's tokenizer
+// is adapted to.
+type TextTokenizer interface {
+	// Encode returns text's token ids, with BOS first when bos (and the
+	// vocabulary wants one) and EOS last when eos.
+	Encode(text string, bos, eos bool) []int
+	// SafePiece is the text token prints after prev: nothing for control
+	// tokens and for a lone ASCII control byte.
+	SafePiece(prev, token int) []byte
+}
+
+// vocabText adapts a tokenizer.Tokenizer (GGUF and Hugging Face
+// vocabularies) to TextTokenizer.
+type vocabText struct{ t tokenizer.Tokenizer }
+
+func (v vocabText) Encode(text string, bos, eos bool) []int {
+	ids := v.t.Encode(text, bos)
+	sp := v.t.Special()
+	if eos && !sp.AddEOS && len(sp.EOS) > 0 {
+		ids = append(ids, sp.EOS[0])
+	}
+	return ids
+}
+
+func (v vocabText) SafePiece(prev, id int) []byte {
+	if v.t.IsControl(id) {
+		return nil
+	}
+	if prev >= 0 && v.t.IsControl(prev) {
+		// A control token (BOS) still starts the text, as Decode has it.
+		prev = -1
+	}
+	p := v.t.Piece(prev, id)
+	if len(p) == 1 && (p[0] < 0x20 && p[0] != '\n' && p[0] != '\t' && p[0] != '\r' || p[0] == 0x7F) {
+		// A lone control byte, as llama2.c's safe_printf drops it.
+		return nil
+	}
+	return p
+}
+
+// MaxBytesPerToken bounds the text one token stands for (serve refuses a
+// prompt that cannot fit before encoding it).
+func (v vocabText) MaxBytesPerToken() int { return v.t.MaxBytesPerToken() }
+
+// ggufTokenizer builds a GGUF file's own tokenizer.
+func ggufTokenizer(f *gguf.File) (tokenizer.Tokenizer, error) {
+	v, err := f.Vocab()
+	if err != nil {
+		return nil, fmt.Errorf("llama: tokenizer: %w", err)
+	}
+	t, err := tokenizer.FromVocab(v, f.Path)
+	if err != nil {
+		return nil, fmt.Errorf("llama: %w", err)
+	}
+	return t, nil
+}
+
+// hfTokenizer reads a Hugging Face directory's tokenizer.json.
+func hfTokenizer(dir string) (tokenizer.Tokenizer, error) {
+	if _, err := os.Stat(filepath.Join(dir, "tokenizer.json")); err != nil {
+		return nil, fmt.Errorf("llama: %s: no tokenizer.json (pass --tokenizer): %w", dir, err)
+	}
+	t, err := tokenizer.LoadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("llama: %w", err)
+	}
+	return t, nil
+}
+
+var _ TextTokenizer = (*llama2c.Tokenizer)(nil)
