@@ -20,7 +20,7 @@ func TestWeightBytes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, dt := range []accel.DType{accel.F32, accel.BF16} {
+		for _, dt := range []accel.DType{accel.F32, accel.BF16, accel.Q8_0, accel.Q4_0, accel.Q4_K} {
 			s, err := dev.NewStream()
 			if err != nil {
 				t.Fatal(err)
