@@ -100,7 +100,8 @@ func quantRowQ8_0(x []float32, q []int8) (float32, int32) {
 	}
 	var s int32
 	for j, v := range x {
-		r := int8(math.RoundToEven(float64(v * id)))
+		// |v·id| <= 127.5: nearestInt rounds to even as VROUNDPS does.
+		r := int8(nearestInt(v * id))
 		q[j] = r
 		s += int32(r)
 	}

@@ -86,6 +86,10 @@ func runMatMulQuantVec(c *rcall, a *qacts, p *packed, lo, hi, t0, t1 int, k *kct
 func mmQ4_0(y, qx, dx, sx, w unsafe.Pointer, nb int) {
 	var acc0, acc1 archsimd.Float32x8
 	m0f := archsimd.BroadcastUint8x32(0x0f)
+	// A per-lane shift (VPSRLVD): a shift by a constant count is
+	// compiled with the count moved into an XMM register by a legacy-SSE
+	// MOVQ in the loop, which stalls on dirty upper AVX state.
+	fours := archsimd.BroadcastUint32x8(4)
 	ones := archsimd.BroadcastInt16x16(1)
 	for b := 0; b < nb; b++ {
 		wb := unsafe.Add(w, uintptr(b)*(64+4*64))
@@ -97,9 +101,9 @@ func mmQ4_0(y, qx, dx, sx, w unsafe.Pointer, nb int) {
 			xl := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(xb, v*4))).AsInt8x32()
 			xh := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(xb, (v+4)*4))).AsInt8x32()
 			s0 = s0.Add(u0.And(m0f).DotProductPairsSaturated(xl))
-			s0 = s0.Add(u0.AsUint16x16().ShiftAllRight(4).AsUint8x32().And(m0f).DotProductPairsSaturated(xh))
+			s0 = s0.Add(u0.AsUint32x8().ShiftRight(fours).AsUint8x32().And(m0f).DotProductPairsSaturated(xh))
 			s1 = s1.Add(u1.And(m0f).DotProductPairsSaturated(xl))
-			s1 = s1.Add(u1.AsUint16x16().ShiftAllRight(4).AsUint8x32().And(m0f).DotProductPairsSaturated(xh))
+			s1 = s1.Add(u1.AsUint32x8().ShiftRight(fours).AsUint8x32().And(m0f).DotProductPairsSaturated(xh))
 		}
 		off := archsimd.BroadcastInt32x8(8 * *(*int32)(unsafe.Add(sx, uintptr(b)*4)))
 		dxv := archsimd.BroadcastFloat32x8(*(*float32)(unsafe.Add(dx, uintptr(b)*4)))
@@ -124,6 +128,10 @@ func mmQ4_0(y, qx, dx, sx, w unsafe.Pointer, nb int) {
 func mmQ8_0(y, qx, dx, sx, w unsafe.Pointer, nb int) {
 	var acc0, acc1 archsimd.Float32x8
 	m0f := archsimd.BroadcastUint8x32(0x0f)
+	// A per-lane shift (VPSRLVD): a shift by a constant count is
+	// compiled with the count moved into an XMM register by a legacy-SSE
+	// MOVQ in the loop, which stalls on dirty upper AVX state.
+	fours := archsimd.BroadcastUint32x8(4)
 	ones := archsimd.BroadcastInt16x16(1)
 	sixteens := archsimd.BroadcastInt16x16(16)
 	for b := 0; b < nb; b++ {
@@ -135,9 +143,9 @@ func mmQ8_0(y, qx, dx, sx, w unsafe.Pointer, nb int) {
 			u1 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 96+g*64)))
 			xg := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(xb, g*4))).AsInt8x32()
 			l0 = l0.Add(u0.And(m0f).DotProductPairsSaturated(xg))
-			h0 = h0.Add(u0.AsUint16x16().ShiftAllRight(4).AsUint8x32().And(m0f).DotProductPairsSaturated(xg))
+			h0 = h0.Add(u0.AsUint32x8().ShiftRight(fours).AsUint8x32().And(m0f).DotProductPairsSaturated(xg))
 			l1 = l1.Add(u1.And(m0f).DotProductPairsSaturated(xg))
-			h1 = h1.Add(u1.AsUint16x16().ShiftAllRight(4).AsUint8x32().And(m0f).DotProductPairsSaturated(xg))
+			h1 = h1.Add(u1.AsUint32x8().ShiftRight(fours).AsUint8x32().And(m0f).DotProductPairsSaturated(xg))
 		}
 		off := archsimd.BroadcastInt32x8(128 * *(*int32)(unsafe.Add(sx, uintptr(b)*4)))
 		dxv := archsimd.BroadcastFloat32x8(*(*float32)(unsafe.Add(dx, uintptr(b)*4)))
@@ -165,6 +173,10 @@ func mmQ8_0(y, qx, dx, sx, w unsafe.Pointer, nb int) {
 func mmQ4_K(y, qx, dx, sx, w unsafe.Pointer, nb int) {
 	var acc0, acc1 archsimd.Float32x8
 	m0f := archsimd.BroadcastUint8x32(0x0f)
+	// A per-lane shift (VPSRLVD): a shift by a constant count is
+	// compiled with the count moved into an XMM register by a legacy-SSE
+	// MOVQ in the loop, which stalls on dirty upper AVX state.
+	fours := archsimd.BroadcastUint32x8(4)
 	ones := archsimd.BroadcastInt16x16(1)
 	for b := 0; b < nb; b++ {
 		wb := unsafe.Add(w, uintptr(b)*2688)
@@ -179,9 +191,9 @@ func mmQ4_K(y, qx, dx, sx, w unsafe.Pointer, nb int) {
 				xl := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(xb, 64*c+4*g))).AsInt8x32()
 				xh := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(xb, 64*c+32+4*g))).AsInt8x32()
 				l0 = l0.Add(u0.And(m0f).DotProductPairsSaturated(xl))
-				h0 = h0.Add(u0.AsUint16x16().ShiftAllRight(4).AsUint8x32().And(m0f).DotProductPairsSaturated(xh))
+				h0 = h0.Add(u0.AsUint32x8().ShiftRight(fours).AsUint8x32().And(m0f).DotProductPairsSaturated(xh))
 				l1 = l1.Add(u1.And(m0f).DotProductPairsSaturated(xl))
-				h1 = h1.Add(u1.AsUint16x16().ShiftAllRight(4).AsUint8x32().And(m0f).DotProductPairsSaturated(xh))
+				h1 = h1.Add(u1.AsUint32x8().ShiftRight(fours).AsUint8x32().And(m0f).DotProductPairsSaturated(xh))
 			}
 			sl := unsafe.Add(wb, 128+32*2*c)
 			sh := unsafe.Add(wb, 128+32*(2*c+1))
