@@ -24,6 +24,10 @@ func mmQ4_0Widen(y, x, w unsafe.Pointer, nb int) {
 	var acc0, acc1 archsimd.Float32x8
 	m0f := archsimd.BroadcastUint32x8(0x0f)
 	eight := archsimd.BroadcastFloat32x8(8)
+	var shifts [8]archsimd.Uint32x8 // per-lane counts (a constant count stalls: quant_amd64.go)
+	for k := range shifts {
+		shifts[k] = archsimd.BroadcastUint32x8(uint32(8*(k%4) + 4*(k/4)))
+	}
 	for b := 0; b < nb; b++ {
 		wb := unsafe.Add(w, uintptr(b)*(64+4*64))
 		xb := unsafe.Add(x, uintptr(b)*128)
@@ -32,13 +36,13 @@ func mmQ4_0Widen(y, x, w unsafe.Pointer, nb int) {
 		for v := uintptr(0); v < 4; v++ {
 			u0 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 64+v*64))).AsUint32x8()
 			u1 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 96+v*64))).AsUint32x8()
-			for k := uint64(0); k < 8; k++ {
+			for k := 0; k < 8; k++ {
 				// byte k%4, low (k < 4: input 4v+k) or high nibble (input 4(v+4)+k-4)
-				sh := 8*(k%4) + 4*(k/4)
+				sh := shifts[k]
 				in := 4*v + uintptr(k%4) + 16*uintptr(k/4)
 				xv := archsimd.BroadcastFloat32x8(*(*float32)(unsafe.Add(xb, in*4)))
-				q0 := u0.ShiftAllRight(sh).And(m0f).AsInt32x8().ConvertToFloat32().Sub(eight).Mul(d0)
-				q1 := u1.ShiftAllRight(sh).And(m0f).AsInt32x8().ConvertToFloat32().Sub(eight).Mul(d1)
+				q0 := u0.ShiftRight(sh).And(m0f).AsInt32x8().ConvertToFloat32().Sub(eight).Mul(d0)
+				q1 := u1.ShiftRight(sh).And(m0f).AsInt32x8().ConvertToFloat32().Sub(eight).Mul(d1)
 				acc0 = acc0.Add(xv.Mul(q0))
 				acc1 = acc1.Add(xv.Mul(q1))
 			}
