@@ -5,6 +5,7 @@ import (
 	"math"
 
 	"github.com/reprise-ml/reprise/accel"
+	"github.com/reprise-ml/reprise/quant"
 )
 
 func putF32(b []byte, v float32) { binary.LittleEndian.PutUint32(b, math.Float32bits(v)) }
@@ -98,7 +99,7 @@ func packQuant(w operand, p *packed) {
 				putF32(dst[4*lane:], f16at(blk))
 				putF32(dst[64+4*lane:], f16at(blk[2:]))
 				for sb := 0; sb < 8; sb++ {
-					sc, m := scaleMinK4(sb, blk[4:16])
+					sc, m := quant.ScaleMinK4(sb, blk[4:16])
 					putI16(dst[128+32*sb+2*lane:], int(sc))
 					putI16(dst[128+256+32*sb+2*lane:], int(m))
 				}
