@@ -10,12 +10,13 @@ import (
 	"github.com/reprise-ml/reprise/accel"
 )
 
-// The quantized matmul's vector kernels are 256-bit (AVX2): the integer
-// pair products they rest on (VPMADDUBSW, VPMADDWD) are as fast per byte at
-// 256 bits on the AMD cores this was measured on, and AVX2 is on every
-// x86-64 CPU of the last decade, AVX-512 ones included. They read each
+// The quantized matmul's vector kernels are 256-bit (AVX2): AVX2 is on
+// every x86-64 CPU of the last decade, AVX-512 ones included, and the
+// machine they were written and measured on had no AVX-512 (a 512-bit
+// variant of the same loops is future work, untested here). They read each
 // 16-output panel as two 8-output halves. The same hazard rules hold as for
-// the AVX-512 kernels (simd.go).
+// the AVX-512 kernels (simd.go), plus one more: no constant-count shifts in
+// a loop (see mmQ4_0).
 
 // quantVecBuilt: this build and CPU can run them (REPRISE_CPU_SIMD=0 and
 // GOAMD64=v3 builds turn them off as they do the others).
