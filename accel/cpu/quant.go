@@ -136,7 +136,6 @@ func quantRowQ8K(x []float32, q []int8, sums []int32) float32 {
 	return 1 / iscale
 }
 
-
 func f16at(b []byte) float32 { return quant.HalfToFloat(binary.LittleEndian.Uint16(b)) }
 
 // runMatMulQuant is a MatMul with quantized W for output panels [lo, hi) of
@@ -220,7 +219,6 @@ func dotQ4_0(w []byte, qx []int8, dx []float32) float32 {
 	}
 	return acc
 }
-
 
 func dotQ4_K(w []byte, qx []int8, dx []float32, sums []int32) float32 {
 	var acc float32
