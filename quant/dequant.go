@@ -191,9 +191,9 @@ func deqQ3_K(b []byte, y []float32) {
 	}
 }
 
-// scaleMinK4 unpacks the j-th 6-bit scale and min of a Q4_K or Q5_K block's
+// ScaleMinK4 unpacks the j-th 6-bit scale and min of a Q4_K or Q5_K block's
 // 12 scale bytes (ggml's get_scale_min_k4).
-func scaleMinK4(j int, q []byte) (sc, m byte) {
+func ScaleMinK4(j int, q []byte) (sc, m byte) {
 	if j < 4 {
 		return q[j] & 63, q[j+4] & 63
 	}
@@ -206,9 +206,9 @@ func deqQ4_K(b []byte, y []float32) {
 	scales, q := b[4:16], b[16:144]
 	is := 0
 	for j := 0; j < QKK; j += 64 {
-		sc, m := scaleMinK4(is, scales)
+		sc, m := ScaleMinK4(is, scales)
 		d1, m1 := d*float32(sc), dmin*float32(m)
-		sc, m = scaleMinK4(is+1, scales)
+		sc, m = ScaleMinK4(is+1, scales)
 		d2, m2 := d*float32(sc), dmin*float32(m)
 		for l := 0; l < 32; l++ {
 			y[l] = float32(d1*float32(q[l]&0xf)) - m1
@@ -227,9 +227,9 @@ func deqQ5_K(b []byte, y []float32) {
 	is := 0
 	u1, u2 := byte(1), byte(2)
 	for j := 0; j < QKK; j += 64 {
-		sc, m := scaleMinK4(is, scales)
+		sc, m := ScaleMinK4(is, scales)
 		d1, m1 := d*float32(sc), dmin*float32(m)
-		sc, m = scaleMinK4(is+1, scales)
+		sc, m = ScaleMinK4(is+1, scales)
 		d2, m2 := d*float32(sc), dmin*float32(m)
 		for l := 0; l < 32; l++ {
 			v1, v2 := int(ql[l]&0xf), int(ql[l]>>4)

@@ -112,19 +112,22 @@ func TestQuantizeMatchesGGML(t *testing.T) {
 	}
 }
 
-// TestRequantizeQ4KFixture: there is no quant.F32 source for the r256 fixtures,
-// so this re-quantizes the quant.Q4_K tensors of r256-Q4_K_M.gguf from their own
+// TestRequantizeQ4KFixture: there is no F32 source for the r256 fixtures,
+// so this re-quantizes Q4_K tensors of r256-Q4_K_M.gguf from their own
 // dequantised values. ggml's quantizer (run offline on the same values, see
-// testdata/README.md) gives back the file's bytes in all but two blocks, one
-// in each layer's ffn_up.weight; so must this package.
+// testdata/README.md) gives back the file's bytes for every Q4_K tensor but
+// one block of each layer's ffn_up.weight; so must this package. (Two
+// tensors here, one with that block, to keep the test quick under -race.)
 func TestRequantizeQ4KFixture(t *testing.T) {
 	q := readGGUF(t, "testdata/r256-Q4_K_M.gguf")
-	blocks, differ := 0, map[string]int{}
-	for name, qt := range q {
+	want := map[string]int{"blk.0.ffn_up.weight": 1, "blk.0.attn_k.weight": 0}
+	for name, n := range want {
+		qt := q[name]
 		if qt.typ != quant.Q4_K {
-			continue
+			t.Fatalf("%s is %s", name, qt.typ)
 		}
-		x := make([]float32, len(qt.data)/qt.typ.BlockBytes()*quant.QKK)
+		bb := qt.typ.BlockBytes()
+		x := make([]float32, len(qt.data)/bb*quant.QKK)
 		if err := quant.Dequantize(qt.typ, qt.data, x); err != nil {
 			t.Fatal(err)
 		}
@@ -132,15 +135,14 @@ func TestRequantizeQ4KFixture(t *testing.T) {
 		if err := quant.Quantize(qt.typ, x, got); err != nil {
 			t.Fatal(err)
 		}
-		for i := 0; i < len(got); i += qt.typ.BlockBytes() {
-			blocks++
-			if !bytes.Equal(got[i:i+qt.typ.BlockBytes()], qt.data[i:i+qt.typ.BlockBytes()]) {
-				differ[name]++
+		differ := 0
+		for i := 0; i < len(got); i += bb {
+			if !bytes.Equal(got[i:i+bb], qt.data[i:i+bb]) {
+				differ++
 			}
 		}
-	}
-	want := map[string]int{"blk.0.ffn_up.weight": 1, "blk.1.ffn_up.weight": 1}
-	if blocks != 5760 || len(differ) != len(want) || differ["blk.0.ffn_up.weight"] != 1 || differ["blk.1.ffn_up.weight"] != 1 {
-		t.Errorf("%d quant.Q4_K blocks, differing %v, want 5760 and %v", blocks, differ, want)
+		if differ != n {
+			t.Errorf("%s: %d of %d blocks differ, want %d", name, differ, len(got)/bb, n)
+		}
 	}
 }

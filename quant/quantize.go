@@ -85,9 +85,10 @@ func absf(x float32) float32 { return math.Float32frombits(math.Float32bits(x) &
 
 func sqrtf(x float32) float32 { return float32(math.Sqrt(float64(x))) }
 
-// nearestInt is ggml's nearest_int: round to nearest, ties to even, by
-// adding 1.5·2^23 in float32 and reading the mantissa.
-func nearestInt(f float32) int {
+// NearestInt is ggml's nearest_int: round to nearest, ties to even, by
+// adding 1.5·2^23 in float32 and reading the mantissa (exact for
+// |f| < 2^22).
+func NearestInt(f float32) int {
 	v := f + 12582912
 	return int(math.Float32bits(v)&0x007fffff) - 0x00400000
 }
@@ -237,7 +238,7 @@ func makeQKX2(nmax int, x, w []float32, L, aux []uint8, rmin, rdelta float32, ns
 	scale = 1 / iscale
 	var best float32
 	for i := 0; i < n; i++ {
-		l := nearestInt(iscale * (x[i] - mn))
+		l := NearestInt(iscale * (x[i] - mn))
 		L[i] = uint8(max(0, min(nmax, l)))
 		diff := float32(float32(scale*float32(L[i]))+mn) - x[i]
 		if mad {
@@ -254,7 +255,7 @@ func makeQKX2(nmax int, x, w []float32, L, aux []uint8, rmin, rdelta float32, ns
 		iscale = float32(float32(rmin+float32(rdelta*float32(is)))+fnmax) / (mx - mn)
 		var sumL, sumL2, sumXL float32
 		for i := 0; i < n; i++ {
-			l := max(0, min(nmax, nearestInt(iscale*(x[i]-mn))))
+			l := max(0, min(nmax, NearestInt(iscale*(x[i]-mn))))
 			aux[i] = uint8(l)
 			fl := float32(l)
 			wl := w[i] * fl
@@ -314,7 +315,7 @@ func makeQX(nmax int, x []float32, L []int8) float32 {
 	iscale := -fnmax / mx
 	var sumlx, suml2 float32
 	for i, v := range x {
-		l := max(-nmax, min(nmax-1, nearestInt(iscale*v)))
+		l := max(-nmax, min(nmax-1, NearestInt(iscale*v)))
 		L[i] = int8(l + nmax)
 		w := v * v
 		fl := float32(l)
@@ -333,7 +334,7 @@ func makeQX(nmax int, x []float32, L []int8) float32 {
 		iscale = -(fnmax + float32(0.1*float32(is))) / mx
 		sumlx, suml2 = 0, 0
 		for _, v := range x {
-			l := max(-nmax, min(nmax-1, nearestInt(iscale*v)))
+			l := max(-nmax, min(nmax-1, NearestInt(iscale*v)))
 			w := v * v
 			fl := float32(l)
 			sumlx += float32(float32(w*v) * fl)
@@ -341,7 +342,7 @@ func makeQX(nmax int, x []float32, L []int8) float32 {
 		}
 		if suml2 > 0 && float32(sumlx*sumlx) > float32(best*suml2) {
 			for i, v := range x {
-				L[i] = int8(nmax + max(-nmax, min(nmax-1, nearestInt(iscale*v))))
+				L[i] = int8(nmax + max(-nmax, min(nmax-1, NearestInt(iscale*v))))
 			}
 			scale = sumlx / suml2
 			best = scale * sumlx
@@ -388,8 +389,8 @@ func quantK45(x []float32, b []byte, nmax int, rmin, rdelta float32, nstep int, 
 	}
 	sc := b[4:16]
 	for j := 0; j < QKK/32; j++ {
-		ls := min(63, uint8(nearestInt(invScale*scales[j])))
-		lm := min(63, uint8(nearestInt(invMin*mins[j])))
+		ls := min(63, uint8(NearestInt(invScale*scales[j])))
+		lm := min(63, uint8(NearestInt(invMin*mins[j])))
 		if j < 4 {
 			sc[j] = ls
 			sc[j+4] = lm
@@ -403,14 +404,14 @@ func quantK45(x []float32, b []byte, nmax int, rmin, rdelta float32, nstep int, 
 	putHalf(b[2:], maxMin/63)
 	d, dmin := half(b), half(b[2:])
 	for j := 0; j < QKK/32; j++ {
-		s, m := scaleMinK4(j, sc)
+		s, m := ScaleMinK4(j, sc)
 		dj := d * float32(s)
 		if dj == 0 {
 			continue
 		}
 		dm := dmin * float32(m)
 		for i := 0; i < 32; i++ {
-			l := nearestInt((x[32*j+i] + dm) / dj)
+			l := NearestInt((x[32*j+i] + dm) / dj)
 			L[32*j+i] = uint8(max(0, min(nmax, l)))
 		}
 	}
@@ -476,7 +477,7 @@ func quantQ6_K(x []float32, b []byte) {
 	putHalf(b[208:], 1/iscale)
 	sc := b[192:208]
 	for ib := range scales {
-		sc[ib] = byte(int8(min(127, nearestInt(iscale*scales[ib]))))
+		sc[ib] = byte(int8(min(127, NearestInt(iscale*scales[ib]))))
 	}
 	d := half(b[208:])
 	for j := 0; j < QKK/16; j++ {
@@ -485,7 +486,7 @@ func quantQ6_K(x []float32, b []byte) {
 			continue
 		}
 		for i := 0; i < 16; i++ {
-			l := nearestInt(x[16*j+i] / dj)
+			l := NearestInt(x[16*j+i] / dj)
 			L[16*j+i] = int8(max(-32, min(31, l)) + 32)
 		}
 	}

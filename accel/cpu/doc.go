@@ -29,6 +29,13 @@
 // PackWeights, cached per (segment, offset, shape, dtype), charged to the
 // arena, and dropped before any write to its bytes lands (pack.go).
 //
+// Quantized weights (Q8_0, Q4_0, Q4_K, Q6_K) multiply as ggml's CPU code
+// does: each row of x quantized to 8 bits per block, exact integer block
+// dot products, one float32 sum per output in block order (quant.go). The
+// vector kernels for them are AVX2 (quant_amd64.go: on any x86-64 CPU with
+// AVX2, AVX-512 ones included) over packed panels of the same shape
+// (quant_pack.go); the plain-Go kernels read ggml's blocks as they are.
+//
 // # Threads
 //
 // A pool of persistent worker goroutines (REPRISE_CPU_THREADS, default
@@ -50,5 +57,6 @@
 //     before they are added, no fused multiply-add, transcendental
 //     functions in float64 rounded once), so greedy generation matches it
 //     byte for byte. bf16 weights are exact with respect to their rounded
-//     values.
+//     values. Quantized weights follow ggml's integer scheme instead (see
+//     quant.go), the same bits from either kernel set.
 package cpu

@@ -324,8 +324,8 @@ func (t *packTable) dropAll() {
 // where the arena has no room (MatMul then reads the row-major bytes).
 func (d *Device) PackWeights(ts ...accel.Tensor) error {
 	for _, tn := range ts {
-		if !packingOn() && !(quantVec.Load() && quantPacks(tn.DType)) {
-			continue
+		if q := tn.DType.BlockSize() > 1; (q && !(quantVec.Load() && quantPacks(tn.DType))) || (!q && !packingOn()) {
+			continue // no packed form here: MatMul reads the bytes as they are
 		}
 		if tn.IsNil() || !ownBuffer(tn.Buf) || (tn.DType != accel.F32 && tn.DType != accel.BF16 && !quantPacks(tn.DType)) ||
 			tn.Rows <= 0 || tn.Cols <= 0 || tn.Bytes() > tn.Buf.Len() {

@@ -100,7 +100,8 @@ func quantRowQ8_0(x []float32, q []int8) (float32, int32) {
 	}
 	var s int32
 	for j, v := range x {
-		r := int8(math.RoundToEven(float64(v * id)))
+		// |v·id| <= 127.5: NearestInt rounds to even as VROUNDPS does.
+		r := int8(quant.NearestInt(v * id))
 		q[j] = r
 		s += int32(r)
 	}
@@ -123,7 +124,7 @@ func quantRowQ8K(x []float32, q []int8, sums []int32) float32 {
 	}
 	iscale := -127 / mx
 	for j, v := range x {
-		q[j] = int8(min(127, nearestInt(iscale*v)))
+		q[j] = int8(min(127, quant.NearestInt(iscale*v)))
 	}
 	for j := range sums {
 		var s int32
@@ -133,11 +134,6 @@ func quantRowQ8K(x []float32, q []int8, sums []int32) float32 {
 		sums[j] = s
 	}
 	return 1 / iscale
-}
-
-func nearestInt(f float32) int {
-	v := f + 12582912
-	return int(math.Float32bits(v)&0x007fffff) - 0x00400000
 }
 
 func f16at(b []byte) float32 { return quant.HalfToFloat(binary.LittleEndian.Uint16(b)) }
@@ -224,13 +220,6 @@ func dotQ4_0(w []byte, qx []int8, dx []float32) float32 {
 	return acc
 }
 
-func scaleMinK4(j int, q []byte) (sc, m byte) {
-	if j < 4 {
-		return q[j] & 63, q[j+4] & 63
-	}
-	return q[j+4]&0xf | (q[j-4]>>6)<<4, q[j+4]>>4 | (q[j]>>6)<<4
-}
-
 func dotQ4_K(w []byte, qx []int8, dx []float32, sums []int32) float32 {
 	var acc float32
 	for b := 0; b < len(qx)/256; b++ {
@@ -239,7 +228,7 @@ func dotQ4_K(w []byte, qx []int8, dx []float32, sums []int32) float32 {
 		d, dmin := f16at(blk), f16at(blk[2:])
 		var A, B int32
 		for s := 0; s < 8; s++ {
-			sc, m := scaleMinK4(s, blk[4:16])
+			sc, m := quant.ScaleMinK4(s, blk[4:16])
 			q := blk[16+32*(s/2) : 16+32*(s/2)+32]
 			sh := 4 * uint(s&1)
 			var is int32

@@ -10,12 +10,13 @@ import (
 	"github.com/reprise-ml/reprise/accel"
 )
 
-// The quantized matmul's vector kernels are 256-bit (AVX2): the integer
-// pair products they rest on (VPMADDUBSW, VPMADDWD) are as fast per byte at
-// 256 bits on the AMD cores this was measured on, and AVX2 is on every
-// x86-64 CPU of the last decade, AVX-512 ones included. They read each
+// The quantized matmul's vector kernels are 256-bit (AVX2): AVX2 is on
+// every x86-64 CPU of the last decade, AVX-512 ones included, and the
+// machine they were written and measured on had no AVX-512 (a 512-bit
+// variant of the same loops is future work, untested here). They read each
 // 16-output panel as two 8-output halves. The same hazard rules hold as for
-// the AVX-512 kernels (simd.go).
+// the AVX-512 kernels (simd.go), plus one more: no constant-count shifts in
+// a loop (see mmQ4_0).
 
 // quantVecBuilt: this build and CPU can run them (REPRISE_CPU_SIMD=0 and
 // GOAMD64=v3 builds turn them off as they do the others).
@@ -24,8 +25,9 @@ var quantVecBuilt = archsimd.X86.AVX2() && !goamd64v3 && os.Getenv(EnvSIMD) != "
 func init() { quantVec.Store(quantVecBuilt) }
 
 // qKernel is a packed quantized matmul block: one row of quantized x (qx
-// int8 per input, dx float32 and sx int32 per block of 32) times one panel
-// of 16 outputs over nb blocks, into 16 float32 at y.
+// int8 per input, dx float32 per block, sx int32 per 32 inputs, or per 16
+// for the K-quants) times one panel of 16 outputs over nb blocks, into 16
+// float32 at y.
 type qKernel func(y, qx, dx, sx, w unsafe.Pointer, nb int)
 
 // runMatMulQuantVec runs the vector kernels on W's packed panels, reporting
@@ -36,19 +38,30 @@ func runMatMulQuantVec(c *rcall, a *qacts, p *packed, lo, hi, t0, t1 int, k *kct
 	if !quantVec.Load() || !quantPacks(p.dt) {
 		return false
 	}
-	kern := qKernel(mmQ4_0)
-	if p.dt == accel.Q8_0 {
+	var kern qKernel
+	switch p.dt {
+	case accel.Q4_0:
+		kern = mmQ4_0
+	case accel.Q8_0:
 		kern = mmQ8_0
+	case accel.Q4_K:
+		kern = mmQ4_K
+	case accel.Q6_K:
+		kern = mmQ6_K
 	}
 	y := c.o[0]
 	in, out := c.o[1].cols, y.cols
-	nb := in / 32
+	nb := in / p.dt.BlockSize()
+	ns := in / 32 // sums per row: one per block of 32, or per 16 of a super-block
+	if kBlocks(p.dt) {
+		ns = in / 16
+	}
 	yf := y.f32()
 	for t := t0; t < t1; t++ {
 		r := t - t0
 		qx := unsafe.Pointer(&a.qx[r*in])
 		dx := unsafe.Pointer(&a.dx[r*nb])
-		sx := unsafe.Pointer(&a.sx[r*nb])
+		sx := unsafe.Pointer(&a.sx[r*ns])
 		for pn := lo; pn < hi; pn++ {
 			o0 := pn * panelWidth
 			if o0+panelWidth <= out {
@@ -74,6 +87,10 @@ func runMatMulQuantVec(c *rcall, a *qacts, p *packed, lo, hi, t0, t1 int, k *kct
 func mmQ4_0(y, qx, dx, sx, w unsafe.Pointer, nb int) {
 	var acc0, acc1 archsimd.Float32x8
 	m0f := archsimd.BroadcastUint8x32(0x0f)
+	// A per-lane shift (VPSRLVD): a shift by a constant count is
+	// compiled with the count moved into an XMM register by a legacy-SSE
+	// MOVQ in the loop, which stalls on dirty upper AVX state.
+	fours := archsimd.BroadcastUint32x8(4)
 	ones := archsimd.BroadcastInt16x16(1)
 	for b := 0; b < nb; b++ {
 		wb := unsafe.Add(w, uintptr(b)*(64+4*64))
@@ -85,9 +102,9 @@ func mmQ4_0(y, qx, dx, sx, w unsafe.Pointer, nb int) {
 			xl := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(xb, v*4))).AsInt8x32()
 			xh := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(xb, (v+4)*4))).AsInt8x32()
 			s0 = s0.Add(u0.And(m0f).DotProductPairsSaturated(xl))
-			s0 = s0.Add(u0.AsUint16x16().ShiftAllRight(4).AsUint8x32().And(m0f).DotProductPairsSaturated(xh))
+			s0 = s0.Add(u0.AsUint32x8().ShiftRight(fours).AsUint8x32().And(m0f).DotProductPairsSaturated(xh))
 			s1 = s1.Add(u1.And(m0f).DotProductPairsSaturated(xl))
-			s1 = s1.Add(u1.AsUint16x16().ShiftAllRight(4).AsUint8x32().And(m0f).DotProductPairsSaturated(xh))
+			s1 = s1.Add(u1.AsUint32x8().ShiftRight(fours).AsUint8x32().And(m0f).DotProductPairsSaturated(xh))
 		}
 		off := archsimd.BroadcastInt32x8(8 * *(*int32)(unsafe.Add(sx, uintptr(b)*4)))
 		dxv := archsimd.BroadcastFloat32x8(*(*float32)(unsafe.Add(dx, uintptr(b)*4)))
@@ -112,6 +129,10 @@ func mmQ4_0(y, qx, dx, sx, w unsafe.Pointer, nb int) {
 func mmQ8_0(y, qx, dx, sx, w unsafe.Pointer, nb int) {
 	var acc0, acc1 archsimd.Float32x8
 	m0f := archsimd.BroadcastUint8x32(0x0f)
+	// A per-lane shift (VPSRLVD): a shift by a constant count is
+	// compiled with the count moved into an XMM register by a legacy-SSE
+	// MOVQ in the loop, which stalls on dirty upper AVX state.
+	fours := archsimd.BroadcastUint32x8(4)
 	ones := archsimd.BroadcastInt16x16(1)
 	sixteens := archsimd.BroadcastInt16x16(16)
 	for b := 0; b < nb; b++ {
@@ -123,9 +144,9 @@ func mmQ8_0(y, qx, dx, sx, w unsafe.Pointer, nb int) {
 			u1 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 96+g*64)))
 			xg := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(xb, g*4))).AsInt8x32()
 			l0 = l0.Add(u0.And(m0f).DotProductPairsSaturated(xg))
-			h0 = h0.Add(u0.AsUint16x16().ShiftAllRight(4).AsUint8x32().And(m0f).DotProductPairsSaturated(xg))
+			h0 = h0.Add(u0.AsUint32x8().ShiftRight(fours).AsUint8x32().And(m0f).DotProductPairsSaturated(xg))
 			l1 = l1.Add(u1.And(m0f).DotProductPairsSaturated(xg))
-			h1 = h1.Add(u1.AsUint16x16().ShiftAllRight(4).AsUint8x32().And(m0f).DotProductPairsSaturated(xg))
+			h1 = h1.Add(u1.AsUint32x8().ShiftRight(fours).AsUint8x32().And(m0f).DotProductPairsSaturated(xg))
 		}
 		off := archsimd.BroadcastInt32x8(128 * *(*int32)(unsafe.Add(sx, uintptr(b)*4)))
 		dxv := archsimd.BroadcastFloat32x8(*(*float32)(unsafe.Add(dx, uintptr(b)*4)))
@@ -135,6 +156,115 @@ func mmQ8_0(y, qx, dx, sx, w unsafe.Pointer, nb int) {
 		i1 := l1.DotProductPairs(ones).Add(h1.DotProductPairs(sixteens)).Sub(off)
 		acc0 = acc0.Add(d0.Mul(i0.ConvertToFloat32()))
 		acc1 = acc1.Add(d1.Mul(i1.ConvertToFloat32()))
+	}
+	acc0.Store((*[8]float32)(y))
+	acc1.Store((*[8]float32)(unsafe.Add(y, 32)))
+	archsimd.ClearAVXUpperBits()
+}
+
+// mmQ4_K: one row by one Q4_K panel. Per super-block and half-panel:
+// each pair of sub-blocks' nibbles against x (int16 sums of eight pairs, as
+// Q4_0), folded to int32, times the sub-blocks' 6-bit scales (VPMULLD) into
+// A; the mins times x's sums of 32 into B; then (d·dx)·A - (dmin·dx)·B
+// added to the output's float32 sum.
+//
+//go:noinline
+//go:norace
+//go:nocheckptr
+func mmQ4_K(y, qx, dx, sx, w unsafe.Pointer, nb int) {
+	var acc0, acc1 archsimd.Float32x8
+	m0f := archsimd.BroadcastUint8x32(0x0f)
+	// A per-lane shift (VPSRLVD): a shift by a constant count is
+	// compiled with the count moved into an XMM register by a legacy-SSE
+	// MOVQ in the loop, which stalls on dirty upper AVX state.
+	fours := archsimd.BroadcastUint32x8(4)
+	ones := archsimd.BroadcastInt16x16(1)
+	for b := 0; b < nb; b++ {
+		wb := unsafe.Add(w, uintptr(b)*2688)
+		xb := unsafe.Add(qx, uintptr(b)*256)
+		sb := unsafe.Add(sx, uintptr(b)*64)
+		var a0, a1, m0, m1 archsimd.Int32x8
+		for c := uintptr(0); c < 4; c++ {
+			var l0, h0, l1, h1 archsimd.Int16x16
+			for g := uintptr(0); g < 8; g++ {
+				u0 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 640+(8*c+g)*64)))
+				u1 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 640+(8*c+g)*64+32)))
+				xl := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(xb, 64*c+4*g))).AsInt8x32()
+				xh := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(xb, 64*c+32+4*g))).AsInt8x32()
+				l0 = l0.Add(u0.And(m0f).DotProductPairsSaturated(xl))
+				h0 = h0.Add(u0.AsUint32x8().ShiftRight(fours).AsUint8x32().And(m0f).DotProductPairsSaturated(xh))
+				l1 = l1.Add(u1.And(m0f).DotProductPairsSaturated(xl))
+				h1 = h1.Add(u1.AsUint32x8().ShiftRight(fours).AsUint8x32().And(m0f).DotProductPairsSaturated(xh))
+			}
+			sl := unsafe.Add(wb, 128+32*2*c)
+			sh := unsafe.Add(wb, 128+32*(2*c+1))
+			a0 = a0.Add(l0.DotProductPairs(ones).Mul(archsimd.LoadInt16x8((*[8]int16)(sl)).ExtendToInt32()))
+			a0 = a0.Add(h0.DotProductPairs(ones).Mul(archsimd.LoadInt16x8((*[8]int16)(sh)).ExtendToInt32()))
+			a1 = a1.Add(l1.DotProductPairs(ones).Mul(archsimd.LoadInt16x8((*[8]int16)(unsafe.Add(sl, 16))).ExtendToInt32()))
+			a1 = a1.Add(h1.DotProductPairs(ones).Mul(archsimd.LoadInt16x8((*[8]int16)(unsafe.Add(sh, 16))).ExtendToInt32()))
+			for s := 2 * c; s < 2*c+2; s++ {
+				ml := unsafe.Add(wb, 384+32*s)
+				bs := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sb, 8*s)) + *(*int32)(unsafe.Add(sb, 8*s+4)))
+				m0 = m0.Add(archsimd.LoadInt16x8((*[8]int16)(ml)).ExtendToInt32().Mul(bs))
+				m1 = m1.Add(archsimd.LoadInt16x8((*[8]int16)(unsafe.Add(ml, 16))).ExtendToInt32().Mul(bs))
+			}
+		}
+		dxv := archsimd.BroadcastFloat32x8(*(*float32)(unsafe.Add(dx, uintptr(b)*4)))
+		d0 := archsimd.LoadFloat32x8((*[8]float32)(wb)).Mul(dxv)
+		d1 := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(wb, 32))).Mul(dxv)
+		n0 := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(wb, 64))).Mul(dxv)
+		n1 := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(wb, 96))).Mul(dxv)
+		acc0 = acc0.Add(d0.Mul(a0.ConvertToFloat32()).Sub(n0.Mul(m0.ConvertToFloat32())))
+		acc1 = acc1.Add(d1.Mul(a1.ConvertToFloat32()).Sub(n1.Mul(m1.ConvertToFloat32())))
+	}
+	acc0.Store((*[8]float32)(y))
+	acc1.Store((*[8]float32)(unsafe.Add(y, 32)))
+	archsimd.ClearAVXUpperBits()
+}
+
+// mmQ6_K: one row by one Q6_K panel. Per sub-block of 16: the unsigned
+// 6-bit values against x in two int16 sums of two groups each (63·127·2·2
+// < 2^15), folded to int32, less 32·Σx, times the sub-block's scale into
+// A; then (d·dx)·A added to the output's float32 sum.
+//
+//go:noinline
+//go:norace
+//go:nocheckptr
+func mmQ6_K(y, qx, dx, sx, w unsafe.Pointer, nb int) {
+	var acc0, acc1 archsimd.Float32x8
+	ones := archsimd.BroadcastInt16x16(1)
+	for b := 0; b < nb; b++ {
+		wb := unsafe.Add(w, uintptr(b)*4672)
+		xb := unsafe.Add(qx, uintptr(b)*256)
+		sb := unsafe.Add(sx, uintptr(b)*64)
+		var a0, a1 archsimd.Int32x8
+		for s := uintptr(0); s < 16; s++ {
+			var p0, q0, p1, q1 archsimd.Int16x16
+			for g := uintptr(0); g < 4; g++ {
+				v := unsafe.Add(wb, 576+(4*s+g)*64)
+				u0 := archsimd.LoadUint8x32((*[32]uint8)(v))
+				u1 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(v, 32)))
+				xg := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(xb, 16*s+4*g))).AsInt8x32()
+				if g < 2 {
+					p0 = p0.Add(u0.DotProductPairsSaturated(xg))
+					p1 = p1.Add(u1.DotProductPairsSaturated(xg))
+				} else {
+					q0 = q0.Add(u0.DotProductPairsSaturated(xg))
+					q1 = q1.Add(u1.DotProductPairsSaturated(xg))
+				}
+			}
+			off := archsimd.BroadcastInt32x8(32 * *(*int32)(unsafe.Add(sb, 4*s)))
+			sc := unsafe.Add(wb, 64+32*s)
+			i0 := p0.DotProductPairs(ones).Add(q0.DotProductPairs(ones)).Sub(off)
+			i1 := p1.DotProductPairs(ones).Add(q1.DotProductPairs(ones)).Sub(off)
+			a0 = a0.Add(i0.Mul(archsimd.LoadInt16x8((*[8]int16)(sc)).ExtendToInt32()))
+			a1 = a1.Add(i1.Mul(archsimd.LoadInt16x8((*[8]int16)(unsafe.Add(sc, 16))).ExtendToInt32()))
+		}
+		dxv := archsimd.BroadcastFloat32x8(*(*float32)(unsafe.Add(dx, uintptr(b)*4)))
+		d0 := archsimd.LoadFloat32x8((*[8]float32)(wb)).Mul(dxv)
+		d1 := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(wb, 32))).Mul(dxv)
+		acc0 = acc0.Add(d0.Mul(a0.ConvertToFloat32()))
+		acc1 = acc1.Add(d1.Mul(a1.ConvertToFloat32()))
 	}
 	acc0.Store((*[8]float32)(y))
 	acc1.Store((*[8]float32)(unsafe.Add(y, 32)))

@@ -5,6 +5,7 @@ import (
 	"math"
 
 	"github.com/reprise-ml/reprise/accel"
+	"github.com/reprise-ml/reprise/quant"
 )
 
 func putF32(b []byte, v float32) { binary.LittleEndian.PutUint32(b, math.Float32bits(v)) }
@@ -23,10 +24,20 @@ func putF32(b []byte, v float32) { binary.LittleEndian.PutUint32(b, math.Float32
 //   - Q8_0: 8 vectors of the values plus 128 (unsigned bytes; the +128 is
 //     taken out with the sum of x), vector g holding inputs 4g..4g+3.
 //
+// The K-quants' blocks are super-blocks of 256 inputs:
+//   - Q4_K: d and dmin (16 float32 each), the eight 6-bit scales and mins
+//     as int16 (sub-block s: 16 int16 each), then for each pair of
+//     sub-blocks (2c, 2c+1) 8 vectors: vector g's low nibbles are inputs
+//     4g..4g+3 of sub-block 2c, its high nibbles those of sub-block 2c+1.
+//   - Q6_K: d (16 float32), the sixteen int8 scales as int16 (16 per
+//     sub-block of 16 inputs), then 64 vectors of the unsigned 6-bit values
+//     (0..63; the -32 is taken out with the sums of x), vector g holding
+//     inputs 4g..4g+3.
+//
 // A partial last panel's missing outputs are zero scales and values.
 
 // quantPacks reports whether dt has packed panels (and vector kernels).
-func quantPacks(dt accel.DType) bool { return dt == accel.Q4_0 || dt == accel.Q8_0 }
+func quantPacks(dt accel.DType) bool { return quantBlockBytes(dt) > 0 }
 
 // quantBlockBytes is the packed bytes of one block of one panel.
 func quantBlockBytes(dt accel.DType) uintptr {
@@ -35,20 +46,26 @@ func quantBlockBytes(dt accel.DType) uintptr {
 		return 64 + 4*64
 	case accel.Q8_0:
 		return 64 + 8*64
+	case accel.Q4_K:
+		return 2*64 + 2*8*32 + 32*64
+	case accel.Q6_K:
+		return 64 + 16*32 + 64*64
 	}
 	return 0
 }
 
 func quantPanelBytes(dt accel.DType, in int) uintptr {
-	return uintptr(in/32) * quantBlockBytes(dt)
+	return uintptr(in/dt.BlockSize()) * quantBlockBytes(dt)
 }
+
+func putI16(b []byte, v int) { binary.LittleEndian.PutUint16(b, uint16(int16(v))) }
 
 // packQuant fills p's panels from W's ggml blocks.
 //
 //go:norace
 func packQuant(w operand, p *packed) {
 	in := w.cols
-	nb := in / 32
+	nb := in / w.dt.BlockSize()
 	rb := int(w.dt.RowBytes(in))
 	bb := int(quantBlockBytes(w.dt))
 	for o := 0; o < w.rows; o++ {
@@ -76,6 +93,41 @@ func packQuant(w operand, p *packed) {
 					for kk := 0; kk < 4; kk++ {
 						dst[64+64*g+4*lane+kk] = blk[2+4*g+kk] ^ 0x80
 					}
+				}
+			case accel.Q4_K:
+				blk := row[b*144 : b*144+144]
+				putF32(dst[4*lane:], f16at(blk))
+				putF32(dst[64+4*lane:], f16at(blk[2:]))
+				for sb := 0; sb < 8; sb++ {
+					sc, m := quant.ScaleMinK4(sb, blk[4:16])
+					putI16(dst[128+32*sb+2*lane:], int(sc))
+					putI16(dst[128+256+32*sb+2*lane:], int(m))
+				}
+				q := blk[16:144]
+				for c := 0; c < 4; c++ {
+					for g := 0; g < 8; g++ {
+						for kk := 0; kk < 4; kk++ {
+							// ggml: byte 32c+l holds input l of sub-block 2c (low
+							// nibble) and of 2c+1 (high): the same pairing.
+							dst[640+64*(8*c+g)+4*lane+kk] = q[32*c+4*g+kk]
+						}
+					}
+				}
+			case accel.Q6_K:
+				blk := row[b*210 : b*210+210]
+				putF32(dst[4*lane:], f16at(blk[208:]))
+				for sb := 0; sb < 16; sb++ {
+					putI16(dst[64+32*sb+2*lane:], int(int8(blk[192+sb])))
+				}
+				ql, qh := blk[0:128], blk[128:192]
+				for e := 0; e < 256; e++ {
+					n, kq, l := e/128, (e%128)/32, e%32
+					lo := ql[64*n+32*(kq&1)+l]
+					if kq >= 2 {
+						lo >>= 4
+					}
+					v := lo&0xf | ((qh[32*n+l]>>(2*kq))&3)<<4
+					dst[576+64*(e/4)+4*lane+e%4] = v
 				}
 			}
 		}

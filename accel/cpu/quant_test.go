@@ -97,7 +97,7 @@ func TestQuantMatMul(t *testing.T) {
 				k := &kctx{}
 				got := runRef(c, func(c *rcall, lo, hi int) {
 					p0, p1, t0, t1 := matUnits(c, lo, hi)
-					quantizeActs(&k.qa, c.o[1].f32(), in, t0, t1, false)
+					quantizeActs(&k.qa, c.o[1].f32(), in, t0, t1, kBlocks(dt))
 					if !runMatMulQuantVec(c, &k.qa, p, p0, p1, t0, t1, k) {
 						t.Fatal("no vector kernel")
 					}

@@ -31,7 +31,7 @@ func (d *deviceFlags) register(fs *flag.FlagSet, synthetic bool) {
 	fs.StringVar(&d.device, "device", "cpu", "device to run on: `backend[:ordinal]` (cpu, opencl, cuda; see reprise devices)")
 	fs.StringVar(&d.memory, "device-memory", "", "cap on the device memory reprise uses, e.g. 2GiB (CPU: the arena's capacity; default "+cpu.EnvMemory+" or a quarter of RAM)")
 	fs.Float64Var(&d.fraction, "device-memory-fraction", 0.9, "fraction of the device memory that weights, KV cache and graphs may take together; graph capture is planned within it")
-	fs.StringVar(&d.weights, "weights", "f32", "storage of weight matrices: f32 or bf16")
+	fs.StringVar(&d.weights, "weights", "f32", "storage of weight matrices: f32, bf16, or quantized at load as llama-quantize does: q8_0, q4_0, q4_k (matrices a GGUF file stores as Q8_0, Q4_0, Q4_K or Q6_K are used as they are)")
 	fs.StringVar(&d.model.Model, "model", "", "model `path`: a GGUF file, a Hugging Face directory or a llama2.c checkpoint, told apart by content (default: the embedded stories260K)")
 	fs.StringVar(&d.model.Tokenizer, "tokenizer", "", "llama2.c tokenizer `path`: needed with a llama2.c checkpoint; replaces the model's own tokenizer")
 	fs.IntVar(&d.model.MaxSeq, "max-model-len", 0, "context length to serve, in positions (0: the model's own; above it is allowed, with a warning)")
@@ -71,8 +71,14 @@ func (d *deviceFlags) modelOptions() (llama.Options, error) {
 		return llama.Options{Weights: accel.F32}, nil
 	case "bf16":
 		return llama.Options{Weights: accel.BF16}, nil
+	case "q8_0":
+		return llama.Options{Weights: accel.Q8_0}, nil
+	case "q4_0":
+		return llama.Options{Weights: accel.Q4_0}, nil
+	case "q4_k":
+		return llama.Options{Weights: accel.Q4_K}, nil
 	}
-	return llama.Options{}, fmt.Errorf("%w: --weights %q: want f32 or bf16", errUsage, d.weights)
+	return llama.Options{}, fmt.Errorf("%w: --weights %q: want f32, bf16, q8_0, q4_0 or q4_k", errUsage, d.weights)
 }
 
 // session is a device, a model on it, and an engine over them.

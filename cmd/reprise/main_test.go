@@ -114,3 +114,22 @@ func TestBenchJSON(t *testing.T) {
 		}
 	}
 }
+
+// Weights quantized at load (q4_0: the matrices whose rows are whole
+// blocks, the classifier as Q8_0, the rest float32) give the same text with
+// graphs on and off: replay equals eager on the CPU device.
+func TestGenerateQuantizedGraphsOnOff(t *testing.T) {
+	t.Setenv("REPRISE_PLAN_CACHE", "off")
+	var texts []string
+	for _, g := range []string{"on", "off"} {
+		code, out, errs := runCLI(t, "generate", "--prompt", "The little dog", "--weights", "q4_0", "--steps", "64",
+			"--graphs", g, "--device-memory", "512MiB")
+		if code != 0 {
+			t.Fatalf("graphs %s: exit %d: %s", g, code, errs)
+		}
+		texts = append(texts, out)
+	}
+	if texts[0] != texts[1] || !strings.HasPrefix(texts[0], "The little dog") {
+		t.Errorf("graphs on %q, off %q", texts[0], texts[1])
+	}
+}

@@ -91,3 +91,27 @@ func TestLoadErrors(t *testing.T) {
 		t.Fatalf("bf16 weight bytes %d for %d parameters", info.WeightBytes, ck.Params())
 	}
 }
+
+// The storage llama-quantize would choose, and its fallbacks for rows that
+// are not whole blocks.
+func TestQuantPlan(t *testing.T) {
+	cfg := Config{Dim: 512, Hidden: 1376}
+	for _, c := range []struct {
+		wdt                 accel.DType
+		mat, matH, out, emb accel.DType
+	}{
+		{accel.F32, accel.F32, accel.F32, accel.F32, 0},
+		{accel.Q8_0, accel.Q8_0, accel.Q8_0, accel.Q8_0, accel.Q8_0},
+		{accel.Q4_0, accel.Q4_0, accel.Q4_0, accel.Q6_K, accel.Q4_0},
+		{accel.Q4_K, accel.Q4_K, accel.Q4_0, accel.Q6_K, accel.Q4_K}, // 1376 is not whole super-blocks
+	} {
+		p := quantPlan(cfg, c.wdt)
+		if p.of(cfg.Dim) != c.mat || p.of(cfg.Hidden) != c.matH || p.output(cfg.Dim) != c.out || p.emb != c.emb {
+			t.Errorf("%s: %s %s %s %s, want %s %s %s %s", c.wdt, p.of(cfg.Dim), p.of(cfg.Hidden), p.output(cfg.Dim), p.emb,
+				c.mat, c.matH, c.out, c.emb)
+		}
+	}
+	if fit(accel.Q6_K, 128) != accel.Q8_0 || fit(accel.Q4_0, 172) != accel.F32 {
+		t.Errorf("fallbacks: %s %s", fit(accel.Q6_K, 128), fit(accel.Q4_0, 172))
+	}
+}

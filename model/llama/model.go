@@ -3,6 +3,7 @@ package llama
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 
 	"github.com/reprise-ml/reprise/accel"
@@ -15,8 +16,11 @@ import (
 type Options struct {
 	// Name labels the model (default "llama").
 	Name string
-	// Weights is the storage of the matrices: accel.F32 (default) or
-	// accel.BF16.
+	// Weights is the storage of the matrices: accel.F32 (default),
+	// accel.BF16, or quantized at load with ggml's reference quantizers
+	// (accel.Q8_0, accel.Q4_0, accel.Q4_K) the way llama-quantize stores a
+	// model of that type (see quantPlan). Matrices a file stores as Q8_0,
+	// Q4_0, Q4_K or Q6_K are used as they are whatever this says.
 	Weights accel.DType
 	// Logits also returns each row's logits as output engine.OutputLogits [rows,
 	// vocab], for tests and inspection.
@@ -108,9 +112,12 @@ func NewFrom(dev accel.Device, s accel.Stream, ws Weights, opts Options) (*Model
 	default:
 		return nil, fmt.Errorf("llama: prefill mode %q: want %s, %s or %s", opts.Prefill, PrefillPiecewise, PrefillWhole, PrefillEager)
 	}
-	if opts.Weights != accel.F32 && opts.Weights != accel.BF16 {
-		return nil, fmt.Errorf("llama: weights must be f32 or bf16, not %s", opts.Weights)
+	switch opts.Weights {
+	case accel.F32, accel.BF16, accel.Q8_0, accel.Q4_0, accel.Q4_K:
+	default:
+		return nil, fmt.Errorf("llama: weights must be f32, bf16, q8_0, q4_0 or q4_k, not %s", opts.Weights)
 	}
+	plan := quantPlan(cfg, opts.Weights)
 	m := &Model{cfg: cfg, opts: opts, dev: dev, params: cfg.Params()}
 	before := dev.MemInfo()
 	u, err := newUploader(dev, s, cfg.HeadDim)
@@ -139,7 +146,10 @@ func NewFrom(dev accel.Device, s accel.Stream, ws Weights, opts Options) (*Model
 		if w.Rows != rows || w.Cols != cols {
 			return accel.Tensor{}, fmt.Errorf("llama: %s is %d×%d, the config (%v) needs %d×%d", where(w), w.Rows, w.Cols, cfg, rows, cols)
 		}
-		b, err := dev.Alloc(int64(rows) * int64(cols) * dt.Size())
+		if w, dt, err = plan.storage(w, role, dt); err != nil {
+			return accel.Tensor{}, err
+		}
+		b, err := dev.Alloc(int64(rows) * dt.RowBytes(cols))
 		if errors.Is(err, accel.ErrOutOfMemory) {
 			// Said in the user's terms, not the allocator's.
 			now := dev.MemInfo()
@@ -164,7 +174,7 @@ func NewFrom(dev accel.Device, s accel.Stream, ws Weights, opts Options) (*Model
 	// The embedding stays float32: it is gathered, not multiplied, and a
 	// shared classifier reuses it.
 	embDT := accel.F32
-	if !cfg.TiedEmbeddings {
+	if !cfg.TiedEmbeddings && wdt == accel.BF16 {
 		embDT = wdt
 	}
 	if m.emb, err = up(RoleEmbedding, -1, v, d, embDT, false); err != nil {
@@ -242,6 +252,10 @@ func NewFrom(dev accel.Device, s accel.Stream, ws Weights, opts Options) (*Model
 		}
 		_ = p.PackWeights(append(ws, m.cls)...)
 	}
+	if d := *plan.dequantised; len(d) > 0 {
+		slog.Info("llama: matrices of quantized types reprise does not run quantized were dequantised",
+			"storage", wdt, "count", len(d), "first", d[0])
+	}
 	m.configs = m.graphConfigs()
 	return m, nil
 }
@@ -250,9 +264,17 @@ func NewFrom(dev accel.Device, s accel.Stream, ws Weights, opts Options) (*Model
 // the embedding (when tied), the norms, the biases and RoPE's frequency
 // table stay float32.
 func weightBytes(cfg Config, wdt accel.DType) int64 {
+	plan := quantPlan(cfg, wdt)
+	rb := func(dt accel.DType, rows, cols int) int64 { return int64(rows) * dt.RowBytes(cols) }
 	per := wdt.Size()
 	d, h, qd, kvd, v := int64(cfg.Dim), int64(cfg.Hidden), int64(cfg.QDim()), int64(cfg.KVDim()), int64(cfg.Vocab)
 	matrices := int64(cfg.Layers) * (2*qd*d + 2*kvd*d + 3*h*d)
+	if plan.mat.BlockSize() > 1 {
+		D, H, Q, K := int(d), int(h), int(qd), int(kvd)
+		matrices = int64(cfg.Layers) * (rb(plan.of(D), Q, D) + rb(plan.of(Q), D, Q) + 2*rb(plan.of(D), K, D) +
+			2*rb(plan.of(D), H, D) + rb(plan.of(H), D, H))
+		per = 1
+	}
 	vectors := int64(cfg.Layers)*2*d + d
 	if cfg.QKVBias {
 		vectors += int64(cfg.Layers) * (qd + 2*kvd)
@@ -260,10 +282,14 @@ func weightBytes(cfg Config, wdt accel.DType) int64 {
 	if cfg.QKNorm {
 		vectors += int64(cfg.Layers) * 2 * int64(cfg.HeadDim)
 	}
-	n := per*matrices + 4*vectors + 4*int64(cfg.HeadDim/2)
-	if cfg.TiedEmbeddings {
+	n := per*matrices + 4*vectors + 4*int64(cfg.HeadDim/2) // the last: RoPE's frequency table
+	switch {
+	case cfg.TiedEmbeddings:
 		n += 4 * v * d
-	} else {
+	case plan.mat.BlockSize() > 1:
+		// The embedding is gathered as float32; the classifier is quantized.
+		n += 4*v*d + rb(plan.output(int(d)), int(v), int(d))
+	default:
 		n += 2 * per * v * d // embedding and classifier both as wdt
 	}
 	return n

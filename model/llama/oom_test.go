@@ -28,7 +28,7 @@ func TestWeightBytes(t *testing.T) {
 	unshared.Classifier = slices.Clone(shared.TokenEmbedding)
 	for _, ck := range []*llama2c.Checkpoint{shared, &unshared} {
 		src := ck.Config
-		for _, dt := range []accel.DType{accel.F32, accel.BF16} {
+		for _, dt := range []accel.DType{accel.F32, accel.BF16, accel.Q8_0, accel.Q4_0, accel.Q4_K} {
 			s, err := dev.NewStream()
 			if err != nil {
 				t.Fatal(err)

@@ -16,7 +16,7 @@ import (
 const stageBytes = 8 << 20
 
 // uploader converts weights from a file's encoding into the model's storage
-// (float32 or bf16), permuting rotate-half heads into interleaved pairs, and
+// (float32, bf16, or a quantized type, kept as it is when the file's), permuting rotate-half heads into interleaved pairs, and
 // stages them onto the device in bounded chunks.
 type uploader struct {
 	s       accel.Stream
@@ -42,7 +42,7 @@ func where(w Weight) string { return fmt.Sprintf("tensor %q of %s", w.Name, w.Fi
 // upload writes w, converted to dt, into dst (dst.Len() bytes).
 func (u *uploader) upload(dst accel.Buffer, w Weight, dt accel.DType) error {
 	cols, rows := w.Cols, w.Rows
-	if int64(rows)*int64(cols)*dt.Size() != dst.Len() {
+	if int64(rows)*dt.RowBytes(cols) != dst.Len() {
 		return fmt.Errorf("llama: %s: %d×%d does not fill %d bytes", where(w), rows, cols, dst.Len())
 	}
 	be, bb := w.Type.BlockSize()
@@ -58,8 +58,10 @@ func (u *uploader) upload(dst accel.Buffer, w Weight, dt accel.DType) error {
 	if w.RotateHalf && ((permRows && rows%u.headDim != 0) || (permCols && cols%u.headDim != 0)) {
 		return fmt.Errorf("llama: %s: %d×%d is not whole heads of %d", where(w), rows, cols, u.headDim)
 	}
-	same := !permCols && ((w.Type == gguf.F32 && dt == accel.F32) || (w.Type == gguf.BF16 && dt == accel.BF16))
-	dstRow := cols * int(dt.Size())
+	qt, quantized := dt.Quant()
+	same := !permCols && ((w.Type == gguf.F32 && dt == accel.F32) || (w.Type == gguf.BF16 && dt == accel.BF16) ||
+		(quantized && w.Type == gguf.GGMLType(qt)))
+	dstRow := int(dt.RowBytes(cols))
 	per := max(1, stageBytes/dstRow)
 	if permRows {
 		// Whole heads per chunk, so a chunk's rows come from its own heads.
@@ -95,6 +97,14 @@ func (u *uploader) upload(dst accel.Buffer, w Weight, dt accel.DType) error {
 				}
 				if permCols {
 					permuteVector(row, u.headDim)
+				}
+				if quantized {
+					// ggml's blocks lie within rows: row by row gives the
+					// whole tensor's bytes.
+					if err := quant.Quantize(qt, row, o); err != nil {
+						return fmt.Errorf("llama: %s: %w", where(w), err)
+					}
+					continue
 				}
 				encodeRow(o, row, dt)
 			}
