@@ -1,21 +1,17 @@
 package llama
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/reprise-ml/reprise/accel"
 	"github.com/reprise-ml/reprise/engine"
 	"github.com/reprise-ml/reprise/model/llama/reference"
-	"github.com/reprise-ml/reprise/model/safetensors"
 	"github.com/reprise-ml/reprise/model/stories260k"
 )
 
@@ -43,94 +39,11 @@ func archCases() []archCase {
 	gqa := base
 	gqa.Heads, gqa.KVHeads, gqa.HeadDim, gqa.Tied = 8, 2, 6, true
 	return []archCase{
-		{"llama3-rope-scaling", "LlamaForCausalLM", llama3, map[string]any{"rope_scaling": map[string]any{"rope_type": "llama3",
-			"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 32}}},
+		{"llama3-rope-scaling", "LlamaForCausalLM", llama3, nil},
 		{"qwen2-qkv-bias-tied", "Qwen2ForCausalLM", qwen2, nil},
 		{"qwen3-qk-norm-head-dim", "Qwen3ForCausalLM", qwen3, map[string]any{"attention_bias": false}},
 		{"mistral-gqa4-head-dim-6-tied", "MistralForCausalLM", gqa, nil},
 	}
-}
-
-// writeHF writes a reference model as a Hugging Face directory: config.json
-// and model.safetensors (float32) under transformers' tensor names, q and k
-// in its rotate-half order (the reference's, with Halves).
-func writeHF(t *testing.T, dir, arch string, c reference.Config, w *reference.Weights, extra map[string]any) {
-	t.Helper()
-	conf := map[string]any{
-		"architectures": []string{arch}, "hidden_size": c.Dim, "intermediate_size": c.Hidden, "num_hidden_layers": c.Layers,
-		"num_attention_heads": c.Heads, "num_key_value_heads": c.KVHeads, "head_dim": c.HD(), "vocab_size": c.Vocab,
-		"max_position_embeddings": c.SeqLen, "rms_norm_eps": c.Eps, "rope_theta": c.Theta, "tie_word_embeddings": c.Tied,
-		"hidden_act": "silu", "bos_token_id": 1, "eos_token_id": 2,
-	}
-	for k, v := range extra {
-		conf[k] = v
-	}
-	js, err := json.Marshal(conf)
-	must(t, err)
-	must(t, os.WriteFile(filepath.Join(dir, "config.json"), js, 0o644))
-	hd := c.HD()
-	qd, kvd := c.Heads*hd, c.KVHeads*hd
-	var ts []safetensors.WriteTensor
-	add := func(name string, v []float32, shape ...int64) {
-		if v != nil {
-			ts = append(ts, safetensors.WriteTensor{Name: name, DType: safetensors.F32, Shape: shape, Data: accel.F32Bytes(v)})
-		}
-	}
-	d, h, v := int64(c.Dim), int64(c.Hidden), int64(c.Vocab)
-	add("model.embed_tokens.weight", w.Embed, v, d)
-	for i, L := range w.Layers {
-		p := "model.layers." + strconv.Itoa(i) + "."
-		add(p+"input_layernorm.weight", L.AttnNorm, d)
-		add(p+"self_attn.q_proj.weight", L.WQ, int64(qd), d)
-		add(p+"self_attn.k_proj.weight", L.WK, int64(kvd), d)
-		add(p+"self_attn.v_proj.weight", L.WV, int64(kvd), d)
-		add(p+"self_attn.q_proj.bias", L.BQ, int64(qd))
-		add(p+"self_attn.k_proj.bias", L.BK, int64(kvd))
-		add(p+"self_attn.v_proj.bias", L.BV, int64(kvd))
-		add(p+"self_attn.q_norm.weight", L.QNorm, int64(hd))
-		add(p+"self_attn.k_norm.weight", L.KNorm, int64(hd))
-		add(p+"self_attn.o_proj.weight", L.WO, d, int64(qd))
-		add(p+"post_attention_layernorm.weight", L.FFNNorm, d)
-		add(p+"mlp.gate_proj.weight", L.Gate, h, d)
-		add(p+"mlp.up_proj.weight", L.Up, h, d)
-		add(p+"mlp.down_proj.weight", L.Down, d, h)
-	}
-	add("model.norm.weight", w.Norm, d)
-	if !c.Tied {
-		add("lm_head.weight", w.LMHead, v, d)
-	}
-	var buf bytes.Buffer
-	must(t, safetensors.Write(&buf, ts, nil))
-	must(t, os.WriteFile(filepath.Join(dir, safetensors.SingleName), buf.Bytes(), 0o644))
-}
-
-// referenceRun is the reference's last logits of each prompt and its greedy
-// continuation (up to steps tokens, ending early at a stop token: BOS and
-// EOS, as the directory's config declares them).
-func referenceRun(t *testing.T, c reference.Config, w *reference.Weights, prompts [][]int32, steps int) (logits [][]float32, gens [][]int32) {
-	t.Helper()
-	for _, p := range prompts {
-		ref, err := reference.New(c, w)
-		must(t, err)
-		var lg []float32
-		for pos, tok := range p {
-			lg, err = ref.Forward(int(tok), pos)
-			must(t, err)
-		}
-		logits = append(logits, lg)
-		var gen []int32
-		for pos := len(p); len(gen) < steps; pos++ {
-			next := int32(reference.Argmax(lg))
-			if next == 1 || next == 2 {
-				break
-			}
-			gen = append(gen, next)
-			lg, err = ref.Forward(int(next), pos)
-			must(t, err)
-		}
-		gens = append(gens, gen)
-	}
-	return logits, gens
 }
 
 // checkAgainstReference serves m eager and with graphs and holds it to the
@@ -209,10 +122,11 @@ func TestArchitecturesMatchReference(t *testing.T) {
 		t.Run(ac.name, func(t *testing.T) {
 			w := reference.Random(ac.c, uint64(100+i))
 			dir := t.TempDir()
-			writeHF(t, dir, ac.arch, ac.c, w, ac.extra)
+			must(t, reference.WriteHF(dir, ac.arch, ac.c, w, ac.extra))
 			prompts := randomPrompts(rand.New(rand.NewPCG(uint64(i), 9)), ac.c.Vocab, 5, 17, 1)
 			const steps = 12
-			wantLogits, wantGen := referenceRun(t, ac.c, w, prompts, steps)
+			wantLogits, wantGen, err := reference.Greedy(ac.c, w, prompts, steps, 1, 2)
+			must(t, err)
 			open := func() *Model {
 				ws, err := OpenHF(dir)
 				must(t, err)
@@ -238,7 +152,7 @@ func TestSlidingWindowCapsContext(t *testing.T) {
 	c := reference.Config{Dim: 32, Hidden: 48, Layers: 2, Heads: 4, KVHeads: 1, Vocab: 512, SeqLen: 48, Eps: 1e-5, Theta: 1e6, Halves: true}
 	w := reference.Random(c, 7)
 	dir := t.TempDir()
-	writeHF(t, dir, "MistralForCausalLM", c, w, map[string]any{"sliding_window": 32, "max_position_embeddings": 4096})
+	must(t, reference.WriteHF(dir, "MistralForCausalLM", c, w, map[string]any{"sliding_window": 32, "max_position_embeddings": 4096}))
 	tok := filepath.Join(t.TempDir(), "tokenizer.bin")
 	must(t, os.WriteFile(tok, stories260k.Tokenizer(), 0o644))
 	l, err := OpenSource(Source{Model: dir, Tokenizer: tok})
@@ -252,7 +166,8 @@ func TestSlidingWindowCapsContext(t *testing.T) {
 	}
 	prompts := randomPrompts(rand.New(rand.NewPCG(1, 2)), c.Vocab, 20)
 	const steps = 11 // to position 31, the window's last
-	wantLogits, wantGen := referenceRun(t, c, w, prompts, steps)
+	wantLogits, wantGen, err := reference.Greedy(c, w, prompts, steps, 1, 2)
+	must(t, err)
 	open := func() *Model {
 		s, err := dev.NewStream()
 		must(t, err)
