@@ -7,7 +7,9 @@
 //     files may: a backend's tests run the model-level checks), except
 //     accel/acceltest/modeltest, those checks, which only test files may
 //     import, and leaves under internal/ (packages that import no reprise
-//     package, such as internal/failpoint), which are below every layer.
+//     package, such as internal/failpoint) and quant (ggml's block formats,
+//     which the kernels compute on; while it imports no reprise package),
+//     which are below every layer.
 //   - graph never imports engine, model or serve, test files included.
 //   - No code outside accel/<backend> compares a string with a backend's
 //     name (== or != or a switch case): ask the device's Capability instead.
@@ -89,9 +91,11 @@ func Check(root, module string) ([]Violation, error) {
 	under := func(dir, top string) bool { return dir == top || strings.HasPrefix(dir, top+"/") }
 	// Leaves under internal/ (packages that import no reprise package, such
 	// as internal/failpoint) sit below every layer: anything may use them.
+	// So does quant, ggml's block formats, which the device kernels compute
+	// on, as long as it imports no reprise package.
 	leaf := map[string]bool{}
 	for _, f := range files {
-		if !f.test && under(f.dir, "internal") {
+		if !f.test && (under(f.dir, "internal") || f.dir == "quant") {
 			if _, seen := leaf[f.dir]; !seen {
 				leaf[f.dir] = true
 			}
