@@ -6,10 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/reprise-ml/reprise/internal/bounded"
 
 	"golang.org/x/text/unicode/norm"
 )
@@ -47,17 +48,10 @@ func LoadDir(dir string) (*Model, error) {
 }
 
 func readBounded(path string) ([]byte, error) {
-	st, err := os.Stat(path)
-	if err != nil {
-		return nil, fmt.Errorf("tokenizer: %w", err)
+	b, err := bounded.ReadFile(path, MaxFileBytes)
+	if errors.Is(err, bounded.ErrTooLarge) {
+		return nil, fmt.Errorf("tokenizer: %w: %w", err, ErrFormat)
 	}
-	if !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("tokenizer: %s is not a regular file: %w", path, ErrFormat)
-	}
-	if st.Size() > MaxFileBytes {
-		return nil, fmt.Errorf("tokenizer: %s is %d bytes, more than the %d a tokenizer file may be: %w", path, st.Size(), MaxFileBytes, ErrFormat)
-	}
-	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("tokenizer: %w", err)
 	}

@@ -3,11 +3,11 @@ package main
 import (
 	"bytes"
 	"fmt"
-	"io"
-	"os"
 	"regexp"
 	"sort"
 	"strings"
+
+	"github.com/reprise-ml/reprise/internal/bounded"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -19,29 +19,7 @@ const maxConfigBytes = 1 << 20
 
 // readConfig reads a config file of at most maxConfigBytes.
 func readConfig(path string) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	if st.IsDir() {
-		return nil, fmt.Errorf("%s is a directory, not a YAML file", path)
-	}
-	if st.Mode().IsRegular() && st.Size() > maxConfigBytes {
-		return nil, fmt.Errorf("%s is %d bytes; a config file may be at most %d", path, st.Size(), maxConfigBytes)
-	}
-	data, err := io.ReadAll(io.LimitReader(f, maxConfigBytes+1))
-	if err != nil {
-		return nil, err
-	}
-	if len(data) > maxConfigBytes {
-		return nil, fmt.Errorf("%s holds more than %d bytes; a config file may be at most %d", path, maxConfigBytes, maxConfigBytes)
-	}
-	return data, nil
+	return bounded.ReadFile(path, maxConfigBytes)
 }
 
 // setting is one key of a config file, with the line it is on.

@@ -11,6 +11,8 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/reprise-ml/reprise/internal/bounded"
+
 	"github.com/reprise-ml/reprise/model/gguf"
 	"github.com/reprise-ml/reprise/model/safetensors"
 )
@@ -69,14 +71,7 @@ var hfFields = map[string]bool{
 // readJSONObject reads a JSON object file of at most limit bytes, refusing
 // duplicate keys (encoding/json would keep the last silently).
 func readJSONObject(path string, limit int64) (map[string]json.RawMessage, error) {
-	st, err := os.Stat(path)
-	if err != nil {
-		return nil, fmt.Errorf("llama: %w", err)
-	}
-	if st.Size() > limit {
-		return nil, fmt.Errorf("llama: %s: %d bytes, more than the %d a config may have", path, st.Size(), limit)
-	}
-	raw, err := os.ReadFile(path)
+	raw, err := bounded.ReadFile(path, limit)
 	if err != nil {
 		return nil, fmt.Errorf("llama: %w", err)
 	}

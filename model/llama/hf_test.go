@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/reprise-ml/reprise/accel"
+	"github.com/reprise-ml/reprise/internal/bounded"
 	"github.com/reprise-ml/reprise/model/safetensors"
 	"github.com/reprise-ml/reprise/model/stories260k"
 )
@@ -164,5 +165,18 @@ func TestHFErrors(t *testing.T) {
 	})
 	if _, _, err := Open(dev, Source{Model: dir, Tokenizer: tok512}, Options{}); err == nil || !strings.Contains(err.Error(), `"model.layers.0.self_attn.o_proj.bias"`) {
 		t.Errorf("extra tensor: %v", err)
+	}
+}
+
+// A config.json that is a device behind a symlink reports size 0 to Stat and
+// then reads for ever: it must be refused, not read.
+func TestHFConfigFromDevice(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.Symlink("/dev/zero", filepath.Join(dir, "config.json")); err != nil {
+		t.Fatal(err)
+	}
+	_, err := OpenHF(dir)
+	if !errors.Is(err, bounded.ErrTooLarge) || !strings.Contains(err.Error(), "config.json") {
+		t.Fatalf("got %v, want a too-large error naming config.json", err)
 	}
 }

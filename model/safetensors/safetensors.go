@@ -12,6 +12,8 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/reprise-ml/reprise/internal/bounded"
+
 	"github.com/reprise-ml/reprise/model/internal/mapped"
 )
 
@@ -266,11 +268,11 @@ type Model struct {
 func OpenDir(dir string) (*Model, error) {
 	m := &Model{Dir: dir, where: map[string]int{}}
 	idxPath := filepath.Join(dir, IndexName)
-	if st, err := os.Stat(idxPath); err == nil {
-		if st.Size() > MaxHeader {
-			return nil, fail(idxPath, "index", "%d bytes, more than %d", st.Size(), MaxHeader)
+	if _, err := os.Stat(idxPath); err == nil {
+		raw, err := bounded.ReadFile(idxPath, MaxHeader)
+		if errors.Is(err, bounded.ErrTooLarge) {
+			return nil, fail(idxPath, "index", "more than %d bytes", MaxHeader)
 		}
-		raw, err := os.ReadFile(idxPath)
 		if err != nil {
 			return nil, fmt.Errorf("safetensors: %w", err)
 		}

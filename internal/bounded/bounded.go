@@ -1,0 +1,51 @@
+// Package bounded reads small files (configs, indexes, tokenizers) whole,
+// never more than a limit the caller gives.
+//
+// Checking a file's size with Stat and then calling os.ReadFile is not
+// enough: a device (/dev/zero), a pipe or a symlink to either reports size
+// 0 and then reads for ever, and a regular file may grow in between. ReadFile
+// reads through a limit instead, so the memory it takes is bounded by the
+// limit whatever the path names.
+//
+// Invariant: ReadFile allocates at most limit+1 bytes beyond its buffer's
+// growth, and an over-long file is an error wrapping ErrTooLarge (never a
+// truncated result).
+package bounded
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+)
+
+// ErrTooLarge is wrapped by ReadFile's error for a file over its limit.
+var ErrTooLarge = errors.New("file too large")
+
+// ReadFile returns the whole content of path if it is at most limit bytes.
+// A directory, or content past limit, is an error naming the path.
+func ReadFile(path string, limit int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if st.IsDir() {
+		return nil, fmt.Errorf("%s is a directory, not a file", path)
+	}
+	if st.Mode().IsRegular() && st.Size() > limit {
+		return nil, fmt.Errorf("%s is %d bytes, more than %d bytes, the most it may be: %w", path, st.Size(), limit, ErrTooLarge)
+	}
+	data, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if int64(len(data)) > limit {
+		return nil, fmt.Errorf("%s holds more than %d bytes, the most it may: %w", path, limit, ErrTooLarge)
+	}
+	return data, nil
+}
