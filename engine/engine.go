@@ -181,6 +181,9 @@ type Engine struct {
 	lastLogits []float32
 	// floor is what the largest eager step takes (ensureFloor).
 	floor int64
+	// traceStep, if set, hears one line per step served (tests' golden
+	// traces); loop-owned.
+	traceStep func(string)
 }
 
 // New builds the engine's resources on dev. Call Start to capture graphs

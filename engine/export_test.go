@@ -9,6 +9,10 @@ import (
 	"github.com/reprise-ml/reprise/graph"
 )
 
+// TraceSteps makes the engine call fn with one line per step it serves,
+// from the loop. Call it before Start.
+func (e *Engine) TraceSteps(fn func(string)) { e.traceStep = fn }
+
 // KV is the engine's KV cache.
 func (e *Engine) KV() *kvCache { return e.kv }
 
