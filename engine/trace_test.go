@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -15,6 +14,8 @@ import (
 	"github.com/reprise-ml/reprise/engine"
 	"github.com/reprise-ml/reprise/graph"
 	"github.com/reprise-ml/reprise/model/llama"
+
+	goldenfile "github.com/reprise-ml/reprise/internal/golden"
 )
 
 // rewrite regenerates the golden step traces in testdata: go test ./engine
@@ -107,27 +108,5 @@ func TestStepTraces(t *testing.T) {
 // golden compares got with testdata/name, or writes it there with -rewrite.
 func golden(t *testing.T, name, got string) {
 	t.Helper()
-	path := filepath.Join("testdata", name)
-	if *rewrite {
-		if err := os.MkdirAll("testdata", 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run with -rewrite to make it)", err)
-	}
-	if got != string(want) {
-		gl, wl := strings.Split(got, "\n"), strings.Split(string(want), "\n")
-		i := 0
-		for i < len(gl) && i < len(wl) && gl[i] == wl[i] {
-			i++
-		}
-		t.Errorf("%s differs from line %d:\ngot  %q\nwant %q\n(run with -rewrite if the change is meant)", path, i+1,
-			gl[min(i, len(gl)-1)], wl[min(i, len(wl)-1)])
-	}
+	goldenfile.Check(t, filepath.Join("testdata", name), got, *rewrite)
 }

@@ -3,11 +3,12 @@ package graph
 import (
 	"flag"
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+
+	goldenfile "github.com/reprise-ml/reprise/internal/golden"
 )
 
 // rewrite regenerates the golden traces in testdata instead of comparing
@@ -15,44 +16,19 @@ import (
 // go test ./engine -run TestStepTraces -rewrite).
 var rewrite = flag.Bool("rewrite", false, "rewrite the golden traces in testdata")
 
-// golden compares got with testdata/name, or writes it there with -rewrite:
-// a change in the order of what the runner asks shows as a diff.
+// golden compares got with testdata/name, or writes it there with -rewrite.
 func golden(t *testing.T, name, got string) {
 	t.Helper()
-	path := filepath.Join("testdata", name)
-	if *rewrite {
-		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run with -rewrite to make it)", err)
-	}
-	if got != string(want) {
-		gl, wl := strings.Split(got, "\n"), strings.Split(string(want), "\n")
-		i := 0
-		for i < len(gl) && i < len(wl) && gl[i] == wl[i] {
-			i++
-		}
-		t.Errorf("%s differs from line %d:\ngot  %q\nwant %q\n(run with -rewrite if the change is meant)", path, i+1,
-			gl[min(i, len(gl)-1)], wl[min(i, len(wl)-1)])
-	}
+	goldenfile.Check(t, filepath.Join("testdata", name), got, *rewrite)
 }
 
 // The fake node's event log on each capture path (a decode config and a
-// packed prefill one, two slots), then a replay on every bucket: what the
-// runner builds, warms and captures, in order.
+// packed prefill one, two slots), then the buckets live: what the runner
+// builds, warms and captures, in order.
 func TestTraces(t *testing.T) {
-	cfgs := func() []*Config {
-		return []*Config{small(), {Walk: "prefill", Packed: &Packed{TokenLengths: []int{8, 4}}, BatchSizes: []int{2}}}
-	}
 	for _, p := range capturePaths {
 		t.Run(p.name, func(t *testing.T) {
-			n := newFakeNode(t, true)
-			r := newRunner(t, n, cfgs(), Options{})
-			p.run(t, r)
+			r, n := runPath(t, p.run)
 			n.mu.Lock()
 			events := slices.Clone(n.events)
 			n.mu.Unlock()
