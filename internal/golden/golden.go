@@ -17,6 +17,7 @@ func Check(t testing.TB, path, got string, rewrite bool) {
 	if rewrite {
 		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 			t.Fatal(err)
+			return
 		}
 		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
 			t.Fatal(err)
@@ -26,6 +27,7 @@ func Check(t testing.TB, path, got string, rewrite bool) {
 	want, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatalf("%v (run with -rewrite to make it)", err)
+		return
 	}
 	if got != string(want) {
 		gl, wl := strings.Split(got, "\n"), strings.Split(string(want), "\n")
