@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"time"
 
@@ -154,6 +155,16 @@ func (e *Engine) backgroundUnit(ctx context.Context) bool {
 		if errors.Is(err, graph.ErrNotAdmitted) && bg.tries[it] < maxCaptureTries {
 			bg.tries[it]++
 			return len(e.running) == 0 // busy: let the requests make room first
+		}
+		if err != nil {
+			// Every drop is counted, and said at ERROR: the runner logs
+			// the failures it drops itself; a bucket refused for memory
+			// too often is dropped here.
+			e.stats.bgDropped.Add(1)
+			if errors.Is(err, graph.ErrNotAdmitted) {
+				e.log.Error("accelerator graph bucket dropped; it will run eager", "bucket", it.k.String(),
+					"reason", fmt.Sprintf("refused %d times for memory real requests held: %v", bg.tries[it]+1, err))
+			}
 		}
 		bg.pending = slices.Delete(bg.pending, bi, bi+1)
 		bg.done++

@@ -9,6 +9,10 @@ import (
 	"github.com/reprise-ml/reprise/graph"
 )
 
+// TraceSteps makes the engine call fn with one line per step it serves,
+// from the loop. Call it before Start.
+func (e *Engine) TraceSteps(fn func(string)) { e.traceStep = fn }
+
 // KV is the engine's KV cache.
 func (e *Engine) KV() *kvCache { return e.kv }
 
@@ -120,3 +124,33 @@ func (e *Engine) RunnerResources() map[string][]string {
 	}
 	return out
 }
+
+// StartGraphsOnly makes and prepares the graph runners as Start does, without
+// starting the loop: a test then drives background capture with
+// BackgroundUnit from its own goroutine.
+func (e *Engine) StartGraphsOnly(ctx context.Context) error { return e.startGraphs(ctx, true) }
+
+// BackgroundUnit runs one unit of background capture, as the loop does
+// between steps. It reports whether background capture is capturing
+// buckets, how many wait, and whether it is over.
+func (e *Engine) BackgroundUnit(ctx context.Context) (capturing bool, pending int, over bool) {
+	if e.bg != nil {
+		e.backgroundUnit(ctx)
+	}
+	if e.bg == nil {
+		return false, 0, true
+	}
+	return e.bg.phase == bgCapture, len(e.bg.pending), false
+}
+
+// HoldPages opens a request of maxLen positions in the engine's resources
+// (promised its pages), as if admitted; the returned func removes it.
+func (e *Engine) HoldPages(id int64, maxLen int) (func(), error) {
+	if err := e.sr.Ingest(id, requestInfo{MaxLen: maxLen}); err != nil {
+		return nil, err
+	}
+	return func() { _ = e.sr.Remove(id) }, nil
+}
+
+// MaxCaptureTries is how often a refused background capture is retried.
+const MaxCaptureTries = maxCaptureTries

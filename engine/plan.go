@@ -5,11 +5,13 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"sort"
 
 	"github.com/reprise-ml/reprise/accel"
+	"github.com/reprise-ml/reprise/comm"
 	"github.com/reprise-ml/reprise/graph"
 )
 
@@ -80,10 +82,31 @@ func (e *Engine) plan(ctx context.Context, pools []pool) (*PlanReport, error) {
 	rep := &PlanReport{Why: map[string]string{}}
 	costs := map[string]map[graph.BucketKey]graph.CaptureCost{}
 	budget := e.planBudget()
-	for _, p := range pools {
+	// Ranks use cached costs only if every rank has them: a rank that sizes
+	// meets barriers a rank reading its cache would not.
+	cached := make([]map[graph.BucketKey]graph.CaptureCost, len(pools))
+	hits := make([]int64, len(pools))
+	for i, p := range pools {
+		c, ok := loadPlanCache(e.planCacheFile(e.planKey(p.runner)), e.planKey(p.runner))
+		if ok {
+			cached[i], hits[i] = c, 1
+		}
+	}
+	group := e.opts.Group
+	if group == nil {
+		group = comm.Single()
+	}
+	agreed, err := comm.Agree(ctx, group, hits, comm.Min)
+	if err != nil {
+		return nil, fmt.Errorf("engine: agree on the plan cache: %w", err)
+	}
+	for i, p := range pools {
 		pr := PoolReport{Name: p.name, runner: p.runner, key: e.planKey(p.runner)}
 		pr.CacheFile = e.planCacheFile(pr.key)
-		c, ok := loadPlanCache(pr.CacheFile, pr.key)
+		c, ok := cached[i], agreed[i] == 1
+		if hits[i] == 1 && !ok {
+			e.log.Info("plan cache hit unused: another rank has no cached costs, every rank sizes", "pool", p.name)
+		}
 		if ok {
 			pr.FromCache = true
 			e.log.Info("capture costs from the plan cache", "pool", p.name, "file", pr.CacheFile)

@@ -24,6 +24,7 @@ type Stats struct {
 	prePlans     atomic.Int64
 	prePlanHits  atomic.Int64
 	prePlanStale atomic.Int64
+	bgDropped    atomic.Int64 // buckets background capture dropped
 
 	mu    sync.Mutex
 	steps map[stepKey]*StepStats
@@ -72,16 +73,19 @@ func (s *Stats) observeStep(walk string, replay bool, rows int, d time.Duration)
 
 // Snapshot is a copy of the engine's counters.
 type Snapshot struct {
-	Waiting      int64       `json:"waiting"`
-	Running      int64       `json:"running"`
-	Tokens       int64       `json:"tokens"`
-	Finished     int64       `json:"finished"`
-	PrePlans     int64       `json:"pre_plans"`
-	PrePlanHits  int64       `json:"pre_plan_hits"`
-	PrePlanStale int64       `json:"pre_plan_stale"`
-	KVPagesUsed  int         `json:"kv_pages_used"`
-	KVPagesFree  int         `json:"kv_pages_free"`
-	Steps        []StepStats `json:"steps"`
+	Waiting      int64 `json:"waiting"`
+	Running      int64 `json:"running"`
+	Tokens       int64 `json:"tokens"`
+	Finished     int64 `json:"finished"`
+	PrePlans     int64 `json:"pre_plans"`
+	PrePlanHits  int64 `json:"pre_plan_hits"`
+	PrePlanStale int64 `json:"pre_plan_stale"`
+	// BackgroundDropped counts the buckets background capture dropped
+	// (each also an ERROR line naming it and why).
+	BackgroundDropped int64       `json:"background_dropped"`
+	KVPagesUsed       int         `json:"kv_pages_used"`
+	KVPagesFree       int         `json:"kv_pages_free"`
+	Steps             []StepStats `json:"steps"`
 	// FirstTokenAfterStart is the time from Start to the first token any
 	// request received (0: none yet).
 	FirstTokenAfterStart time.Duration `json:"first_token_after_start_ns"`
@@ -92,7 +96,8 @@ func (e *Engine) Stats() Snapshot {
 	s := &e.stats
 	snap := Snapshot{Waiting: s.waiting.Load(), Running: s.running.Load(), Tokens: s.tokens.Load(), Finished: s.finished.Load(),
 		PrePlans: s.prePlans.Load(), PrePlanHits: s.prePlanHits.Load(), PrePlanStale: s.prePlanStale.Load(),
-		KVPagesUsed: int(s.kvUsed.Load()), KVPagesFree: int(s.kvFree.Load()),
+		BackgroundDropped: s.bgDropped.Load(),
+		KVPagesUsed:       int(s.kvUsed.Load()), KVPagesFree: int(s.kvFree.Load()),
 		FirstTokenAfterStart: time.Duration(s.firstToken.Load())}
 	s.mu.Lock()
 	for _, st := range s.steps {

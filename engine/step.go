@@ -115,6 +115,20 @@ func (e *Engine) runStep(walk string, rows []graph.Row, next []*request) ([]int3
 		}
 	}
 	e.stats.observeStep(walk, lease != nil, n, time.Since(t0))
+	if e.traceStep != nil {
+		mode := "eager"
+		if lease != nil {
+			mode = fmt.Sprintf("replay %v slot %d", lease.Bucket, lease.Slot)
+		}
+		if planDone != nil {
+			mode += " pre-planned"
+		}
+		ids := make([]int64, len(rows))
+		for i, r := range rows {
+			ids[i] = r.ID
+		}
+		e.traceStep(fmt.Sprintf("%s rows=%v tokens=%d %s", walk, ids, tokens, mode))
+	}
 	return toks, nil
 }
 

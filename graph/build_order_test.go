@@ -14,14 +14,9 @@ import (
 // warm-up; the fake's event log keeps the order. Covered for Capture, for
 // sizing then Capture, and for the background path (WarmNext, CaptureBucket).
 func TestGraphBuffersBuiltBeforeAnyWarmupOrCapture(t *testing.T) {
-	cfgs := func() []*Config {
-		return []*Config{small(), {Walk: "prefill", Packed: &Packed{TokenLengths: []int{8, 4}}, BatchSizes: []int{2}}}
-	}
 	for _, p := range capturePaths {
 		t.Run(p.name, func(t *testing.T) {
-			n := newFakeNode(t, true)
-			r := newRunner(t, n, cfgs(), Options{})
-			p.run(t, r)
+			r, n := runPath(t, p.run)
 			specs := r.Specs()
 			if got := len(r.Buckets()); got != len(specs)/2 {
 				t.Fatalf("registered %v, want all %d buckets", r.Buckets(), len(specs)/2)
@@ -66,6 +61,16 @@ func TestGraphBuffersBuiltBeforeAnyWarmupOrCapture(t *testing.T) {
 // capturePaths are the three ways a runner gets its buckets captured:
 // Capture alone (it sizes as it goes), sizing then Capture, and the engine's
 // background path (WarmNext over every spec, then CaptureBucket per bucket).
+// runPath runs a capture path on a two-slot runner of a decode config and a
+// packed prefill one.
+func runPath(t *testing.T, run func(*testing.T, *Runner)) (*Runner, *fakeNode) {
+	t.Helper()
+	n := newFakeNode(t, true)
+	r := newRunner(t, n, []*Config{small(), {Walk: "prefill", Packed: &Packed{TokenLengths: []int{8, 4}}, BatchSizes: []int{2}}}, Options{})
+	run(t, r)
+	return r, n
+}
+
 var capturePaths = []struct {
 	name string
 	run  func(t *testing.T, r *Runner)

@@ -194,7 +194,8 @@ func (r *Runner) StepMetadata(l *Lease, ids []int64, info map[int64]any) (map[in
 }
 
 // DeclareInputsFor is the template rows of a declare-only call (pre-plan) for
-// the lease's bucket, cached per bucket: a bucket's shape is fixed, and
+// the lease's bucket and slot, cached per (bucket, slot): a bucket's shape is
+// fixed, each slot has its own padding rows, and
 // rebuilding the rows each pre-plan is measurable work. The slice is shared:
 // callers must not modify it or pass it to anything that does.
 func (r *Runner) DeclareInputsFor(l *Lease) ([]Row, error) {
@@ -204,11 +205,13 @@ func (r *Runner) DeclareInputsFor(l *Lease) ([]Row, error) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if rows, ok := r.declare[l.Bucket]; ok {
+	// Keyed by slot: each slot has its own padding rows.
+	k := SlotKey{Bucket: l.Bucket, Slot: l.Slot}
+	if rows, ok := r.declare[k]; ok {
 		return rows, nil
 	}
 	rows := l.cfg.dummyRows(s.padIDs, l.Bucket.Tokens)
-	r.declare[l.Bucket] = rows
+	r.declare[k] = rows
 	return rows, nil
 }
 

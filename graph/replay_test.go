@@ -13,7 +13,7 @@ import (
 func registered(t *testing.T, cfgs []*Config, slots int) *Runner {
 	t.Helper()
 	r := &Runner{name: "sel", nslots: slots, buckets: map[BucketKey]*Bucket{}, byWalk: map[string][]*Bucket{},
-		counters: map[BucketKey]int{}, declare: map[BucketKey][]Row{}}
+		counters: map[BucketKey]int{}, declare: map[SlotKey][]Row{}}
 	r.tele.init()
 	for ci, c := range cfgs {
 		if err := c.Validate(); err != nil {

@@ -111,7 +111,7 @@ type Runner struct {
 	byWalk   map[string][]*Bucket  // by every walk that may replay them
 	dropped  []BucketKey
 	counters map[BucketKey]int
-	declare  map[BucketKey][]Row
+	declare  map[SlotKey][]Row
 	tele     telemetry
 }
 
@@ -137,7 +137,7 @@ func New(dev accel.Device, node Node, configs []*Config, opts Options) (*Runner,
 	r := &Runner{name: opts.Name, dev: dev, node: node, group: opts.Group, log: opts.Logger, opts: opts,
 		eager: map[string][]string{}, static: map[staticKey]*staticBuf{}, buckets: map[BucketKey]*Bucket{},
 		warmedSpecs: map[specKey]*warmed{}, warmFailed: map[BucketKey]bool{},
-		byWalk: map[string][]*Bucket{}, counters: map[BucketKey]int{}, declare: map[BucketKey][]Row{}}
+		byWalk: map[string][]*Bucket{}, counters: map[BucketKey]int{}, declare: map[SlotKey][]Row{}}
 	r.nslots = 1
 	if node.DoubleBuffer() {
 		r.nslots = 2

@@ -72,8 +72,9 @@ func (r *Runner) Size(ctx context.Context) (map[BucketKey]CaptureCost, error) {
 	return r.MeasureCosts(), nil
 }
 
-// WarmNext warms the next spec, largest first, unless it is warmed already;
-// more is false once every spec was. A spec that fails to warm is logged and
+// WarmNext warms the next spec, largest first, unless it is warmed already
+// or its bucket failed (the spec is returned either way); more is false once
+// every spec was. A spec that fails to warm is logged and
 // its bucket will not be planned, except when the step's resources refused
 // it for now (ErrNotAdmitted: real requests hold the memory its padding rows
 // need, as while serving): that spec stays next, for a later call to retry.
@@ -83,8 +84,11 @@ func (r *Runner) warmNext(retry bool) (spec SlotSpec, more bool) {
 	for r.warmIdx < len(r.specs) {
 		spec = r.specs[r.warmIdx]
 		r.warmIdx++
+		// A spec warmed already, or of a bucket whose other slot failed, is
+		// not warmed again, but it is still returned: Size meets a barrier
+		// per spec, and a peer whose warm-ups passed meets one for it.
 		if _, done := r.warmedSpecs[spec.key()]; done || r.warmFailed[spec.Bucket] {
-			continue
+			return spec, true
 		}
 		w, err := r.warm(spec)
 		if retry && errors.Is(err, ErrNotAdmitted) {

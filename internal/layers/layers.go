@@ -3,13 +3,13 @@
 // repository; Check is the checker, tested on planted violations.
 //
 // The rules:
-//   - No package under accel imports a reprise package outside accel (test
-//     files may: a backend's tests run the model-level checks), except
-//     accel/acceltest/modeltest, those checks, which only test files may
-//     import, and leaves under internal/ (packages that import no reprise
-//     package, such as internal/failpoint) and quant (ggml's block formats,
-//     which the kernels compute on; while it imports no reprise package),
-//     which are below every layer.
+//   - No package under accel imports a reprise package above accel: one
+//     outside accel that, itself or through its imports, imports accel
+//     (graph, engine, model, ...). Packages that stand apart from accel
+//     (quant, leaves under internal such as internal/failpoint: they import
+//     nothing that imports accel) may be used. Test files may import anything (a backend's tests run
+//     the model-level checks), and so may accel/acceltest/modeltest, those
+//     checks, which only test files may import.
 //   - graph never imports engine, model or serve, test files included.
 //   - No code outside accel/<backend> compares a string with a backend's
 //     name (== or != or a switch case): ask the device's Capability instead.
@@ -84,28 +84,54 @@ func Check(root, module string) ([]Violation, error) {
 	if err != nil {
 		return nil, err
 	}
+	// deps is each package's reprise imports from its non-test files.
+	deps := map[string]map[string]bool{}
+	exists := map[string]bool{}
+	for _, f := range files {
+		if f.test {
+			continue
+		}
+		exists[f.dir] = true
+		for _, imp := range f.ast.Imports {
+			path, _ := strconv.Unquote(imp.Path.Value)
+			if path == module || strings.HasPrefix(path, module+"/") {
+				if deps[f.dir] == nil {
+					deps[f.dir] = map[string]bool{}
+				}
+				deps[f.dir][strings.TrimPrefix(strings.TrimPrefix(path, module), "/")] = true
+			}
+		}
+	}
+	// apart reports whether a package outside accel imports nothing that
+	// leads to accel: it is not above accel.
+	memo := map[string]bool{}
+	var apart func(pkg string, seen map[string]bool) bool
+	apart = func(pkg string, seen map[string]bool) bool {
+		if pkg == "accel" || strings.HasPrefix(pkg, "accel/") {
+			return false
+		}
+		if !exists[pkg] {
+			return false // not here to vouch for: assume the worst
+		}
+		if v, ok := memo[pkg]; ok {
+			return v
+		}
+		if seen[pkg] {
+			return true // a cycle: the compiler refuses it anyway
+		}
+		seen[pkg] = true
+		ok := true
+		for d := range deps[pkg] {
+			ok = ok && apart(d, seen)
+		}
+		memo[pkg] = ok
+		return ok
+	}
 	var out []Violation
 	at := func(p token.Pos, rule string, args ...any) {
 		out = append(out, Violation{Pos: fset.Position(p).String(), Rule: fmt.Sprintf(rule, args...)})
 	}
 	under := func(dir, top string) bool { return dir == top || strings.HasPrefix(dir, top+"/") }
-	// Leaves under internal/ (packages that import no reprise package, such
-	// as internal/failpoint) sit below every layer: anything may use them.
-	// So does quant, ggml's block formats, which the device kernels compute
-	// on, as long as it imports no reprise package.
-	leaf := map[string]bool{}
-	for _, f := range files {
-		if !f.test && (under(f.dir, "internal") || f.dir == "quant") {
-			if _, seen := leaf[f.dir]; !seen {
-				leaf[f.dir] = true
-			}
-			for _, imp := range f.ast.Imports {
-				if path, _ := strconv.Unquote(imp.Path.Value); under(path, module) {
-					leaf[f.dir] = false
-				}
-			}
-		}
-	}
 	for _, f := range files {
 		for _, imp := range f.ast.Imports {
 			path, _ := strconv.Unquote(imp.Path.Value)
@@ -113,7 +139,7 @@ func Check(root, module string) ([]Violation, error) {
 				continue
 			}
 			target := strings.TrimPrefix(strings.TrimPrefix(path, module), "/")
-			if under(f.dir, "accel") && !f.test && !under(target, "accel") && f.dir != modelTest && !leaf[target] {
+			if under(f.dir, "accel") && !f.test && !under(target, "accel") && f.dir != modelTest && !apart(target, map[string]bool{}) {
 				at(imp.Pos(), "%s (under accel) imports %s, above accel", f.dir, target)
 			}
 			if target == modelTest && !f.test {

@@ -52,6 +52,11 @@ func TestCheckFindsPlantedViolations(t *testing.T) {
 		}, nil},
 		{"accel imports engine", map[string]string{
 			"accel/fast/fast.go":  backend,
+			"engine/e.go":         "package engine\nimport _ \"" + module + "/graph\"\n",
+			"graph/g.go":          "package graph\nimport _ \"" + module + "/accel\"\n",
+			"quant/q.go":          "package quant\nimport _ \"" + module + "/internal/bits\"\n",
+			"internal/bits/b.go":  "package bits\n",
+			"accel/fast/q.go":     "package fast\nimport _ \"" + module + "/quant\"\n",
 			"accel/kit/kit.go":    "package kit\nimport _ \"" + module + "/engine\"\n",
 			"accel/fast/other.go": "package fast\nimport _ \"" + module + "/accel/kit\"\n",
 		}, []string{"accel/kit (under accel) imports engine"}},
