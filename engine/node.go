@@ -7,6 +7,7 @@ import (
 
 	"github.com/reprise-ml/reprise/accel"
 	"github.com/reprise-ml/reprise/graph"
+	"github.com/reprise-ml/reprise/internal/failpoint"
 )
 
 // node is the engine's side of a graph runner: the model and its resources.
@@ -116,6 +117,9 @@ var ErrLeaseMismatch = errors.New("lease does not match the step")
 
 // prepare admits and plans step, remembering it for its lease's slot.
 func (n *node) prepare(s accel.Stream, step *Step) error {
+	if err := failpoint.Inject(failpoint.Plan); err != nil {
+		return err
+	}
 	return n.slots.prepare(n.sr, s, n.stager, step)
 }
 

@@ -30,6 +30,11 @@ const (
 	// StreamEvent is reached before a server-sent event is written, after
 	// its write deadline is set (serve).
 	StreamEvent = "stream-event"
+	// Plan is reached before the engine admits and plans a step's
+	// resources (engine): in a step, and in the pre-plan of the next decode
+	// step, which on the CPU device allocates nothing, so Alloc cannot reach
+	// it there.
+	Plan = "plan"
 
 	// PhaseCapture is a graph capture (graph); PhaseStep an engine step;
 	// PhasePrePlan the pre-planning of the next decode step (engine).
