@@ -132,12 +132,18 @@ func FromFiles(f Files) (*Model, error) {
 		return nil, err
 	}
 	// Added tokens: ids may extend the vocabulary.
+	// Their ids are held to the bound the vocabulary's are (readModel): a
+	// few hundred bytes must not grow the vocabulary to millions of ids.
 	m.addedIDs = map[int]bool{}
+	idLimit := min(maxVocab, idBound(len(hf.Model.Vocab)+len(hf.AddedTokens)))
 	var raw, normed []addedEntry
 	for i, a := range hf.AddedTokens {
 		field := fmt.Sprintf("added_tokens[%d]", i)
-		if a.ID == nil || *a.ID < 0 || *a.ID > maxVocab {
-			return nil, formatErr(name, field, "missing or out-of-range id")
+		if a.ID == nil || *a.ID < 0 {
+			return nil, formatErr(name, field, "missing or negative id")
+		}
+		if *a.ID >= idLimit {
+			return nil, formatErr(name, field, "id %d is far past the %d tokens of the file", *a.ID, len(hf.Model.Vocab)+len(hf.AddedTokens))
 		}
 		if a.Content == "" {
 			return nil, formatErr(name, field, "empty content")
@@ -196,6 +202,10 @@ func orName(s, def string) string {
 // maxVocab bounds token ids (no real vocabulary comes near).
 const maxVocab = 1 << 24
 
+// idBound is how far the ids of a file with n tokens may reach: gaps are
+// allowed (padded vocabularies), ids millions past the tokens are not.
+func idBound(n int) int { return 4*n + 1024 }
+
 func (m *Model) readModel(file string, hm *hfModel) error {
 	if hm.Type != "BPE" && !(hm.Type == "" && !isNull(hm.Merges)) {
 		return formatErr(file, "model.type", "%q is not supported (only BPE)", hm.Type)
@@ -221,7 +231,7 @@ func (m *Model) readModel(file string, hm *hfModel) error {
 		}
 		n = max(n, int(id)+1)
 	}
-	if n > 4*len(hm.Vocab)+1024 {
+	if n > idBound(len(hm.Vocab)) {
 		return formatErr(file, "model.vocab", "ids reach %d for %d tokens", n, len(hm.Vocab))
 	}
 	m.tokens = make([]string, n)
