@@ -53,19 +53,21 @@ type replaceDec struct{ old, new []byte }
 
 func (r replaceDec) apply(b []byte, _ bool) []byte { return bytes.ReplaceAll(b, r.old, r.new) }
 
-// metaspaceDec turns the replacement character back into spaces and drops
-// the space the encoder prepended to the first token.
+// metaspaceDec turns the replacement character back into spaces. In a
+// text's first token it drops them instead, every one and not only a
+// leading one, when the encoder prepends one: that is what Hugging Face's
+// Metaspace decoder does (decoders/metaspace.rs), so "▁▁" first decodes to
+// nothing.
 type metaspaceDec struct {
 	replacement []byte
 	prepended   bool
 }
 
 func (m metaspaceDec) apply(b []byte, first bool) []byte {
-	b = bytes.ReplaceAll(b, m.replacement, []byte(" "))
-	if first && m.prepended && len(b) > 0 && b[0] == ' ' {
-		b = b[1:]
+	if first && m.prepended {
+		return bytes.ReplaceAll(b, m.replacement, nil)
 	}
-	return b
+	return bytes.ReplaceAll(b, m.replacement, []byte(" "))
 }
 
 // stripDec removes up to start leading and stop trailing copies of

@@ -36,3 +36,30 @@ func vocabSize(m *tokenizer.Model) int {
 	}
 	return m.VocabSize()
 }
+
+// Hugging Face's Metaspace decoder drops every replacement character of a
+// text's first token (decoders/metaspace.rs: i == 0 and a prepend scheme
+// other than never), not only a leading one.
+func TestMetaspaceDecoderFirstToken(t *testing.T) {
+	file := `{"model":{"type":"BPE","vocab":{"▁▁":0,"▁a":1,"a▁b":2,"▁":3},"merges":[]},` +
+		`"pre_tokenizer":{"type":"Metaspace","replacement":"▁","prepend_scheme":"always"},"decoder":{"type":"Metaspace","replacement":"▁","prepend_scheme":"%s"}}`
+	for _, tc := range []struct {
+		scheme string
+		ids    []int
+		want   string
+	}{
+		{"always", []int{0, 1}, " a"},
+		{"always", []int{2, 1}, "ab a"},
+		{"first", []int{0, 0}, "  "},
+		{"never", []int{0, 1}, "   a"},
+		{"never", []int{2}, "a b"},
+	} {
+		m, err := tokenizer.FromFiles(tokenizer.Files{Tokenizer: []byte(strings.Replace(file, "%s", tc.scheme, 1))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := tokenizer.Decode(m, tc.ids, false); got != tc.want {
+			t.Errorf("%s: Decode(%v) = %q, want %q", tc.scheme, tc.ids, got, tc.want)
+		}
+	}
+}
