@@ -369,17 +369,7 @@ func (g *ggufEncoder) encodeOpt(m *Model, text string, addSpecial, parseSpecial 
 		for _, p := range g.pre {
 			var next []string
 			for _, w := range words {
-				last := 0
-				p.each(w, func(start, end int) {
-					if start > last {
-						next = append(next, w[last:start])
-					}
-					next = append(next, w[start:end])
-					last = end
-				})
-				if last < len(w) {
-					next = append(next, w[last:])
-				}
+				eachPiece(p, w, func(piece string) { next = append(next, piece) })
 			}
 			words = next
 		}
