@@ -131,6 +131,10 @@ func FromFiles(f Files) (*Model, error) {
 	if err := m.readModel(name, hf.Model); err != nil {
 		return nil, err
 	}
+	shrink := 1
+	if m.norm, shrink, err = readNormalizer(name, "normalizer", hf.Normalizer); err != nil {
+		return nil, err
+	}
 	// Added tokens: ids may extend the vocabulary.
 	// Their ids are held to the bound the vocabulary's are (readModel): a
 	// few hundred bytes must not grow the vocabulary to millions of ids.
@@ -158,7 +162,13 @@ func FromFiles(f Files) (*Model, error) {
 			continue // split_special_tokens: specials are plain text
 		}
 		e := addedEntry{id: id, content: a.Content, singleWord: a.SingleWord, lstrip: a.LStrip, rstrip: a.RStrip}
-		if a.Normalized && !a.Special {
+		// As Hugging Face does: normalized (special or not) decides, and a
+		// normalized token is sought in the normalized text as its content
+		// normalized.
+		if a.Normalized {
+			if m.norm != nil {
+				e.content = m.norm.normalize(e.content)
+			}
 			normed = append(normed, e)
 		} else {
 			raw = append(raw, e)
@@ -170,10 +180,6 @@ func FromFiles(f Files) (*Model, error) {
 		if a.Special {
 			m.control[*a.ID] = true
 		}
-	}
-	shrink := 1
-	if m.norm, shrink, err = readNormalizer(name, "normalizer", hf.Normalizer); err != nil {
-		return nil, err
 	}
 	if m.pre, err = m.readPreTokenizer(name, "pre_tokenizer", hf.PreTokenizer); err != nil {
 		return nil, err
@@ -188,7 +194,7 @@ func FromFiles(f Files) (*Model, error) {
 		return nil, err
 	}
 	m.setSpecial(cfg, gen, orName(f.ConfigName, "tokenizer_config.json"))
-	m.maxBytes = m.bytesBound(shrink, hf.AddedTokens)
+	m.maxBytes = m.bytesBound(shrink, hf.AddedTokens, normed)
 	return m, nil
 }
 
@@ -692,7 +698,7 @@ func (m *Model) readPostProcessor(file, field string, raw json.RawMessage) (pref
 }
 
 // bytesBound computes MaxBytesPerToken.
-func (m *Model) bytesBound(shrink int, added []hfAdded) int {
+func (m *Model) bytesBound(shrink int, added []hfAdded, normed []addedEntry) int {
 	if shrink == 0 {
 		return 0
 	}
@@ -715,6 +721,9 @@ func (m *Model) bytesBound(shrink int, added []hfAdded) int {
 			n = utf8.RuneCountInString(t)
 		}
 		longest = max(longest, n)
+	}
+	for _, e := range normed {
+		longest = max(longest, len(e.content)) // what it matches of the normalized text
 	}
 	if b.unk >= 0 {
 		longest = max(longest, utf8.UTFMax)

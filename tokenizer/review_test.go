@@ -2,6 +2,7 @@ package tokenizer_test
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 
@@ -60,6 +61,37 @@ func TestMetaspaceDecoderFirstToken(t *testing.T) {
 		}
 		if got := tokenizer.Decode(m, tc.ids, false); got != tc.want {
 			t.Errorf("%s: Decode(%v) = %q, want %q", tc.scheme, tc.ids, got, tc.want)
+		}
+	}
+}
+
+// Hugging Face matches an added token with normalized: true, special or
+// not, in the normalized text, against its content normalized the same way
+// (added_vocabulary.rs refresh_added_tokens partitions on normalized
+// alone, and normalizes the content of the normalized ones).
+func TestNormalizedAddedTokens(t *testing.T) {
+	file := `{"added_tokens":[` +
+		`{"id":10,"content":"Day","normalized":true,"special":false},` +
+		`{"id":11,"content":"[X]","normalized":true,"special":true},` +
+		`{"id":12,"content":"[Y]","normalized":false,"special":true}],` +
+		`"normalizer":{"type":"Lowercase"},` +
+		`"model":{"type":"BPE","vocab":{"a":0,"d":1,"y":2,"[":3,"]":4,"x":5," ":6},"merges":[]},"decoder":{"type":"Fuse"}}`
+	m, err := tokenizer.FromFiles(tokenizer.Files{Tokenizer: []byte(file)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		text string
+		want []int
+	}{
+		{"a DAY", []int{0, 6, 10}},     // "day" in the normalized text is "Day" normalized
+		{"Day", []int{10}},             // and so is "Day"
+		{"[x]a", []int{11, 0}},         // a special token with normalized: true too
+		{"[X]a", []int{11, 0}},         // (its content normalized as well)
+		{"[Y][y]", []int{12, 3, 2, 4}}, // normalized: false matches the raw text only
+	} {
+		if got := m.Encode(tc.text, false); !slices.Equal(got, tc.want) {
+			t.Errorf("Encode(%q) = %v, want %v", tc.text, got, tc.want)
 		}
 	}
 }
