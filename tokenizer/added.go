@@ -86,7 +86,12 @@ func (m *addedMatcher) longestAt(s string, i int) (int, int) {
 	return best, bestEnd
 }
 
-func isWordRune(r rune) bool { return unicode.IsLetter(r) || unicode.IsNumber(r) || r == '_' }
+// isWordRune is Rust regex's Unicode \w, which Hugging Face's single_word
+// test uses: Alphabetic (letters and letter numbers), marks, decimal digits,
+// connector punctuation and the joiners.
+func isWordRune(r rune) bool {
+	return unicode.In(r, unicode.L, unicode.M, unicode.Nd, unicode.Nl, unicode.Pc) || r == '\u200c' || r == '\u200d'
+}
 
 // each calls text for every stretch of s between added tokens and token
 // for every added token, in order.

@@ -95,3 +95,28 @@ func TestNormalizedAddedTokens(t *testing.T) {
 		}
 	}
 }
+
+// single_word decides on Rust's Unicode \w (added_vocabulary.rs
+// ends_with_word / starts_with_word): letters, marks, decimal and letter
+// numbers, connector punctuation, ZWJ/ZWNJ; not other numbers such as ².
+func TestSingleWordBoundaries(t *testing.T) {
+	file := `{"added_tokens":[{"id":9,"content":"<w>","single_word":true,"normalized":false,"special":false}],` +
+		`"model":{"type":"BPE","vocab":{"<":0,"w":1,">":2,"²":3,"e":4,"\u0301":5,"‿":6,"Ⅳ":7},"merges":[]},"decoder":{"type":"Fuse"}}`
+	m, err := tokenizer.FromFiles(tokenizer.Files{Tokenizer: []byte(file)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		text string
+		want []int
+	}{
+		{"²<w>", []int{3, 9}},                // ² is No: not a word character
+		{"e\u0301<w>", []int{4, 5, 0, 1, 2}}, // a combining mark is one
+		{"<w>‿", []int{0, 1, 2, 6}},          // so is connector punctuation
+		{"Ⅳ<w>", []int{7, 0, 1, 2}},          // and a letter number (Alphabetic)
+	} {
+		if got := m.Encode(tc.text, false); !slices.Equal(got, tc.want) {
+			t.Errorf("Encode(%q) = %v, want %v", tc.text, got, tc.want)
+		}
+	}
+}
