@@ -120,3 +120,27 @@ func TestSingleWordBoundaries(t *testing.T) {
 		}
 	}
 }
+
+// A match that single_word rejects is still consumed, as Hugging Face's
+// non-overlapping Aho-Corasick scan consumes it: no shorter added token is
+// sought inside it.
+func TestSingleWordRejectedMatchConsumed(t *testing.T) {
+	file := `{"added_tokens":[{"id":8,"content":"ab","single_word":true,"normalized":false},{"id":9,"content":"b","normalized":false}],` +
+		`"model":{"type":"BPE","vocab":{"x":0,"a":1,"b":2},"merges":[]},"decoder":{"type":"Fuse"}}`
+	m, err := tokenizer.FromFiles(tokenizer.Files{Tokenizer: []byte(file)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		text string
+		want []int
+	}{
+		{"xab", []int{0, 1, 2}},     // "ab" rejected (x before it), and "b" inside it not sought
+		{"xabb", []int{0, 1, 2, 9}}, // the "b" after it still is
+		{"ab", []int{8}},
+	} {
+		if got := m.Encode(tc.text, false); !slices.Equal(got, tc.want) {
+			t.Errorf("Encode(%q) = %v, want %v", tc.text, got, tc.want)
+		}
+	}
+}
