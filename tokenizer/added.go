@@ -95,7 +95,7 @@ func isWordRune(r rune) bool {
 
 // standsAlone reports whether s[start:end] has no word character on
 // either side (single_word).
-func (m *addedMatcher) standsAlone(s string, start, end int) bool {
+func standsAlone(s string, start, end int) bool {
 	if start > 0 {
 		if r, _ := lastRune(s[:start]); isWordRune(r) {
 			return false
@@ -127,7 +127,7 @@ func (m *addedMatcher) each(s string, text func(string), token func(id int)) {
 		}
 		e := &m.entries[ei]
 		start := i
-		if e.singleWord && !m.standsAlone(s, start, end) {
+		if e.singleWord && !standsAlone(s, start, end) {
 			// Rejected, but consumed: the scan goes on after it, as Hugging
 			// Face's non-overlapping Aho-Corasick scan does.
 			i = end - 1
