@@ -302,10 +302,9 @@ func (m *Model) readModel(file string, hm *hfModel) error {
 			}
 			return formatErr(file, fmt.Sprintf("model.merges[%d]", rank), "names %q, which is not in the vocabulary", missing)
 		}
-		k := pairKey(li, ri)
-		if _, dup := b.merges[k]; !dup {
-			b.merges[k] = merge{rank: int32(rank), id: mi}
-		}
+		// A pair listed again takes the later rank, as in Hugging Face
+		// (its merges are collected into a map).
+		b.merges[pairKey(li, ri)] = merge{rank: int32(rank), id: mi}
 	}
 	m.bpe = b
 	return nil

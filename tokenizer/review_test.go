@@ -144,3 +144,17 @@ func TestSingleWordRejectedMatchConsumed(t *testing.T) {
 		}
 	}
 }
+
+// A pair listed twice among tokenizer.json's merges takes its last rank:
+// Hugging Face collects the merges into a map, later entries replacing
+// earlier ones (llama.cpp's GGUF ranks keep the first, see FromVocab).
+func TestDuplicateMergeTakesLastRank(t *testing.T) {
+	file := `{"model":{"type":"BPE","vocab":{"a":0,"b":1,"c":2,"ab":3,"bc":4},"merges":["b c","a b","b c"]},"decoder":{"type":"Fuse"}}`
+	m, err := tokenizer.FromFiles(tokenizer.Files{Tokenizer: []byte(file)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := m.Encode("abc", false), []int{3, 2}; !slices.Equal(got, want) {
+		t.Errorf("Encode(abc) = %v, want %v", got, want)
+	}
+}
