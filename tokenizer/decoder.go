@@ -12,10 +12,20 @@ type decodeStep interface {
 	apply(b []byte, first bool) []byte
 }
 
-// byteLevelDec maps byte-level characters back to their bytes.
+// byteLevelDec maps byte-level characters back to their bytes: a token
+// with a character outside the alphabet (an added token such as "日本")
+// stays its own UTF-8 as a whole, as Hugging Face's ByteLevel decoder
+// keeps it.
 type byteLevelDec struct{}
 
-func (byteLevelDec) apply(b []byte, _ bool) []byte { return appendFromByteLevel(nil, string(b)) }
+func (byteLevelDec) apply(b []byte, _ bool) []byte {
+	for _, r := range string(b) {
+		if _, ok := charByte[r]; !ok {
+			return b
+		}
+	}
+	return appendFromByteLevel(nil, string(b))
+}
 
 // byteFallbackDec turns a <0xXX> token into its byte.
 type byteFallbackDec struct{}

@@ -158,3 +158,27 @@ func TestDuplicateMergeTakesLastRank(t *testing.T) {
 		t.Errorf("Encode(abc) = %v, want %v", got, want)
 	}
 }
+
+// Hugging Face's ByteLevel decoder maps a token's characters back to bytes
+// only when every one of them is in the byte alphabet; otherwise the token
+// is its own UTF-8 (decoders/byte_level.rs: try_fold, else t.as_bytes()).
+func TestByteLevelDecoderWholeToken(t *testing.T) {
+	file := `{"added_tokens":[{"id":3,"content":"é日","normalized":false,"special":false}],` +
+		`"model":{"type":"BPE","vocab":{"Ã":0,"©":1,"Ġ":2},"merges":[]},"pre_tokenizer":{"type":"ByteLevel"},"decoder":{"type":"ByteLevel"}}`
+	m, err := tokenizer.FromFiles(tokenizer.Files{Tokenizer: []byte(file)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		ids  []int
+		want string
+	}{
+		{[]int{3}, "é日"},   // 日 is no byte-level character: the token stands as written
+		{[]int{0, 1}, "é"}, // Ã © are the bytes C3 A9
+		{[]int{2, 3, 2}, " é日 "},
+	} {
+		if got := tokenizer.Decode(m, tc.ids, false); got != tc.want {
+			t.Errorf("Decode(%v) = %q, want %q", tc.ids, got, tc.want)
+		}
+	}
+}
