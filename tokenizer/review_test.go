@@ -182,3 +182,17 @@ func TestByteLevelDecoderWholeToken(t *testing.T) {
 		}
 	}
 }
+
+// The Lowercase normalizer is Rust's char::to_lowercase, a full case
+// mapping: İ (U+0130) becomes i followed by U+0307, where Go's simple
+// mapping gives a bare i.
+func TestLowercaseFullMapping(t *testing.T) {
+	file := `{"normalizer":{"type":"Lowercase"},"model":{"type":"BPE","vocab":{"i":0,"\u0307":1,"s":2,"σ":3},"merges":[]},"decoder":{"type":"Fuse"}}`
+	m, err := tokenizer.FromFiles(tokenizer.Files{Tokenizer: []byte(file)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := m.Encode("İSΣ", false), []int{0, 1, 2, 3}; !slices.Equal(got, want) {
+		t.Errorf("Encode(İSΣ) = %v, want %v", got, want)
+	}
+}
