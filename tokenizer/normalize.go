@@ -55,7 +55,7 @@ type lowercaseNorm struct{}
 func (lowercaseNorm) normalize(s string) string {
 	return strings.ToLower(strings.ReplaceAll(s, "\u0130", "i\u0307"))
 }
-func (lowercaseNorm) shrink() int               { return 3 }
+func (lowercaseNorm) shrink() int { return 3 }
 
 type stripNorm struct{ left, right bool }
 
