@@ -196,3 +196,29 @@ func TestLowercaseFullMapping(t *testing.T) {
 		t.Errorf("Encode(İSΣ) = %v, want %v", got, want)
 	}
 }
+
+// A "llama" (SentencePiece) vocabulary without bos/eos/unknown ids gets
+// llama.cpp's defaults for the model, 1, 2 and 0 (llm_vocab::impl::load),
+// rather than being refused for adding a BOS it does not have.
+func TestLlamaVocabDefaultIDs(t *testing.T) {
+	v := &tokenizer.Vocab{Model: "llama", Tokens: []string{"<unk>", "<s>", "</s>", "▁a"}, Scores: []float32{0, 0, 0, -1},
+		Types: []int32{tokenizer.TypeUnknown, tokenizer.TypeControl, tokenizer.TypeControl, tokenizer.TypeNormal},
+		BOS:   tokenizer.NoToken, EOS: tokenizer.NoToken, EOT: tokenizer.NoToken, EOM: tokenizer.NoToken, UNK: tokenizer.NoToken, PAD: tokenizer.NoToken}
+	m, err := tokenizer.FromVocab(v, "m.gguf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := m.Special(); s.BOS != 1 || !slices.Equal(s.EOS, []int{2}) || !s.AddBOS {
+		t.Errorf("Special = %+v, want BOS 1 added and EOS [2]", s)
+	}
+	if got, want := m.Encode("a b", true), []int{1, 3, 0, 0, 0, 0}; !slices.Equal(got, want) {
+		t.Errorf("Encode(a b) = %v, want %v (each byte of ▁ and b unknown: id 0)", got, want)
+	}
+	// A vocabulary too small for the defaults keeps none.
+	v.Tokens, v.Scores, v.Types = v.Tokens[:1], v.Scores[:1], v.Types[:1]
+	f := false
+	v.AddBOS = &f
+	if m, err := tokenizer.FromVocab(v, "m.gguf"); err != nil || m.Special().BOS != -1 {
+		t.Errorf("one-token vocabulary: %v, %+v", err, m.Special())
+	}
+}
