@@ -76,24 +76,13 @@ func TestNormalizedAddedTokens(t *testing.T) {
 		`{"id":12,"content":"[Y]","normalized":false,"special":true}],` +
 		`"normalizer":{"type":"Lowercase"},` +
 		`"model":{"type":"BPE","vocab":{"a":0,"d":1,"y":2,"[":3,"]":4,"x":5," ":6},"merges":[]},"decoder":{"type":"Fuse"}}`
-	m, err := tokenizer.FromFiles(tokenizer.Files{Tokenizer: []byte(file)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, tc := range []struct {
-		text string
-		want []int
-	}{
+	checkEncodes(t, file, []encodeCase{
 		{"a DAY", []int{0, 6, 10}},     // "day" in the normalized text is "Day" normalized
 		{"Day", []int{10}},             // and so is "Day"
 		{"[x]a", []int{11, 0}},         // a special token with normalized: true too
 		{"[X]a", []int{11, 0}},         // (its content normalized as well)
 		{"[Y][y]", []int{12, 3, 2, 4}}, // normalized: false matches the raw text only
-	} {
-		if got := m.Encode(tc.text, false); !slices.Equal(got, tc.want) {
-			t.Errorf("Encode(%q) = %v, want %v", tc.text, got, tc.want)
-		}
-	}
+	})
 }
 
 // single_word decides on Rust's Unicode \w (added_vocabulary.rs
@@ -102,23 +91,12 @@ func TestNormalizedAddedTokens(t *testing.T) {
 func TestSingleWordBoundaries(t *testing.T) {
 	file := `{"added_tokens":[{"id":9,"content":"<w>","single_word":true,"normalized":false,"special":false}],` +
 		`"model":{"type":"BPE","vocab":{"<":0,"w":1,">":2,"²":3,"e":4,"\u0301":5,"‿":6,"Ⅳ":7},"merges":[]},"decoder":{"type":"Fuse"}}`
-	m, err := tokenizer.FromFiles(tokenizer.Files{Tokenizer: []byte(file)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, tc := range []struct {
-		text string
-		want []int
-	}{
+	checkEncodes(t, file, []encodeCase{
 		{"²<w>", []int{3, 9}},                // ² is No: not a word character
 		{"e\u0301<w>", []int{4, 5, 0, 1, 2}}, // a combining mark is one
 		{"<w>‿", []int{0, 1, 2, 6}},          // so is connector punctuation
 		{"Ⅳ<w>", []int{7, 0, 1, 2}},          // and a letter number (Alphabetic)
-	} {
-		if got := m.Encode(tc.text, false); !slices.Equal(got, tc.want) {
-			t.Errorf("Encode(%q) = %v, want %v", tc.text, got, tc.want)
-		}
-	}
+	})
 }
 
 // A match that single_word rejects is still consumed, as Hugging Face's
@@ -127,22 +105,11 @@ func TestSingleWordBoundaries(t *testing.T) {
 func TestSingleWordRejectedMatchConsumed(t *testing.T) {
 	file := `{"added_tokens":[{"id":8,"content":"ab","single_word":true,"normalized":false},{"id":9,"content":"b","normalized":false}],` +
 		`"model":{"type":"BPE","vocab":{"x":0,"a":1,"b":2},"merges":[]},"decoder":{"type":"Fuse"}}`
-	m, err := tokenizer.FromFiles(tokenizer.Files{Tokenizer: []byte(file)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, tc := range []struct {
-		text string
-		want []int
-	}{
+	checkEncodes(t, file, []encodeCase{
 		{"xab", []int{0, 1, 2}},     // "ab" rejected (x before it), and "b" inside it not sought
 		{"xabb", []int{0, 1, 2, 9}}, // the "b" after it still is
 		{"ab", []int{8}},
-	} {
-		if got := m.Encode(tc.text, false); !slices.Equal(got, tc.want) {
-			t.Errorf("Encode(%q) = %v, want %v", tc.text, got, tc.want)
-		}
-	}
+	})
 }
 
 // A pair listed twice among tokenizer.json's merges takes its last rank:
@@ -220,5 +187,25 @@ func TestLlamaVocabDefaultIDs(t *testing.T) {
 	v.AddBOS = &f
 	if m, err := tokenizer.FromVocab(v, "m.gguf"); err != nil || m.Special().BOS != -1 {
 		t.Errorf("one-token vocabulary: %v, %+v", err, m.Special())
+	}
+}
+
+type encodeCase struct {
+	text string
+	want []int
+}
+
+// checkEncodes builds the tokenizer of a tokenizer.json and checks what
+// each text encodes to (no special tokens added).
+func checkEncodes(t *testing.T, file string, cases []encodeCase) {
+	t.Helper()
+	m, err := tokenizer.FromFiles(tokenizer.Files{Tokenizer: []byte(file)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range cases {
+		if got := m.Encode(tc.text, false); !slices.Equal(got, tc.want) {
+			t.Errorf("Encode(%q) = %v, want %v", tc.text, got, tc.want)
+		}
 	}
 }
