@@ -16,6 +16,11 @@ import (
 // or fails while rendering (other than raise_exception).
 var ErrTemplate = errors.New("chat: bad template")
 
+// ErrInput is wrapped by errors about what a client sent (messages,
+// tools, chat_template_kwargs that are not JSON of the expected shape, or
+// nested too deep): a request error, not a failure of the template.
+var ErrInput = errors.New("chat: bad conversation")
+
 // RaiseError is a template's raise_exception: the template refuses the
 // conversation with Message.
 type RaiseError struct{ Message string }
@@ -75,22 +80,22 @@ func (t *Template) Render(in Input) (string, error) {
 	for k, raw := range in.Kwargs {
 		v, err := FromJSON(raw)
 		if err != nil {
-			return "", fmt.Errorf("chat: chat_template_kwargs.%s: %w", k, err)
+			return "", fmt.Errorf("chat: chat_template_kwargs.%s: %w: %w", k, ErrInput, err)
 		}
 		vars[k] = v
 	}
 	msgs, err := FromJSON(in.Messages)
 	if err != nil {
-		return "", fmt.Errorf("chat: messages: %w", err)
+		return "", fmt.Errorf("chat: messages: %w: %w", ErrInput, err)
 	}
 	if !msgs.IsList() {
-		return "", errors.New("chat: messages: not a list")
+		return "", fmt.Errorf("chat: messages: %w: not a list", ErrInput)
 	}
 	vars["messages"] = msgs
 	if len(bytes.TrimSpace(in.Tools)) > 0 && string(bytes.TrimSpace(in.Tools)) != "null" {
 		tools, err := FromJSON(in.Tools)
 		if err != nil {
-			return "", fmt.Errorf("chat: tools: %w", err)
+			return "", fmt.Errorf("chat: tools: %w: %w", ErrInput, err)
 		}
 		vars["tools"] = tools
 	} else {

@@ -11,6 +11,10 @@
 //   - A template's raise_exception(msg) is a *RaiseError carrying msg: the
 //     conversation is one the model does not accept (a server answers 400),
 //     not a failure of the server.
+//   - Messages, tools or chat_template_kwargs that are not JSON of the
+//     expected shape (or nest more than 64 deep) are an error wrapping
+//     ErrInput: the request is wrong (a server answers 400). Any other
+//     failure while rendering wraps ErrTemplate.
 //   - A template that does not compile is an error naming the template's
 //     source; a Template is safe for concurrent use.
 package chat

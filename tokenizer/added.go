@@ -86,7 +86,28 @@ func (m *addedMatcher) longestAt(s string, i int) (int, int) {
 	return best, bestEnd
 }
 
-func isWordRune(r rune) bool { return unicode.IsLetter(r) || unicode.IsNumber(r) || r == '_' }
+// isWordRune is Rust regex's Unicode \w, which Hugging Face's single_word
+// test uses: Alphabetic (letters and letter numbers), marks, decimal digits,
+// connector punctuation and the joiners.
+func isWordRune(r rune) bool {
+	return unicode.In(r, unicode.L, unicode.M, unicode.Nd, unicode.Nl, unicode.Pc) || r == '\u200c' || r == '\u200d'
+}
+
+// standsAlone reports whether s[start:end] has no word character on
+// either side (single_word).
+func standsAlone(s string, start, end int) bool {
+	if start > 0 {
+		if r, _ := lastRune(s[:start]); isWordRune(r) {
+			return false
+		}
+	}
+	if end < len(s) {
+		if r, _ := decodeRune(s, end); isWordRune(r) {
+			return false
+		}
+	}
+	return true
+}
 
 // each calls text for every stretch of s between added tokens and token
 // for every added token, in order.
@@ -106,19 +127,11 @@ func (m *addedMatcher) each(s string, text func(string), token func(id int)) {
 		}
 		e := &m.entries[ei]
 		start := i
-		if e.singleWord {
-			if start > 0 {
-				r, _ := lastRune(s[:start])
-				if isWordRune(r) {
-					continue
-				}
-			}
-			if end < len(s) {
-				r, _ := decodeRune(s, end)
-				if isWordRune(r) {
-					continue
-				}
-			}
+		if e.singleWord && !standsAlone(s, start, end) {
+			// Rejected, but consumed: the scan goes on after it, as Hugging
+			// Face's non-overlapping Aho-Corasick scan does.
+			i = end - 1
+			continue
 		}
 		if e.lstrip {
 			for start > last {

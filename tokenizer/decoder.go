@@ -12,10 +12,20 @@ type decodeStep interface {
 	apply(b []byte, first bool) []byte
 }
 
-// byteLevelDec maps byte-level characters back to their bytes.
+// byteLevelDec maps byte-level characters back to their bytes: a token
+// with a character outside the alphabet (an added token such as "日本")
+// stays its own UTF-8 as a whole, as Hugging Face's ByteLevel decoder
+// keeps it.
 type byteLevelDec struct{}
 
-func (byteLevelDec) apply(b []byte, _ bool) []byte { return appendFromByteLevel(nil, string(b)) }
+func (byteLevelDec) apply(b []byte, _ bool) []byte {
+	for _, r := range string(b) {
+		if _, ok := charByte[r]; !ok {
+			return b
+		}
+	}
+	return appendFromByteLevel(nil, string(b))
+}
 
 // byteFallbackDec turns a <0xXX> token into its byte.
 type byteFallbackDec struct{}
@@ -53,19 +63,21 @@ type replaceDec struct{ old, new []byte }
 
 func (r replaceDec) apply(b []byte, _ bool) []byte { return bytes.ReplaceAll(b, r.old, r.new) }
 
-// metaspaceDec turns the replacement character back into spaces and drops
-// the space the encoder prepended to the first token.
+// metaspaceDec turns the replacement character back into spaces. In a
+// text's first token it drops them instead, every one and not only a
+// leading one, when the encoder prepends one: that is what Hugging Face's
+// Metaspace decoder does (decoders/metaspace.rs), so "▁▁" first decodes to
+// nothing.
 type metaspaceDec struct {
 	replacement []byte
 	prepended   bool
 }
 
 func (m metaspaceDec) apply(b []byte, first bool) []byte {
-	b = bytes.ReplaceAll(b, m.replacement, []byte(" "))
-	if first && m.prepended && len(b) > 0 && b[0] == ' ' {
-		b = b[1:]
+	if first && m.prepended {
+		return bytes.ReplaceAll(b, m.replacement, nil)
 	}
-	return b
+	return bytes.ReplaceAll(b, m.replacement, []byte(" "))
 }
 
 // stripDec removes up to start leading and stop trailing copies of

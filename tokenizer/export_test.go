@@ -26,17 +26,7 @@ func SplitBoth(pat string) (hand, re func(string) []string, err error) {
 	pieces := func(m matcher) func(string) []string {
 		return func(s string) []string {
 			var out []string
-			last := 0
-			m.each(s, func(start, end int) {
-				if start > last {
-					out = append(out, s[last:start])
-				}
-				out = append(out, s[start:end])
-				last = end
-			})
-			if last < len(s) {
-				out = append(out, s[last:])
-			}
+			eachPiece(m, s, func(piece string) { out = append(out, piece) })
 			return out
 		}
 	}

@@ -18,7 +18,8 @@ const (
 
 // Vocab is a GGUF vocabulary as plain data: the tokenizer.ggml.* values of
 // a model file (and general.name, which llama.cpp keys a few token
-// attributes on). Ids absent from the file are -1.
+// attributes on). Ids absent from the file are -1 (FromVocab then gives a
+// "llama" vocabulary llama.cpp's defaults).
 type Vocab struct {
 	Model  string    // tokenizer.ggml.model: "llama" (SentencePiece) or "gpt2" (BPE)
 	Pre    string    // tokenizer.ggml.pre ("" is "default")
@@ -115,6 +116,20 @@ func FromVocab(v *Vocab, source string) (*Model, error) {
 	}
 	if v.Types != nil && len(v.Types) != n {
 		return nil, formatErr(source, "tokenizer.ggml.token_type", "%d types for %d tokens", len(v.Types), n)
+	}
+	if v.Model == "llama" {
+		// llama.cpp's defaults for a SentencePiece vocabulary whose file
+		// does not name them: BOS 1, EOS 2, unknown 0 (where they exist).
+		c := *v
+		for _, d := range []struct {
+			id  *int
+			def int
+		}{{&c.BOS, 1}, {&c.EOS, 2}, {&c.UNK, 0}} {
+			if *d.id == NoToken && d.def < n {
+				*d.id = d.def
+			}
+		}
+		v = &c
 	}
 	types := v.Types
 	if types == nil {
@@ -369,17 +384,7 @@ func (g *ggufEncoder) encodeOpt(m *Model, text string, addSpecial, parseSpecial 
 		for _, p := range g.pre {
 			var next []string
 			for _, w := range words {
-				last := 0
-				p.each(w, func(start, end int) {
-					if start > last {
-						next = append(next, w[last:start])
-					}
-					next = append(next, w[start:end])
-					last = end
-				})
-				if last < len(w) {
-					next = append(next, w[last:])
-				}
+				eachPiece(p, w, func(piece string) { next = append(next, piece) })
 			}
 			words = next
 		}

@@ -131,13 +131,23 @@ func FromFiles(f Files) (*Model, error) {
 	if err := m.readModel(name, hf.Model); err != nil {
 		return nil, err
 	}
+	shrink := 1
+	if m.norm, shrink, err = readNormalizer(name, "normalizer", hf.Normalizer); err != nil {
+		return nil, err
+	}
 	// Added tokens: ids may extend the vocabulary.
+	// Their ids are held to the bound the vocabulary's are (readModel): a
+	// few hundred bytes must not grow the vocabulary to millions of ids.
 	m.addedIDs = map[int]bool{}
+	idLimit := min(maxVocab, idBound(len(hf.Model.Vocab)+len(hf.AddedTokens)))
 	var raw, normed []addedEntry
 	for i, a := range hf.AddedTokens {
 		field := fmt.Sprintf("added_tokens[%d]", i)
-		if a.ID == nil || *a.ID < 0 || *a.ID > maxVocab {
-			return nil, formatErr(name, field, "missing or out-of-range id")
+		if a.ID == nil || *a.ID < 0 {
+			return nil, formatErr(name, field, "missing or negative id")
+		}
+		if *a.ID >= idLimit {
+			return nil, formatErr(name, field, "id %d is far past the %d tokens of the file", *a.ID, len(hf.Model.Vocab)+len(hf.AddedTokens))
 		}
 		if a.Content == "" {
 			return nil, formatErr(name, field, "empty content")
@@ -152,7 +162,13 @@ func FromFiles(f Files) (*Model, error) {
 			continue // split_special_tokens: specials are plain text
 		}
 		e := addedEntry{id: id, content: a.Content, singleWord: a.SingleWord, lstrip: a.LStrip, rstrip: a.RStrip}
-		if a.Normalized && !a.Special {
+		// As Hugging Face does: normalized (special or not) decides, and a
+		// normalized token is sought in the normalized text as its content
+		// normalized.
+		if a.Normalized {
+			if m.norm != nil {
+				e.content = m.norm.normalize(e.content)
+			}
 			normed = append(normed, e)
 		} else {
 			raw = append(raw, e)
@@ -164,10 +180,6 @@ func FromFiles(f Files) (*Model, error) {
 		if a.Special {
 			m.control[*a.ID] = true
 		}
-	}
-	shrink := 1
-	if m.norm, shrink, err = readNormalizer(name, "normalizer", hf.Normalizer); err != nil {
-		return nil, err
 	}
 	if m.pre, err = m.readPreTokenizer(name, "pre_tokenizer", hf.PreTokenizer); err != nil {
 		return nil, err
@@ -182,7 +194,7 @@ func FromFiles(f Files) (*Model, error) {
 		return nil, err
 	}
 	m.setSpecial(cfg, gen, orName(f.ConfigName, "tokenizer_config.json"))
-	m.maxBytes = m.bytesBound(shrink, hf.AddedTokens)
+	m.maxBytes = m.bytesBound(shrink, hf.AddedTokens, normed)
 	return m, nil
 }
 
@@ -195,6 +207,10 @@ func orName(s, def string) string {
 
 // maxVocab bounds token ids (no real vocabulary comes near).
 const maxVocab = 1 << 24
+
+// idBound is how far the ids of a file with n tokens may reach: gaps are
+// allowed (padded vocabularies), ids millions past the tokens are not.
+func idBound(n int) int { return 4*n + 1024 }
 
 func (m *Model) readModel(file string, hm *hfModel) error {
 	if hm.Type != "BPE" && !(hm.Type == "" && !isNull(hm.Merges)) {
@@ -221,7 +237,7 @@ func (m *Model) readModel(file string, hm *hfModel) error {
 		}
 		n = max(n, int(id)+1)
 	}
-	if n > 4*len(hm.Vocab)+1024 {
+	if n > idBound(len(hm.Vocab)) {
 		return formatErr(file, "model.vocab", "ids reach %d for %d tokens", n, len(hm.Vocab))
 	}
 	m.tokens = make([]string, n)
@@ -286,10 +302,9 @@ func (m *Model) readModel(file string, hm *hfModel) error {
 			}
 			return formatErr(file, fmt.Sprintf("model.merges[%d]", rank), "names %q, which is not in the vocabulary", missing)
 		}
-		k := pairKey(li, ri)
-		if _, dup := b.merges[k]; !dup {
-			b.merges[k] = merge{rank: int32(rank), id: mi}
-		}
+		// A pair listed again takes the later rank, as in Hugging Face
+		// (its merges are collected into a map).
+		b.merges[pairKey(li, ri)] = merge{rank: int32(rank), id: mi}
 	}
 	m.bpe = b
 	return nil
@@ -682,7 +697,7 @@ func (m *Model) readPostProcessor(file, field string, raw json.RawMessage) (pref
 }
 
 // bytesBound computes MaxBytesPerToken.
-func (m *Model) bytesBound(shrink int, added []hfAdded) int {
+func (m *Model) bytesBound(shrink int, added []hfAdded, normed []addedEntry) int {
 	if shrink == 0 {
 		return 0
 	}
@@ -705,6 +720,9 @@ func (m *Model) bytesBound(shrink int, added []hfAdded) int {
 			n = utf8.RuneCountInString(t)
 		}
 		longest = max(longest, n)
+	}
+	for _, e := range normed {
+		longest = max(longest, len(e.content)) // what it matches of the normalized text
 	}
 	if b.unk >= 0 {
 		longest = max(longest, utf8.UTFMax)

@@ -105,17 +105,7 @@ func (m *Model) Encode(text string, addSpecial bool) []int {
 		if sp, ok := m.pre.(*splitPre); ok && sp.behavior == behaviorIsolated && !sp.invert {
 			// The common case (one Isolated split): words straight from
 			// the matcher, nothing materialized.
-			last := 0
-			sp.m.each(s, func(start, end int) {
-				if start > last {
-					out = m.bpe.encodeWord(out, s[last:start], sc)
-				}
-				out = m.bpe.encodeWord(out, s[start:end], sc)
-				last = end
-			})
-			if last < len(s) {
-				out = m.bpe.encodeWord(out, s[last:], sc)
-			}
+			eachPiece(sp.m, s, func(w string) { out = m.bpe.encodeWord(out, w, sc) })
 			return
 		}
 		words = m.pre.split(words[:0], s, isFirst)

@@ -47,10 +47,15 @@ func (r replaceNorm) shrink() int {
 	return max(1, (len(r.old)+len(r.new)-1)/len(r.new))
 }
 
+// lowercaseNorm is Hugging Face's Lowercase: Rust's char::to_lowercase,
+// the full (unconditional) case mapping, which differs from Go's simple
+// one only in U+0130 (İ becomes "i\u0307"; final sigma is not special).
 type lowercaseNorm struct{}
 
-func (lowercaseNorm) normalize(s string) string { return strings.ToLower(s) }
-func (lowercaseNorm) shrink() int               { return 3 }
+func (lowercaseNorm) normalize(s string) string {
+	return strings.ToLower(strings.ReplaceAll(s, "\u0130", "i\u0307"))
+}
+func (lowercaseNorm) shrink() int { return 3 }
 
 type stripNorm struct{ left, right bool }
 

@@ -12,6 +12,22 @@ type matcher interface {
 	each(s string, fn func(start, end int))
 }
 
+// eachPiece calls fn for every piece m cuts s into, in order: each match,
+// and each non-empty stretch between matches (an Isolated split).
+func eachPiece(m matcher, s string, fn func(piece string)) {
+	last := 0
+	m.each(s, func(start, end int) {
+		if start > last {
+			fn(s[last:start])
+		}
+		fn(s[start:end])
+		last = end
+	})
+	if last < len(s) {
+		fn(s[last:])
+	}
+}
+
 // Split patterns with a hand-written matcher (see wordSplitter), as they
 // appear in tokenizer.json files and in llama.cpp.
 var knownPatterns = map[string]*wordSplitter{

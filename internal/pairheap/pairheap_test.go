@@ -13,7 +13,8 @@ func TestScoreOrder(t *testing.T) {
 		score float32
 		pos   int32
 	}
-	scores := []float32{-1e10, -1000, -3.5, -0.0, 0, 1e-30, 2, 7.25, 1e10, float32(math.Inf(1)), float32(math.Inf(-1))}
+	// The -0 is math.Copysign(0, -1): the constant -0.0 is +0 in Go.
+	scores := []float32{-1e10, -1000, -3.5, float32(math.Copysign(0, -1)), 0, 1e-30, 2, 7.25, 1e10, float32(math.Inf(1)), float32(math.Inf(-1))}
 	var h Heap[item]
 	var all []item
 	for i := range 2000 {
