@@ -58,6 +58,10 @@ func (c *ChatTemplate) render(p *genParams) (string, *apiError) {
 		if errors.As(err, &re) {
 			return "", badRequest("messages", codeInvalidValue, "%s", re.Message)
 		}
+		if errors.Is(err, chat.ErrInput) {
+			// The client's messages, tools or kwargs, not the template.
+			return "", badRequest("messages", codeInvalidValue, "%v", err)
+		}
 		return "", &apiError{status: http.StatusInternalServerError, typ: typeServer, code: "chat_template_error",
 			message: fmt.Sprintf("the model's chat template failed on these messages: %v", err)}
 	}

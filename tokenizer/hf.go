@@ -49,7 +49,7 @@ func LoadDir(dir string) (*Model, error) {
 
 func readBounded(path string) ([]byte, error) {
 	b, err := bounded.ReadFile(path, MaxFileBytes)
-	if errors.Is(err, bounded.ErrTooLarge) {
+	if errors.Is(err, bounded.ErrTooLarge) || errors.Is(err, bounded.ErrNotRegular) {
 		return nil, fmt.Errorf("tokenizer: %w: %w", err, ErrFormat)
 	}
 	if err != nil {

@@ -97,7 +97,7 @@ func TestConfigErrors(t *testing.T) {
 		t.Errorf("a directory: exit %d, %q", code, errs)
 	}
 	if _, err := os.Stat("/dev/zero"); err == nil {
-		if code, _, errs := runCLI(t, "serve", "--config", "/dev/zero"); code != 2 || !strings.Contains(errs, "more than 1048576 bytes") {
+		if code, _, errs := runCLI(t, "serve", "--config", "/dev/zero"); code != 2 || !strings.Contains(errs, "/dev/zero is not a regular file") {
 			t.Errorf("/dev/zero: exit %d, %q", code, errs)
 		}
 	}

@@ -2,10 +2,11 @@
 // never more than a limit the caller gives.
 //
 // Checking a file's size with Stat and then calling os.ReadFile is not
-// enough: a device (/dev/zero), a pipe or a symlink to either reports size
-// 0 and then reads for ever, and a regular file may grow in between. ReadFile
-// reads through a limit instead, so the memory it takes is bounded by the
-// limit whatever the path names.
+// enough: a device (/dev/zero) or a symlink to one reports size 0 and then
+// reads for ever, opening a named pipe with no writer blocks for ever, and a
+// regular file may grow in between. ReadFile refuses what is not a regular
+// file (after symlinks) before opening it, and reads through a limit, so the
+// memory and time it takes are bounded whatever the path names.
 //
 // Invariant: ReadFile allocates at most limit+1 bytes beyond its buffer's
 // growth, and an over-long file is an error wrapping ErrTooLarge (never a
@@ -22,9 +23,18 @@ import (
 // ErrTooLarge is wrapped by ReadFile's error for a file over its limit.
 var ErrTooLarge = errors.New("file too large")
 
+// ErrNotRegular is wrapped by ReadFile's error for a path that names a
+// device, a pipe or a socket.
+var ErrNotRegular = errors.New("not a regular file")
+
 // ReadFile returns the whole content of path if it is at most limit bytes.
 // A directory, or content past limit, is an error naming the path.
 func ReadFile(path string, limit int64) ([]byte, error) {
+	if st, err := os.Stat(path); err != nil {
+		return nil, err
+	} else if !st.Mode().IsRegular() && !st.IsDir() {
+		return nil, fmt.Errorf("%s is not a regular file (%s): %w", path, st.Mode().Type(), ErrNotRegular)
+	}
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 )
 
@@ -17,24 +18,31 @@ func TestReadFile(t *testing.T) {
 	if err := os.Symlink("/dev/zero", zero); err != nil {
 		t.Fatal(err)
 	}
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	for _, c := range []struct {
 		name    string
 		path    string
 		limit   int64
 		want    string
 		tooBig  bool
+		special bool
 		wantErr bool
 	}{
 		{name: "under", path: small, limit: 100, want: "0123456789"},
 		{name: "exact", path: small, limit: 10, want: "0123456789"},
 		{name: "over", path: small, limit: 9, tooBig: true, wantErr: true},
-		{name: "device behind a symlink", path: zero, limit: 1 << 20, tooBig: true, wantErr: true},
+		{name: "device behind a symlink", path: zero, limit: 1 << 20, special: true, wantErr: true},
+		// Opening a named pipe without a writer would block for ever.
+		{name: "fifo", path: fifo, limit: 1 << 20, special: true, wantErr: true},
 		{name: "directory", path: dir, limit: 100, wantErr: true},
 		{name: "missing", path: filepath.Join(dir, "nope"), limit: 100, wantErr: true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			got, err := ReadFile(c.path, c.limit)
-			if (err != nil) != c.wantErr || errors.Is(err, ErrTooLarge) != c.tooBig {
+			if (err != nil) != c.wantErr || errors.Is(err, ErrTooLarge) != c.tooBig || errors.Is(err, ErrNotRegular) != c.special {
 				t.Fatalf("ReadFile(%s, %d) = %q, %v", c.path, c.limit, got, err)
 			}
 			if err == nil && string(got) != c.want {

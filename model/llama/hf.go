@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -94,6 +95,14 @@ func readJSONObject(path string, limit int64) (map[string]json.RawMessage, error
 			return nil, fmt.Errorf("llama: %s: field %q appears twice", path, k)
 		}
 		obj[k] = v
+	}
+	// The closing brace, then nothing: a truncated file or one with
+	// trailing bytes is not a config.
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('}') {
+		return nil, fmt.Errorf("llama: %s: truncated JSON: the object does not end", path)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("llama: %s: bytes after the JSON object", path)
 	}
 	return obj, nil
 }

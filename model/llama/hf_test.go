@@ -176,7 +176,24 @@ func TestHFConfigFromDevice(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := OpenHF(dir)
-	if !errors.Is(err, bounded.ErrTooLarge) || !strings.Contains(err.Error(), "config.json") {
-		t.Fatalf("got %v, want a too-large error naming config.json", err)
+	if !errors.Is(err, bounded.ErrNotRegular) || !strings.Contains(err.Error(), "config.json") {
+		t.Fatalf("got %v, want a not-a-regular-file error naming config.json", err)
+	}
+}
+
+// A config.json cut short, or with bytes after its object, is refused.
+func TestHFConfigTruncatedOrTrailing(t *testing.T) {
+	dir := t.TempDir()
+	for _, c := range []struct{ text, want string }{
+		{`{"architectures":["LlamaForCausalLM"],"hidden_size":64`, "does not end"},
+		{`{"architectures":["LlamaForCausalLM"]} trailing`, "bytes after"},
+	} {
+		p := filepath.Join(dir, "config.json")
+		if err := os.WriteFile(p, []byte(c.text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := HFConfig(p); err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "config.json") {
+			t.Errorf("%q: got %v, want an error naming config.json saying %q", c.text, err, c.want)
+		}
 	}
 }

@@ -273,6 +273,9 @@ func OpenDir(dir string) (*Model, error) {
 		if errors.Is(err, bounded.ErrTooLarge) {
 			return nil, fail(idxPath, "index", "more than %d bytes", MaxHeader)
 		}
+		if errors.Is(err, bounded.ErrNotRegular) {
+			return nil, fail(idxPath, "index", "not a regular file")
+		}
 		if err != nil {
 			return nil, fmt.Errorf("safetensors: %w", err)
 		}
