@@ -13,6 +13,7 @@ import (
 	"github.com/reprise-ml/reprise/accel/cpu"
 	"github.com/reprise-ml/reprise/engine"
 	"github.com/reprise-ml/reprise/model/llama"
+	"github.com/reprise-ml/reprise/tokenizer"
 )
 
 // deviceFlags are the flags every command that runs a model shares.
@@ -86,6 +87,7 @@ type session struct {
 	dev   accel.Device
 	model *llama.Model
 	tok   llama.TextTokenizer
+	vocab tokenizer.Tokenizer // the model's own tokenizer (nil for llama2.c's)
 	eng   *engine.Engine
 }
 
@@ -113,7 +115,7 @@ func (d *deviceFlags) openSession(stderr io.Writer, tweak func(*llama.Options), 
 		s.Close()
 		return nil, err
 	}
-	s.tok = loaded.Text
+	s.tok, s.vocab = loaded.Text, loaded.Vocab
 	if eo.Logger == nil {
 		eo.Logger = d.log(stderr)
 	}

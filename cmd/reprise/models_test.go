@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -105,5 +106,60 @@ func TestServeGGUF(t *testing.T) {
 		if code := stop(); code != 0 {
 			t.Errorf("serve exited %d", code)
 		}
+	}
+}
+
+// serve --chat-template renders chat requests through the file's template:
+// /tokenize of messages gives the tokens of the rendered text, with the
+// template's BOS and no second one, and /v1/models says a template is used.
+func TestServeChatTemplate(t *testing.T) {
+	t.Setenv("REPRISE_PLAN_CACHE", "off")
+	tmpl := filepath.Join(t.TempDir(), "chat.jinja")
+	src := "{{ bos_token }}{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}{% if add_generation_prompt %}assistant:{% endif %}"
+	if err := os.WriteFile(tmpl, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	url, _, stop := startServe(t, "--model", storiesGGUF, "--graphs", "off", "--max-batch", "2", "--device-memory", "256MiB", "--chat-template", tmpl)
+	tokens := func(body string) []int {
+		resp, err := http.Post(url+"/tokenize", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var out struct{ Tokens []int }
+		if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || resp.StatusCode != 200 {
+			t.Fatalf("%s: status %d, %v", body, resp.StatusCode, err)
+		}
+		return out.Tokens
+	}
+	got := tokens(`{"messages":[{"role":"user","content":"Once upon a time"}]}`)
+	// The rendered text starts with the template's <s>; encoding it as a
+	// prompt without special tokens gives the same ids (one BOS).
+	want := tokens(`{"prompt":"<s>user: Once upon a time\nassistant:","add_special_tokens":false}`)
+	if !slices.Equal(got, want) || len(got) == 0 || got[0] != 1 || slices.Contains(got[1:], 1) {
+		t.Errorf("messages gave %v, want %v (one BOS, first)", got, want)
+	}
+	resp, err := http.Get(url + "/v1/models")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var list struct {
+		Data []struct {
+			ChatTemplate string `json:"chat_template"`
+		} `json:"data"`
+	}
+	json.NewDecoder(resp.Body).Decode(&list)
+	resp.Body.Close()
+	if len(list.Data) != 1 || list.Data[0].ChatTemplate != "model" {
+		t.Errorf("/v1/models says %+v, want chat_template \"model\"", list)
+	}
+	if code := stop(); code != 0 {
+		t.Errorf("serve exited %d", code)
+	}
+	// A template that does not compile stops serve before it listens.
+	bad := filepath.Join(t.TempDir(), "bad.jinja")
+	os.WriteFile(bad, []byte("{% for %}"), 0o644)
+	if code, _, errs := runCLI(t, "serve", "--model", storiesGGUF, "--graphs", "off", "--chat-template", bad); code == 0 || !strings.Contains(errs, "bad.jinja") {
+		t.Errorf("a bad template: exit %d, %q", code, errs)
 	}
 }

@@ -88,6 +88,7 @@ type serveFlags struct {
 	host            string
 	port            int
 	apiKey          string
+	chatTemplate    string
 	config          string
 	graphs          onOff
 	background      onOff
@@ -111,6 +112,7 @@ func (f *serveFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.listen, "listen", "127.0.0.1:8080", "`address` to listen on (host:port; port 0 picks a free one)")
 	fs.StringVar(&f.host, "host", "", "`host` to listen on: replaces --listen's host (0.0.0.0 for every interface)")
 	fs.IntVar(&f.port, "port", -1, "`port` to listen on: replaces --listen's port (0 picks a free one)")
+	fs.StringVar(&f.chatTemplate, "chat-template", "", "Jinja chat template `file` for /v1/chat/completions (default: the model's own; none: messages joined by newlines)")
 	fs.StringVar(&f.apiKey, "api-key", "", "API key required on /v1/* as \"Authorization: Bearer KEY\" (default $"+EnvAPIKey+"; none: open)")
 	fs.StringVar(&f.config, "config", "", "YAML `file` of settings (keys: the flags' names with _ for -); flags override it")
 	f.graphs = true
@@ -270,6 +272,10 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if tok == nil {
 		return fmt.Errorf("%w: the model has no tokenizer", errUsage)
 	}
+	ct, err := chatTemplate(sess.vocab, f.chatTemplate)
+	if err != nil {
+		return err
+	}
 
 	// The engine's loop runs until the server has shut down, not until the
 	// signal: requests in flight finish first. A signal during a capture
@@ -289,7 +295,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 
-	srv, err := serve.New(e, m.Info(), tok, serve.Options{ModelName: m.Info().Name, APIKey: f.apiKey,
+	srv, err := serve.New(e, m.Info(), tok, serve.Options{ModelName: m.Info().Name, APIKey: f.apiKey, Chat: ct,
 		MaxBodyBytes: int64(f.maxBody), MaxPromptTokens: f.maxPromptTokens, MaxTokens: f.maxTokens,
 		RetryAfter: f.retryAfter, AllowedOrigins: serve.ParseOrigins(f.allowedOrigins), Logger: lg})
 	if err != nil {
