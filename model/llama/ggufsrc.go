@@ -3,6 +3,7 @@ package llama
 import (
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 
@@ -127,6 +128,17 @@ func GGUFConfig(f *gguf.File) (Config, error) {
 		ff := make([]float32, t.Shape[0])
 		if err := decodeRow(gguf.F32, f.Data(t), ff); err != nil {
 			return Config{}, err
+		}
+		for i, v := range ff {
+			// Each pair's frequency is divided by its factor: zero, a
+			// negative or a non-finite factor would give Inf or NaN angles.
+			if !(v > 0) || math.IsInf(float64(v), 0) {
+				return Config{}, ggufFail(f, "tensor \"rope_freqs.weight\"", "factor %d is %v, want a finite positive number", i, v)
+			}
+		}
+		if c.RopeScaling != nil && c.RopeScaling.Type != "llama3" && c.RopeScaling.Factor != 0 && c.RopeScaling.Factor != 1 {
+			// Another scaling on top of the baked factors would be dropped.
+			return Config{}, ggufFail(f, arch+".rope.scaling.type", "%q beside rope_freqs.weight (which is Llama 3's scaling)", c.RopeScaling.Type)
 		}
 		if c.RopeScaling == nil {
 			c.RopeScaling = &RopeScaling{Type: "llama3"}

@@ -39,8 +39,10 @@ func (v vocabText) SafePiece(prev, id int) []byte {
 	if v.t.IsControl(id) {
 		return nil
 	}
-	if prev >= 0 && v.t.IsControl(prev) {
-		// A control token (BOS) still starts the text, as Decode has it.
+	if prev >= 0 && prev == v.t.Special().BOS {
+		// BOS still starts the text (SentencePiece drops the leading space
+		// of the first piece after it), as Decode has it; other control
+		// tokens (chat markers) do not.
 		prev = -1
 	}
 	p := v.t.Piece(prev, id)
