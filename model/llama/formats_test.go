@@ -2,7 +2,9 @@ package llama
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -180,6 +182,10 @@ func TestGGUFErrors(t *testing.T) {
 			return ti, d, true
 		}, nil, `"blk.0.attn_q.weight" of `, quant.ErrUnknownType},
 		{"unexpected bias", nil, nil, map[string][]byte{"blk.1.attn_q.bias": make([]byte, 256)}, `"blk.1.attn_q.bias"`, nil},
+		{"rope_freqs zero", nil, nil, map[string][]byte{"rope_freqs.weight": f32le(1, 0, 1, 1)}, `factor 1 is 0, want a finite positive number`, nil},
+		{"rope_freqs NaN", nil, nil, map[string][]byte{"rope_freqs.weight": f32le(1, 1, float32(math.NaN()), 1)}, `factor 2 is NaN`, nil},
+		{"rope_freqs and linear", map[string]any{"llama.rope.scaling.type": "linear", "llama.rope.scaling.factor": float32(4)}, nil,
+			map[string][]byte{"rope_freqs.weight": f32le(1, 1, 1, 1)}, `"linear" beside rope_freqs.weight`, nil},
 		{"unknown tensor", nil, nil, map[string][]byte{"blk.1.attn_output.bias": make([]byte, 256)}, `tensor "blk.1.attn_output.bias" (and 0 more) is not part of the llama architecture`, nil},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -246,4 +252,13 @@ func TestMaxSeq(t *testing.T) {
 	if c := l.Weights.Config(); c.SeqLen != 512 || len(l.Warnings) != 1 || !strings.Contains(l.Warnings[0], "declares 128") {
 		t.Fatalf("raised context: %d %v", c.SeqLen, l.Warnings)
 	}
+}
+
+// f32le is vs as little-endian float32 bytes.
+func f32le(vs ...float32) []byte {
+	b := make([]byte, 0, 4*len(vs))
+	for _, v := range vs {
+		b = binary.LittleEndian.AppendUint32(b, math.Float32bits(v))
+	}
+	return b
 }
