@@ -102,8 +102,8 @@ func TestBackgroundCaptureInDemandOrder(t *testing.T) {
 			t.Errorf("%v warmed %d times, want %d", sp, got, NumWarmup)
 		}
 	}
-	if len(r.Dropped()) != 0 {
-		t.Fatalf("dropped %v", r.Dropped())
+	if len(r.droppedKeys()) != 0 {
+		t.Fatalf("dropped %v", r.droppedKeys())
 	}
 }
 
@@ -131,13 +131,13 @@ func TestCaptureBucketNotAdmittedStaysPending(t *testing.T) {
 		if got := n.captures[before:]; len(got) != 1 || got[0].Bucket != busy || got[0].Slot != 0 {
 			t.Fatalf("try %d: captured %v, want slot 0 only (slot 1 refused)", try, got)
 		}
-		if r.Bucket(busy) != nil || slices.Contains(r.Buckets(), busy) {
+		if r.lookupBucket(busy) != nil || slices.Contains(r.Buckets(), busy) {
 			t.Fatalf("try %d: %v registered with a slot refused", try, busy)
 		}
 		if got := leased(r, 2); got != bk(4).String() {
 			t.Fatalf("try %d: bs=2 leased %s, want %v (the refused bucket is not live)", try, got, bk(4))
 		}
-		if d := r.Dropped(); len(d) != 0 {
+		if d := r.droppedKeys(); len(d) != 0 {
 			t.Fatalf("try %d: backpressure dropped %v", try, d)
 		}
 		if lines := errorLines(logs.String(), busy.String()); len(lines) != 0 {
@@ -153,7 +153,7 @@ func TestCaptureBucketNotAdmittedStaysPending(t *testing.T) {
 	if got := r.Buckets(); !slices.Equal(got, []BucketKey{bk(4), busy}) {
 		t.Fatalf("registered %v, want bs=4 and bs=2", got)
 	}
-	if b := r.Bucket(busy); len(b.Slots) != 2 || b.Slots[0] == nil || b.Slots[1] == nil {
+	if b := r.lookupBucket(busy); len(b.Slots) != 2 || b.Slots[0] == nil || b.Slots[1] == nil {
 		t.Fatalf("%v registered with slots %v", busy, b.Slots)
 	}
 	if got := leased(r, 2); got != busy.String() {
@@ -168,7 +168,7 @@ func TestCaptureBucketNotAdmittedStaysPending(t *testing.T) {
 	if err := r.CaptureBucket(bk(1)); err != nil {
 		t.Fatal(err)
 	}
-	if d := r.Dropped(); len(d) != 0 || strings.Contains(logs.String(), "level=ERROR") {
+	if d := r.droppedKeys(); len(d) != 0 || strings.Contains(logs.String(), "level=ERROR") {
 		t.Fatalf("dropped %v:\n%s", d, logs.String())
 	}
 	if err := r.ReleasePadding(); err != nil {
@@ -194,7 +194,7 @@ func TestBucketNotLeasableWhileCapturing(t *testing.T) {
 	watch := func(n *fakeNode, r *Runner) *[]seen {
 		var log []seen
 		n.onCapture = func(spec SlotSpec) {
-			s := seen{spec: spec, live: r.Buckets(), found: r.Bucket(spec.Bucket) != nil, leases: map[int]string{}, selects: map[int]string{}}
+			s := seen{spec: spec, live: r.Buckets(), found: r.lookupBucket(spec.Bucket) != nil, leases: map[int]string{}, selects: map[int]string{}}
 			for _, bs := range []int{1, 2, 4} {
 				s.leases[bs] = leased(r, bs)
 				s.selects[bs] = "eager"
@@ -305,7 +305,7 @@ func TestWarmNextRetriesWhenNotAdmitted(t *testing.T) {
 	if got := n.warmups[busy.key()]; got != NumWarmup {
 		t.Fatalf("%v warmed %d times after its refusals, want %d", busy, got, NumWarmup)
 	}
-	costs := r.MeasureCosts()
+	costs := r.measureCosts()
 	if c, ok := costs[busy.Bucket]; !ok || c.Peak <= 0 {
 		t.Fatalf("the refused bucket's cost %+v: it was not measured", c)
 	}

@@ -34,7 +34,7 @@ func TestDeclareInputsForEachSlot(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			s, err := r.SlotFor(l)
+			s, err := r.slotFor(l)
 			if err != nil {
 				t.Fatal(err)
 			}

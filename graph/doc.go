@@ -12,7 +12,7 @@
 //
 // A Runner's methods, by phase:
 //   - Start-up: New, Prepare (claim every buffer before any capture), Size,
-//     MeasureCosts, SizeLent, WarmedOutputs and AgreePlan (measure and plan
+//     SizeLent, WarmedOutputs and AgreePlan (measure and plan
 //     with Plan, all ranks together), Capture (the planned buckets, all
 //     ranks together), Close.
 //   - Background (one rank, between steps): WarmNext, CaptureBucket,
@@ -21,10 +21,9 @@
 //     StepIDs, StepMetadata, RunForward or RunRegion, then Release (the step
 //     ran) or Discard (it will not); NoteEager for a step that ran eager.
 //     PlanStream and Stream are the streams plans and replays go on.
-//   - Inspection: Buckets, Bucket, Dropped, SelectBucket,
-//     SelectBatchedBucket, CanRun, CapturesWalk, MaxBatchSizeFor, SlotFor,
-//     Specs, Configs, EagerWalks, NumSlots, Pool, PoolMemory, OutsideMemory,
-//     Telemetry.
+//   - Inspection: Buckets, SelectBucket, SelectBatchedBucket, CapturesWalk,
+//     MaxBatchSizeFor, Specs, Configs, NumSlots, Pool, PoolMemory,
+//     OutsideMemory, Telemetry.
 //
 // Invariants:
 //   - Every runner claims its static buffers (Prepare) before any runner

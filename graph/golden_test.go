@@ -52,10 +52,10 @@ func TestGoldenCheckDropsDivergingBucket(t *testing.T) {
 		if got := r.Buckets(); !slices.Equal(got, []BucketKey{bk(4), bk(1)}) {
 			t.Fatalf("registered %v, want bs=4 and bs=1 (bs=2's replay differs from eager)", got)
 		}
-		if r.Bucket(bad) != nil || r.SelectBucket("decode", 2, 2, "") == nil || r.SelectBucket("decode", 2, 2, "").Key != bk(4) {
+		if r.lookupBucket(bad) != nil || r.SelectBucket("decode", 2, 2, "") == nil || r.SelectBucket("decode", 2, 2, "").Key != bk(4) {
 			t.Fatal("the diverging bucket is leasable")
 		}
-		if got := r.Dropped(); !slices.Equal(got, []BucketKey{bad}) {
+		if got := r.droppedKeys(); !slices.Equal(got, []BucketKey{bad}) {
 			t.Fatalf("dropped %v, want only %v", got, bad)
 		}
 		if lines := errorLines(logs.String(), "golden check", bad.String()); len(lines) == 0 {
@@ -119,13 +119,13 @@ func TestGoldenCheckDropsDivergingBucket(t *testing.T) {
 		if got := r.Buckets(); !slices.Equal(got, []BucketKey{bk(4), bk(2), bk(1)}) {
 			t.Fatalf("registered %v, want every bucket without the golden check", got)
 		}
-		if len(r.Dropped()) != 0 || strings.Contains(logs.String(), "level=ERROR") {
-			t.Fatalf("dropped %v:\n%s", r.Dropped(), logs.String())
+		if len(r.droppedKeys()) != 0 || strings.Contains(logs.String(), "level=ERROR") {
+			t.Fatalf("dropped %v:\n%s", r.droppedKeys(), logs.String())
 		}
 		// The fault is real: the unchecked slot replays a "y" of zeros where
 		// the checked slot 0 replays the eager result.
 		ys := make([][]float32, 2)
-		for slot, s := range r.Bucket(bad).Slots {
+		for slot, s := range r.lookupBucket(bad).Slots {
 			if err := s.exec.Launch(r.Stream()); err != nil {
 				t.Fatal(err)
 			}

@@ -82,7 +82,7 @@ func (o *RegionOutput) Get(name string) (accel.Tensor, error) {
 // on the runner's stream only.
 func (r *Runner) RunRegion(l *Lease, in map[string]accel.Tensor, n int, plan func(s accel.Stream) error) (*RegionOutput, error) {
 	t0 := time.Now()
-	s, err := r.SlotFor(l)
+	s, err := r.slotFor(l)
 	if err != nil {
 		return nil, err
 	}

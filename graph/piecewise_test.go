@@ -63,7 +63,7 @@ func TestPiecewiseRegions(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if d := ra.Dropped(); len(d) != 1 || d[0].BatchSize != 2 {
+	if d := ra.droppedKeys(); len(d) != 1 || d[0].BatchSize != 2 {
 		t.Fatalf("dropped %v", d)
 	}
 

@@ -116,8 +116,8 @@ func (r *Runner) MaxBatchSizeFor(walk string) int {
 	return m
 }
 
-// CanRun reports whether a step of this shape would replay.
-func (r *Runner) CanRun(walk string, bs, tokens int, key string) bool {
+// canRun reports whether a step of this shape would replay.
+func (r *Runner) canRun(walk string, bs, tokens int, key string) bool {
 	return r.SelectBucket(walk, bs, tokens, key) != nil
 }
 
@@ -128,8 +128,8 @@ func (r *Runner) CapturesWalk(walk string) bool {
 	return len(r.byWalk[walk]) > 0
 }
 
-// SlotFor is the slot a lease replays.
-func (r *Runner) SlotFor(l *Lease) (*Slot, error) {
+// slotFor is the slot a lease replays.
+func (r *Runner) slotFor(l *Lease) (*Slot, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	b := r.buckets[l.Bucket]
@@ -143,7 +143,7 @@ func (r *Runner) SlotFor(l *Lease) (*Slot, error) {
 // batch size: batched padding rows carry the config's tokens per row (zeros),
 // packed ones none, so no new storage is allocated for them.
 func (r *Runner) PadInputs(l *Lease, rows []Row) ([]Row, error) {
-	s, err := r.SlotFor(l)
+	s, err := r.slotFor(l)
 	if err != nil {
 		return nil, err
 	}
@@ -166,7 +166,7 @@ func (r *Runner) PadInputs(l *Lease, rows []Row) ([]Row, error) {
 // padding ids. Plans and commits address real state by its own id; only the
 // padding rows use the slot's rows.
 func (r *Runner) StepIDs(l *Lease, ids []int64) ([]int64, error) {
-	s, err := r.SlotFor(l)
+	s, err := r.slotFor(l)
 	if err != nil {
 		return nil, err
 	}
@@ -179,7 +179,7 @@ func (r *Runner) StepIDs(l *Lease, ids []int64) ([]int64, error) {
 // StepMetadata merges the real rows' info with the slot's padding rows' stored
 // stand-in info.
 func (r *Runner) StepMetadata(l *Lease, ids []int64, info map[int64]any) (map[int64]any, error) {
-	s, err := r.SlotFor(l)
+	s, err := r.slotFor(l)
 	if err != nil {
 		return nil, err
 	}
@@ -199,7 +199,7 @@ func (r *Runner) StepMetadata(l *Lease, ids []int64, info map[int64]any) (map[in
 // rebuilding the rows each pre-plan is measurable work. The slice is shared:
 // callers must not modify it or pass it to anything that does.
 func (r *Runner) DeclareInputsFor(l *Lease) ([]Row, error) {
-	s, err := r.SlotFor(l)
+	s, err := r.slotFor(l)
 	if err != nil {
 		return nil, err
 	}
@@ -224,7 +224,7 @@ func (r *Runner) DeclareInputsFor(l *Lease) ([]Row, error) {
 // synchronising the stream (or an event recorded on it).
 func (r *Runner) RunForward(l *Lease, in Inputs, planDone accel.Event, launchStarted func()) (map[string]accel.Tensor, error) {
 	t0 := time.Now()
-	s, err := r.SlotFor(l)
+	s, err := r.slotFor(l)
 	if err != nil {
 		return nil, err
 	}
@@ -259,7 +259,7 @@ func (r *Runner) RunForward(l *Lease, in Inputs, planDone accel.Event, launchSta
 // Padding rows run against the sink, so nothing stays resident: padding never
 // competes with real requests for storage.
 func (r *Runner) Release(l *Lease, realBS int) error {
-	s, err := r.SlotFor(l)
+	s, err := r.slotFor(l)
 	if err != nil {
 		return err
 	}
@@ -273,7 +273,7 @@ func (r *Runner) Release(l *Lease, realBS int) error {
 // Discard returns the padding rows of a lease that will not run (a stale
 // pre-plan) to rest, without counting it as served.
 func (r *Runner) Discard(l *Lease) error {
-	s, err := r.SlotFor(l)
+	s, err := r.slotFor(l)
 	if err != nil {
 		return err
 	}

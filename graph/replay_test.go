@@ -78,7 +78,7 @@ func TestSelectBucket(t *testing.T) {
 	if got := r.MaxBatchSizeFor("image"); got != 0 {
 		t.Errorf("MaxBatchSizeFor(image) = %d, want no cap", got)
 	}
-	if !r.CapturesWalk("verify") || r.CapturesWalk("prefill") || !r.CanRun("image", 2, 200, "") {
+	if !r.CapturesWalk("verify") || r.CapturesWalk("prefill") || !r.canRun("image", 2, 200, "") {
 		t.Error("CapturesWalk / CanRun")
 	}
 	// A lease through an alias names the capture walk.

@@ -71,7 +71,7 @@ type Slot struct {
 // valid until the slot's next replay.
 func (s *Slot) Outputs() map[string]accel.Tensor { return s.outputs }
 
-// Bucket is the captured slots of one shape.
+// lookupBucket is the captured slots of one shape.
 type Bucket struct {
 	Key       BucketKey
 	Config    *Config
@@ -165,9 +165,9 @@ func (r *Runner) NumSlots() int { return r.nslots }
 // Configs are the configs the runner captures (blocked ones excluded).
 func (r *Runner) Configs() []*Config { return r.configs }
 
-// EagerWalks lists walks refused because a resource cannot be captured, with
+// eagerWalks lists walks refused because a resource cannot be captured, with
 // the resources.
-func (r *Runner) EagerWalks() map[string][]string { return r.eager }
+func (r *Runner) eagerWalks() map[string][]string { return r.eager }
 
 // Specs lists every capture, largest first: by batch size, then tokens,
 // descending, then config and slot order.
@@ -415,8 +415,8 @@ func (s *Slot) destroy() {
 	}
 }
 
-// Dropped lists the buckets that failed to capture on some rank.
-func (r *Runner) Dropped() []BucketKey {
+// droppedKeys lists the buckets that failed to capture on some rank.
+func (r *Runner) droppedKeys() []BucketKey {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return slices.Clone(r.dropped)
@@ -442,8 +442,8 @@ func (r *Runner) Buckets() []BucketKey {
 	return ks
 }
 
-// Bucket returns a registered bucket.
-func (r *Runner) Bucket(k BucketKey) *Bucket {
+// lookupBucket returns a registered bucket.
+func (r *Runner) lookupBucket(k BucketKey) *Bucket {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.buckets[k]

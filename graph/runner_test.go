@@ -43,7 +43,7 @@ func TestSlotsRegisterInOrder(t *testing.T) {
 		t.Fatalf("buckets %v", got)
 	}
 	for _, k := range r.Buckets() {
-		b := r.Bucket(k)
+		b := r.lookupBucket(k)
 		if len(b.Slots) != 2 {
 			t.Fatalf("%v has %d slots", k, len(b.Slots))
 		}
@@ -77,7 +77,7 @@ func TestSingleSlotRunner(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, k := range r.Buckets() {
-		if got := len(r.Bucket(k).Slots); got != 1 {
+		if got := len(r.lookupBucket(k).Slots); got != 1 {
 			t.Fatalf("%v has %d slots", k, got)
 		}
 	}
@@ -103,7 +103,7 @@ func TestFailureIsolation(t *testing.T) {
 			if len(got) != 2 || got[0].BatchSize != 4 || got[1].BatchSize != 1 {
 				t.Fatalf("registered %v, want bs 4 and 1", got)
 			}
-			dropped := r.Dropped()
+			dropped := r.droppedKeys()
 			if len(dropped) != 1 || dropped[0].BatchSize != 2 {
 				t.Fatalf("dropped %v", dropped)
 			}
@@ -168,8 +168,8 @@ func TestBlockedResourcesRefusedBeforeAllocation(t *testing.T) {
 	if len(r.Buckets()) != 0 || len(n.built) != 0 {
 		t.Fatalf("a blocked config was captured: %v", r.Buckets())
 	}
-	if got := r.EagerWalks()["decode"]; !slices.Equal(got, []string{"recurrent"}) {
-		t.Fatalf("eager walks %v", r.EagerWalks())
+	if got := r.eagerWalks()["decode"]; !slices.Equal(got, []string{"recurrent"}) {
+		t.Fatalf("eager walks %v", r.eagerWalks())
 	}
 	if st := n.dev.Allocator().Stats(); st.Allocated != before {
 		t.Fatalf("a blocked config allocated %d bytes", st.Allocated-before)
@@ -241,10 +241,10 @@ func TestStaticInputsShareStorage(t *testing.T) {
 	if err := r.Capture(context.Background(), nil); err != nil {
 		t.Fatal(err)
 	}
-	big := r.Bucket(BucketKey{Walk: "decode", BatchSize: 4, Tokens: 4}).Slots[0].static["tokens"]
+	big := r.lookupBucket(BucketKey{Walk: "decode", BatchSize: 4, Tokens: 4}).Slots[0].static["tokens"]
 	for _, bs := range []int{1, 2} {
 		for slot := 0; slot < 2; slot++ {
-			v := r.Bucket(BucketKey{Walk: "decode", BatchSize: bs, Tokens: bs}).Slots[slot].static["tokens"]
+			v := r.lookupBucket(BucketKey{Walk: "decode", BatchSize: bs, Tokens: bs}).Slots[slot].static["tokens"]
 			if v.Buf.Memory() != big.Buf.Memory() || v.Buf.Offset() != big.Buf.Offset() || v.Cols != bs {
 				t.Fatalf("bs=%d slot %d: %v is not a leading slice of %v", bs, slot, v.Buf, big.Buf)
 			}
@@ -294,7 +294,7 @@ func TestRanksAgree(t *testing.T) {
 		if got := r.Buckets(); len(got) != 1 || got[0] != k(2) {
 			t.Errorf("rank %d registered %v, want only bs=2", i, got)
 		}
-		if got := r.Dropped(); len(got) != 2 {
+		if got := r.droppedKeys(); len(got) != 2 {
 			t.Errorf("rank %d dropped %v", i, got)
 		}
 	}

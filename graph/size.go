@@ -69,7 +69,7 @@ func (r *Runner) Size(ctx context.Context) (map[BucketKey]CaptureCost, error) {
 			return nil, fmt.Errorf("graph: %s: barrier after warming %v: %w", r.name, spec, err)
 		}
 	}
-	return r.MeasureCosts(), nil
+	return r.measureCosts(), nil
 }
 
 // WarmNext warms the next spec, largest first, unless it is warmed already
@@ -109,9 +109,9 @@ func (r *Runner) warmNext(retry bool) (spec SlotSpec, more bool) {
 	return SlotSpec{}, false
 }
 
-// MeasureCosts costs every bucket from its warm-ups and throwaway captures
+// measureCosts costs every bucket from its warm-ups and throwaway captures
 // (see Size); call it once every spec is warmed.
-func (r *Runner) MeasureCosts() map[BucketKey]CaptureCost {
+func (r *Runner) measureCosts() map[BucketKey]CaptureCost {
 	costs := map[BucketKey]CaptureCost{}
 	for _, spec := range r.specs {
 		k := spec.Bucket

@@ -76,7 +76,7 @@ func TestRanksSizeTogetherWithTwoSlots(t *testing.T) {
 				}
 				// No rank keeps bs=4: it was dropped on rank 1.
 				for i, r := range runners {
-					if r.Bucket(bk(4)) != nil || len(r.Buckets()) != 2 {
+					if r.lookupBucket(bk(4)) != nil || len(r.Buckets()) != 2 {
 						t.Errorf("rank %d registered %v, want bs=1 and bs=2 only", i, r.Buckets())
 					}
 				}

@@ -58,7 +58,7 @@ func TestStaticInputTailZeroed(t *testing.T) {
 			if got := r.Buckets(); !slices.Equal(got, []BucketKey{bucket}) {
 				t.Fatalf("registered %v, want %v", got, bucket)
 			}
-			static := r.Bucket(bucket).Slots[0].static["tokens"]
+			static := r.lookupBucket(bucket).Slots[0].static["tokens"]
 			if static.Rows != 1 || static.Cols != 8 {
 				t.Fatalf("static tokens %v, want 1x8", static)
 			}

@@ -94,7 +94,7 @@ func (r *Runner) Telemetry() Telemetry {
 	slices.SortFunc(out.Fallbacks, func(a, b FallbackStats) int {
 		return strings.Compare(a.Walk+a.Reason, b.Walk+b.Reason)
 	})
-	for _, k := range r.Dropped() {
+	for _, k := range r.droppedKeys() {
 		out.Dropped = append(out.Dropped, k.String())
 	}
 	return out
