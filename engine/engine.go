@@ -87,6 +87,9 @@ type Request struct {
 	Sampling  Sampling
 	// StopTokens end the request when sampled, besides the model's own.
 	StopTokens []int32
+	// IgnoreEOS keeps generating past the model's own stop tokens (they
+	// are then emitted as tokens); StopTokens still end the request.
+	IgnoreEOS bool
 }
 
 // Output is one event of a request: a token, or the end.

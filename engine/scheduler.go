@@ -162,7 +162,7 @@ func (e *Engine) emit(r *request, tok int32) bool {
 		e.finish(r, "cancelled", nil)
 		return false
 	}
-	if e.stops[tok] || slices.Contains(r.req.StopTokens, tok) {
+	if (e.stops[tok] && !r.req.IgnoreEOS) || slices.Contains(r.req.StopTokens, tok) {
 		e.finish(r, "stop", nil)
 		return false
 	}

@@ -370,7 +370,7 @@ func TestModelsAndHealth(t *testing.T) {
 // Drain makes /health say so and refuses new generations.
 func TestDrain(t *testing.T) {
 	v := sharedEnv(t)
-	srv, err := serve.New(v.e, v.m.Info(), v.tok, serve.Options{})
+	srv, err := serve.New(v.e, v.m.Info(), v.tok, serve.Options{Logger: quietLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -35,28 +35,31 @@
 //
 // # Parameters
 //
-// model (optional; another name than the served one is a 404), prompt or
-// messages, max_tokens (chat also max_completion_tokens; a completion that
+// model (optional; another name than the served one is a 404), prompt (a
+// string, an array of one string, or token ids, flat or in an array of
+// one) or messages, max_tokens and max_completion_tokens (a completion that
 // does not say gets 16 as with OpenAI, a chat every position the prompt
 // leaves), temperature (0 to 2, default 1 as with OpenAI; 0 is greedy),
-// top_p (greater than 0, at most 1), top_k (an extension: keep the k most
-// likely tokens, 0 is off), seed (the same seed, parameters and prompt give
-// the same text, alone or batched, eager or replayed; without one the
-// server draws a random seed), stop (a string or up to 4: sequences matched
-// on the decoded text; the match is not returned, finish_reason is "stop",
-// and the request is cancelled so its KV pages free at once), stream,
-// stream_options, and n, best_of (only 1). Parameters that would change
-// results in a way the server does not implement are refused with 400:
-// logprobs (true, or any value for completions), top_logprobs other than 0,
-// presence_penalty and frequency_penalty other than 0, logit_bias not
-// empty, echo, suffix, tools, functions, tool_choice other than "none" or
-// "auto", response_format other than {"type": "text"}, audio, prediction,
-// modalities other than ["text"], reasoning_effort, verbosity,
-// web_search_options, and any parameter the server does not know.
-// Parameters that do not change results are accepted and ignored: user,
-// metadata, store, service_tier, prompt_cache_key, prompt_cache_retention,
-// safety_identifier, parallel_tool_calls. A JSON null is the same as
-// leaving a parameter out.
+// top_p (greater than 0, at most 1), top_k (vLLM's: keep the k most likely
+// tokens, 0 is off), seed (the same seed, parameters and prompt give the
+// same text, alone or batched, eager or replayed; without one the server
+// draws a random seed), stop (a string or up to 4: sequences matched on the
+// decoded text; the match is not returned, finish_reason is "stop", and the
+// request is cancelled so its KV pages free at once), stop_token_ids and
+// ignore_eos (vLLM's), n (1 to 16 choices, choice i seeded with seed+i),
+// best_of (only equal to n), echo, stream and stream_options. Parameters
+// that would change results in a way the server does not implement are
+// refused with 400: logprobs (true, or any value for completions),
+// top_logprobs other than 0, presence_penalty and frequency_penalty other
+// than 0, logit_bias not empty, suffix, tools, functions, tool_choice other
+// than "none" or "auto", response_format other than {"type": "text"},
+// audio, prediction, modalities other than ["text"], reasoning_effort,
+// verbosity, web_search_options, and any parameter the server does not
+// know. Parameters that do not change results are accepted and ignored:
+// user, metadata, store, service_tier, prompt_cache_key,
+// prompt_cache_retention, safety_identifier, parallel_tool_calls. A JSON
+// null is the same as leaving a parameter out. docs/SERVING.md lists every
+// parameter with its status.
 //
 // # Chat template
 //
@@ -104,7 +107,7 @@
 //     against the server's limits (prompt tokens, max_tokens cap, the
 //     model's positions) and passed through engine.Validate before Submit.
 //   - Every request ends with exactly one final event: a response or an
-//     error body; for a stream, either one chunk with finish_reason (then
+//     error body; for a stream, either one chunk with finish_reason per choice (then
 //     the usage chunk if asked) or one error event, followed by
 //     "data: [DONE]".
 //   - A client that disconnects cancels its request at once: the request's

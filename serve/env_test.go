@@ -65,7 +65,7 @@ func newEnv(eo engine.Options, so serve.Options, start bool) (*env, error) {
 	if err != nil {
 		return nil, err
 	}
-	quiet := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	quiet := quietLogger()
 	eo.Logger, so.Logger = quiet, quiet
 	e, err := engine.New(dev, m, eo)
 	if err != nil {
@@ -84,6 +84,11 @@ func newEnv(eo engine.Options, so serve.Options, start bool) (*env, error) {
 		return nil, err
 	}
 	return &env{dev: dev, m: m, tok: tok, ck: ck, e: e, stop: cancel, srv: srv, ts: httptest.NewServer(srv)}, nil
+}
+
+// quietLogger logs warnings and errors only.
+func quietLogger() *slog.Logger {
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 }
 
 var shared struct {
@@ -111,7 +116,7 @@ func withServer(t testing.TB, so serve.Options) *httptest.Server {
 	t.Helper()
 	v := sharedEnv(t)
 	if so.Logger == nil {
-		so.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+		so.Logger = quietLogger()
 	}
 	srv, err := serve.New(v.e, v.m.Info(), v.tok, so)
 	if err != nil {

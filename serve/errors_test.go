@@ -41,11 +41,17 @@ func TestBadRequests(t *testing.T) {
 		{"unknown parameter", "/v1/completions", `{"prompt":"x","foo":1}`, 400, "foo", "unrecognized request argument supplied: foo"},
 		{"chat parameter on completions", "/v1/completions", `{"prompt":"x","messages":[]}`, 400, "messages", "unrecognized"},
 		{"prompt parameter on chat", "/v1/chat/completions", `{"messages":[{"role":"user","content":"x"}],"prompt":"x"}`, 400, "prompt", "unrecognized"},
-		{"prompt a number", "/v1/completions", `{"prompt":3}`, 400, "prompt", "must be a string or an array of one string, not a number"},
-		{"two prompts", "/v1/completions", `{"prompt":["a","b"]}`, 400, "prompt", "exactly one string"},
-		{"token prompt", "/v1/completions", `{"prompt":[1,2,3]}`, 400, "prompt", "token arrays are not supported"},
-		{"array of an object prompt", "/v1/completions", `{"prompt":[{}]}`, 400, "prompt", "as an array must hold one string, not an object"},
-		{"one token prompt", "/v1/completions", `{"prompt":[1]}`, 400, "prompt", "token arrays are not supported"},
+		{"prompt a number", "/v1/completions", `{"prompt":3}`, 400, "prompt", "must be a string, an array of one string, or an array of tokens, not a number"},
+		{"two prompts", "/v1/completions", `{"prompt":["a","b"]}`, 400, "prompt", "one prompt per request"},
+		{"two token prompts", "/v1/completions", `{"prompt":[[1,2],[3]]}`, 400, "prompt", "one prompt per request"},
+		{"empty token prompt", "/v1/completions", `{"prompt":[[]]}`, 400, "prompt[0]", "holds no tokens"},
+		{"token a fraction", "/v1/completions", `{"prompt":[1,2.5]}`, 400, "prompt[1]", "must be an integer"},
+		{"token negative", "/v1/completions", `{"prompt":[1,-2]}`, 400, "prompt", "not a token"},
+		{"token outside the vocabulary", "/v1/completions", `{"prompt":[1,512]}`, 400, "prompt", "outside the model's vocabulary of 512"},
+		{"stop token outside the vocabulary", "/v1/completions", `{"prompt":"x","stop_token_ids":[3,600]}`, 400, "stop_token_ids", "outside the model's vocabulary"},
+		{"stop_token_ids a number", "/v1/completions", `{"prompt":"x","stop_token_ids":3}`, 400, "stop_token_ids", "an array of token ids"},
+		{"ignore_eos a number", "/v1/completions", `{"prompt":"x","ignore_eos":1}`, 400, "ignore_eos", "must be a boolean"},
+		{"max tokens disagree on completions", "/v1/completions", `{"prompt":"x","max_tokens":3,"max_completion_tokens":4}`, 400, "max_completion_tokens", "disagree"},
 		{"max_tokens a string", "/v1/completions", `{"prompt":"x","max_tokens":"5"}`, 400, "max_tokens", "must be an integer, not a string"},
 		{"max_tokens a fraction", "/v1/completions", `{"prompt":"x","max_tokens":1.5}`, 400, "max_tokens", "must be an integer"},
 		{"max_tokens 0", "/v1/completions", `{"prompt":"x","max_tokens":0}`, 400, "max_tokens", "must be at least 1"},
@@ -67,9 +73,11 @@ func TestBadRequests(t *testing.T) {
 		{"stream a string", "/v1/completions", `{"prompt":"x","stream":"yes"}`, 400, "stream", "must be a boolean"},
 		{"stream_options without stream", "/v1/completions", `{"prompt":"x","stream_options":{"include_usage":true}}`, 400, "stream_options", "only allowed when 'stream' is true"},
 		{"stream_options unknown", "/v1/completions", `{"prompt":"x","stream":true,"stream_options":{"foo":true}}`, 400, "stream_options.foo", "unrecognized"},
-		{"n 2", "/v1/completions", `{"prompt":"x","n":2}`, 400, "n", "must be 1"},
-		{"best_of 3", "/v1/completions", `{"prompt":"x","best_of":3}`, 400, "best_of", "must be 1"},
-		{"echo", "/v1/completions", `{"prompt":"x","echo":true}`, 400, "echo", "'echo' is not supported: this server does not return the prompt with the completion"},
+		{"n 0", "/v1/completions", `{"prompt":"x","n":0}`, 400, "n", "between 1 and 16"},
+		{"n 17", "/v1/chat/completions", `{"messages":[{"role":"user","content":"x"}],"n":17}`, 400, "n", "between 1 and 16"},
+		{"best_of 3", "/v1/completions", `{"prompt":"x","best_of":3}`, 400, "best_of", "must equal 'n' (1)"},
+		{"best_of above n", "/v1/completions", `{"prompt":"x","n":2,"best_of":3}`, 400, "best_of", "must equal 'n' (2)"},
+		{"echo a string", "/v1/completions", `{"prompt":"x","echo":"yes"}`, 400, "echo", "must be a boolean"},
 		{"suffix", "/v1/completions", `{"prompt":"x","suffix":"end"}`, 400, "suffix", "not supported"},
 		{"completion logprobs", "/v1/completions", `{"prompt":"x","logprobs":2}`, 400, "logprobs", "not supported"},
 		{"chat logprobs", "/v1/chat/completions", `{"messages":[{"role":"user","content":"x"}],"logprobs":true}`, 400, "logprobs", "not supported"},
@@ -134,11 +142,11 @@ func TestBadRequests(t *testing.T) {
 	_, err := c.Completions.New(ctx, openai.CompletionNewParams{
 		Model:  "stories260K",
 		Prompt: openai.CompletionNewParamsPromptUnion{OfString: openai.String("x")},
-		N:      openai.Int(2),
+		N:      openai.Int(20),
 	})
 	var ae *openai.Error
-	if !errors.As(err, &ae) || ae.StatusCode != 400 || ae.Param != "n" || ae.Type != "invalid_request_error" || !strings.Contains(ae.Message, "must be 1") {
-		t.Errorf("n=2 through the client: %v", err)
+	if !errors.As(err, &ae) || ae.StatusCode != 400 || ae.Param != "n" || ae.Type != "invalid_request_error" || !strings.Contains(ae.Message, "between 1 and 16") {
+		t.Errorf("n=20 through the client: %v", err)
 	}
 	_, err = c.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{
 		Model:            "stories260K",

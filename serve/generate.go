@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	mrand "math/rand/v2"
 	"net/http"
 	"strings"
@@ -21,11 +20,14 @@ import (
 // greedy decoding.
 const DefaultTemperature = 1.0
 
-// job is a checked request, ready for the engine.
+// job is a checked request, ready for the engine: one engine request per
+// choice.
 type job struct {
 	p      *genParams
 	prompt []int
-	req    engine.Request
+	reqs   []engine.Request
+	// echo is the prompt's text, for echo.
+	echo string
 }
 
 // prepare tokenizes a parsed request and applies the server's limits, then
@@ -38,35 +40,46 @@ func (s *Server) prepare(ctx context.Context, p *genParams) (*job, *apiError) {
 	if p.chat {
 		promptArg = "messages"
 	}
-	bos := true
-	if p.chat && s.opts.Chat != nil {
-		text, aerr := s.opts.Chat.render(p)
-		if aerr != nil {
-			return nil, aerr
+	ids := p.promptIDs
+	echo := p.text
+	if ids == nil {
+		bos := true
+		if p.chat && s.opts.Chat != nil {
+			text, aerr := s.opts.Chat.render(p)
+			if aerr != nil {
+				return nil, aerr
+			}
+			// A template that writes BOS itself gets no second one.
+			p.text, bos = text, !s.opts.Chat.writesBOS(text)
 		}
-		// A template that writes BOS itself gets no second one.
-		p.text, bos = text, !s.opts.Chat.writesBOS(text)
-	}
-	// A text too long to fit is refused before it is encoded: encoding
-	// costs time in the text's length, a client's to spend only on what can
-	// be served.
-	if b, ok := s.tok.(interface{ MaxBytesPerToken() int }); ok && b.MaxBytesPerToken() > 0 {
-		if least := (len(p.text) + b.MaxBytesPerToken() - 1) / b.MaxBytesPerToken(); least > s.opts.MaxPromptTokens {
-			return nil, badRequest(promptArg, codeContextLength,
-				"the prompt is %d bytes, at least %d tokens (a token stands for at most %d bytes); this server takes at most %d",
-				len(p.text), least, b.MaxBytesPerToken(), s.opts.MaxPromptTokens)
+		// A text too long to fit is refused before it is encoded: encoding
+		// costs time in the text's length, a client's to spend only on what
+		// can be served.
+		if b, ok := s.tok.(interface{ MaxBytesPerToken() int }); ok && b.MaxBytesPerToken() > 0 {
+			if least := (len(p.text) + b.MaxBytesPerToken() - 1) / b.MaxBytesPerToken(); least > s.opts.MaxPromptTokens {
+				return nil, badRequest(promptArg, codeContextLength,
+					"the prompt is %d bytes, at least %d tokens (a token stands for at most %d bytes); this server takes at most %d",
+					len(p.text), least, b.MaxBytesPerToken(), s.opts.MaxPromptTokens)
+			}
 		}
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, clientGone()
-	}
-	ids := s.tok.Encode(p.text, bos, false)
-	if err := ctx.Err(); err != nil {
-		return nil, clientGone()
+		if err := ctx.Err(); err != nil {
+			return nil, clientGone()
+		}
+		ids = s.tok.Encode(p.text, bos, false)
+		if err := ctx.Err(); err != nil {
+			return nil, clientGone()
+		}
+	} else {
+		echo = s.decode(ids)
 	}
 	if len(ids) > s.opts.MaxPromptTokens {
 		return nil, badRequest(promptArg, codeContextLength, "the prompt is %d tokens; this server takes at most %d",
 			len(ids), s.opts.MaxPromptTokens)
+	}
+	for i, t := range ids {
+		if t >= s.info.Vocab {
+			return nil, badRequest(promptArg, codeInvalidValue, "prompt token %d (at %d) is outside the model's vocabulary of %d", t, i, s.info.Vocab)
+		}
 	}
 	// A generation of n tokens after a prompt of P holds P+n-1 positions:
 	// the last token is never fed back.
@@ -96,23 +109,50 @@ func (s *Server) prepare(ctx context.Context, p *genParams) (*job, *apiError) {
 	if p.tempSet {
 		temp = p.temperature
 	}
-	seed := mrand.Uint64()
-	if p.seedSet {
-		seed = uint64(p.seed)
-	}
 	prompt := make([]int32, len(ids))
 	for i, t := range ids {
-		if t < 0 || t > math.MaxInt32 {
-			return nil, badRequest(promptArg, codeInvalidValue, "the prompt encodes to a token %d the model cannot take", t)
-		}
 		prompt[i] = int32(t)
 	}
-	req := engine.Request{Prompt: prompt, MaxTokens: n,
-		Sampling: engine.Sampling{Temperature: float32(temp), TopK: p.topK, TopP: float32(p.topP), Seed: seed}}
-	if err := s.eng.Validate(req); err != nil {
-		return nil, badRequest("", codeInvalidValue, "%s", strings.TrimPrefix(err.Error(), engine.ErrInvalidRequest.Error()+": "))
+	var stops []int32
+	for i, t := range p.stopTokens {
+		if t >= s.info.Vocab {
+			return nil, badRequest("stop_token_ids", codeInvalidValue, "'stop_token_ids[%d]' is %d, outside the model's vocabulary of %d", i, t, s.info.Vocab)
+		}
+		stops = append(stops, int32(t))
 	}
-	return &job{p: p, prompt: ids, req: req}, nil
+	choices := max(p.n, 1)
+	reqs := make([]engine.Request, choices)
+	for i := range reqs {
+		// Choice i of a seeded request uses seed+i: it equals the same
+		// request with n=1 and that seed.
+		seed := mrand.Uint64()
+		if p.seedSet {
+			seed = uint64(p.seed) + uint64(i)
+		}
+		reqs[i] = engine.Request{Prompt: prompt, MaxTokens: n, StopTokens: stops, IgnoreEOS: p.ignoreEOS,
+			Sampling: engine.Sampling{Temperature: float32(temp), TopK: p.topK, TopP: float32(p.topP), Seed: seed}}
+		if err := s.eng.Validate(reqs[i]); err != nil {
+			return nil, badRequest("", codeInvalidValue, "%s", strings.TrimPrefix(err.Error(), engine.ErrInvalidRequest.Error()+": "))
+		}
+	}
+	return &job{p: p, prompt: ids, reqs: reqs, echo: echo}, nil
+}
+
+// decode is the text of tokens as the reference program prints them,
+// each piece after the token before it (the first after BOS).
+// A leading BOS prints nothing (the reference program never prints it).
+func (s *Server) decode(ids []int) string {
+	var b strings.Builder
+	bos := s.bos()
+	prev := bos
+	for i, t := range ids {
+		if i == 0 && t == bos {
+			continue
+		}
+		b.Write(s.tok.SafePiece(prev, t))
+		prev = t
+	}
+	return b.String()
 }
 
 // Response shapes (OpenAI's).
@@ -216,17 +256,23 @@ func (s *Server) handleGenerate(chat bool) http.HandlerFunc {
 		}
 		rec := record(r.Context())
 		submitted := time.Now()
-		h, err := s.eng.Submit(r.Context(), j.req)
-		if err != nil {
-			writeError(w, s.submitError(err, rec.id))
-			return
+		g := &generation{s: s, w: w, ctx: r.Context(), j: j, chat: chat, endpoint: endpoint, arrived: arrived,
+			submitted: submitted, created: time.Now().Unix(), rc: http.NewResponseController(w), rec: rec}
+		for i, req := range j.reqs {
+			h, err := s.eng.Submit(r.Context(), req)
+			if err != nil {
+				for _, c := range g.choices {
+					c.h.Cancel()
+				}
+				writeError(w, s.submitError(err, rec.id))
+				return
+			}
+			g.choices = append(g.choices, &choice{index: i, h: h, stop: newStopper(p.stop), prev: j.prompt[len(j.prompt)-1]})
 		}
 		s.metrics.inFlight.Inc()
 		defer s.metrics.inFlight.Dec()
 		s.metrics.promptTokens.Add(float64(len(j.prompt)))
 		rec.generated, rec.model, rec.promptTokens = true, s.opts.ModelName, len(j.prompt)
-		g := &generation{s: s, w: w, ctx: r.Context(), h: h, j: j, chat: chat, endpoint: endpoint, arrived: arrived,
-			submitted: submitted, created: time.Now().Unix(), rc: http.NewResponseController(w), rec: rec}
 		// The completion's id ends with the request's, so a client's
 		// X-Request-Id finds its response in the log and the other way round.
 		if chat {
@@ -263,13 +309,13 @@ func (s *Server) submitError(err error, id string) *apiError {
 // errAborted ends the generations Server.Abort cuts.
 var errAborted = errors.New("serve: aborted by a forced shutdown")
 
-// generation is one submitted request being answered.
+// generation is one submitted request being answered: its choices, each
+// an engine request.
 type generation struct {
 	s        *Server
 	w        http.ResponseWriter
 	rc       *http.ResponseController
 	ctx      context.Context
-	h        *engine.Handle
 	j        *job
 	chat     bool
 	endpoint string
@@ -279,155 +325,258 @@ type generation struct {
 	// submitted is when the request went to the engine (its queue time
 	// starts there).
 	submitted time.Time
-	tokens    int
 	rec       *reqRecord
+	choices   []*choice
+}
+
+// choice is one of a generation's choices.
+type choice struct {
+	index  int
+	h      *engine.Handle
+	stop   *stopper
+	prev   int // the last token, whose piece the next one follows
+	tokens int
+	reason string
+	err    error
+	done   bool
 	// first and last are when the first and the latest token arrived.
 	first, last time.Time
 }
 
-// end records a finished generation in the request's log line.
+// output is a choice's engine output, fanned in.
+type output struct {
+	c *choice
+	o engine.Output
+}
+
+func (g *generation) tokens() int {
+	n := 0
+	for _, c := range g.choices {
+		n += c.tokens
+	}
+	return n
+}
+
+// end records a finished generation in the request's log line: its
+// reason is the first choice's (or the first failure's).
 func (g *generation) end(reason string) {
-	g.rec.finish, g.rec.outputTokens = reason, g.tokens
-	if a := g.h.Admitted(); !a.IsZero() {
-		g.rec.queue = a.Sub(g.submitted)
+	g.rec.finish, g.rec.outputTokens = reason, g.tokens()
+	var queue time.Duration
+	for _, c := range g.choices {
+		if a := c.h.Admitted(); !a.IsZero() {
+			queue = max(queue, a.Sub(g.submitted))
+		}
+	}
+	g.rec.queue = queue
+}
+
+func (g *generation) cancelAll() {
+	for _, c := range g.choices {
+		c.h.Cancel()
 	}
 }
 
-// run collects the engine's outputs and answers them, streamed or whole.
-// It ends with exactly one final event: a response, or for a stream one
-// chunk with finish_reason (then the usage chunk if asked) or one error
-// event, then [DONE]. A client that leaves cancels the request.
+// run collects the engine's outputs of every choice and answers them,
+// streamed or whole. It ends with exactly one final event: a response, or
+// for a stream one chunk with finish_reason per choice (then the usage
+// chunk if asked) or one error event, then [DONE]. A client that leaves
+// cancels the request.
 func (g *generation) run() {
 	p := g.j.p
-	stop := newStopper(p.stop)
 	if p.stream {
 		hd := g.w.Header()
 		hd.Set("Content-Type", "text/event-stream")
 		hd.Set("Cache-Control", "no-cache")
 		hd.Set("X-Accel-Buffering", "no")
 		g.w.WriteHeader(http.StatusOK)
-		if g.chat {
-			if g.event(g.chatChunk(chatDelta{Role: "assistant", Content: ptr("")}, nil)) != nil {
+		for _, c := range g.choices {
+			var err error
+			switch {
+			case g.chat:
+				err = g.event(g.chatChunk(c.index, chatDelta{Role: "assistant", Content: ptr("")}, nil))
+			case p.echo:
+				err = g.event(g.chunk(c.index, g.j.echo, nil))
+			}
+			if err != nil {
 				g.cancelled()
 				return
 			}
-		} else {
+		}
+		if !g.chat && !p.echo {
 			g.rc.Flush()
 		}
 	}
-	prev := g.j.prompt[len(g.j.prompt)-1]
-	reason := ""
-	var genErr error
-loop:
-	for {
+	// Fan the choices' outputs in; each channel is buffered for its whole
+	// request, so a forwarder left behind never holds the engine up.
+	outs := make(chan output)
+	quit := make(chan struct{})
+	defer close(quit)
+	for _, c := range g.choices {
+		go func() {
+			for o := range c.h.Outputs() {
+				select {
+				case outs <- output{c, o}:
+				case <-quit:
+					return
+				}
+			}
+			select {
+			case outs <- output{c, engine.Output{Done: true, Reason: "error", Err: engine.ErrClosed}}:
+			case <-quit:
+			}
+		}()
+	}
+	left := len(g.choices)
+	var failure error
+	failed := false
+	for left > 0 {
+		var ev output
 		select {
 		case <-g.ctx.Done():
 			g.cancelled()
 			return
 		case <-g.s.abort:
 			g.s.cut.Add(1)
-			reason, genErr = "error", errAborted
-			break loop
-		case o, ok := <-g.h.Outputs():
-			if !ok {
-				reason, genErr = "error", engine.ErrClosed
-				break loop
-			}
-			if o.Done {
-				reason, genErr = o.Reason, o.Err
-				break loop
-			}
-			now := time.Now()
-			if g.tokens == 0 {
-				g.first = now
-				g.rec.ttft = now.Sub(g.arrived)
-				g.s.metrics.firstToken(g.endpoint, g.rec.ttft)
-			} else {
-				g.s.metrics.itl.Observe(now.Sub(g.last).Seconds())
-			}
-			g.last = now
-			g.tokens++
-			text, matched := stop.add(g.s.tok.SafePiece(prev, int(o.Token)))
-			prev = int(o.Token)
-			if p.stream && text != "" {
-				if g.event(g.chunk(text, nil)) != nil {
+			failure, failed = errAborted, true
+			left = 0
+			continue
+		case ev = <-outs:
+		}
+		c, o := ev.c, ev.o
+		if c.done {
+			continue
+		}
+		if o.Done {
+			c.done, c.reason = true, o.Reason
+			left--
+			switch o.Reason {
+			case "stop", "length":
+				g.s.metrics.phases(g.submitted, c.h.Admitted(), c.first, c.last, len(g.j.prompt), c.tokens)
+				if err := g.finishChoice(c); err != nil {
 					g.cancelled()
 					return
 				}
+			case "cancelled":
+				g.cancelled()
+				return
+			default:
+				failure, failed = o.Err, true
+				left = 0
 			}
-			if matched {
-				// The stop sequence ends the request: free its pages now.
-				g.h.Cancel()
-				reason = "stop"
-				break loop
+			continue
+		}
+		now := time.Now()
+		if c.tokens == 0 {
+			c.first = now
+			if g.rec.ttft == 0 {
+				g.rec.ttft = now.Sub(g.arrived)
+				g.s.metrics.firstToken(g.endpoint, g.rec.ttft)
+			}
+		} else {
+			g.s.metrics.itl.Observe(now.Sub(c.last).Seconds())
+		}
+		c.last = now
+		c.tokens++
+		text, matched := c.stop.add(g.s.tok.SafePiece(c.prev, int(o.Token)))
+		c.prev = int(o.Token)
+		if p.stream && text != "" {
+			if g.event(g.chunk(c.index, text, nil)) != nil {
+				g.cancelled()
+				return
+			}
+		}
+		if matched {
+			// The stop sequence ends the choice: free its pages now.
+			c.h.Cancel()
+			c.done, c.reason = true, "stop"
+			left--
+			g.s.metrics.phases(g.submitted, c.h.Admitted(), c.first, c.last, len(g.j.prompt), c.tokens)
+			if err := g.finishChoice(c); err != nil {
+				g.cancelled()
+				return
 			}
 		}
 	}
-	switch reason {
-	case "stop", "length":
-	case "cancelled":
-		g.cancelled()
-		return
-	default:
-		g.failed(genErr)
+	if failed {
+		g.failed(failure)
 		return
 	}
-	g.s.metrics.completionTokens.Add(float64(g.tokens))
+	reason := g.choices[0].reason
+	g.s.metrics.completionTokens.Add(float64(g.tokens()))
 	g.s.metrics.finish(g.endpoint, reason, time.Since(g.arrived))
-	g.s.metrics.phases(g.submitted, g.h.Admitted(), g.first, g.last, len(g.j.prompt), g.tokens)
 	g.end(reason)
-	u := usage{PromptTokens: len(g.j.prompt), CompletionTokens: g.tokens, TotalTokens: len(g.j.prompt) + g.tokens}
+	u := usage{PromptTokens: len(g.j.prompt), CompletionTokens: g.tokens(), TotalTokens: len(g.j.prompt) + g.tokens()}
 	if !p.stream {
 		if g.chat {
-			writeJSON(g.w, http.StatusOK, chatCompletion{ID: g.id, Object: "chat.completion", Created: g.created, Model: g.s.opts.ModelName, SystemFingerprint: g.s.fingerprint,
-				Choices: []chatChoice{{Message: chatMessage{Role: "assistant", Content: stop.result()}, FinishReason: reason}}, Usage: u})
+			res := chatCompletion{ID: g.id, Object: "chat.completion", Created: g.created, Model: g.s.opts.ModelName,
+				SystemFingerprint: g.s.fingerprint, Usage: u}
+			for _, c := range g.choices {
+				res.Choices = append(res.Choices, chatChoice{Index: c.index, Message: chatMessage{Role: "assistant", Content: c.stop.result()},
+					FinishReason: c.reason})
+			}
+			writeJSON(g.w, http.StatusOK, res)
 		} else {
-			writeJSON(g.w, http.StatusOK, completion{ID: g.id, Object: "text_completion", Created: g.created, Model: g.s.opts.ModelName, SystemFingerprint: g.s.fingerprint,
-				Choices: []completionChoice{{Text: stop.result(), FinishReason: &reason}}, Usage: &u})
+			res := completion{ID: g.id, Object: "text_completion", Created: g.created, Model: g.s.opts.ModelName,
+				SystemFingerprint: g.s.fingerprint, Usage: &u}
+			for _, c := range g.choices {
+				text := c.stop.result()
+				if p.echo {
+					text = g.j.echo + text
+				}
+				res.Choices = append(res.Choices, completionChoice{Text: text, Index: c.index, FinishReason: ptr(c.reason)})
+			}
+			writeJSON(g.w, http.StatusOK, res)
 		}
-		return
-	}
-	if rest := stop.flush(); rest != "" {
-		if g.event(g.chunk(rest, nil)) != nil {
-			return
-		}
-	}
-	if g.event(g.chunk("", &reason)) != nil {
 		return
 	}
 	if p.includeUsage {
 		if g.chat {
-			c := g.chatChunk(chatDelta{}, nil)
+			c := g.chatChunk(0, chatDelta{}, nil)
 			c.Choices, c.Usage = []chatChunkChoice{}, &u
 			if g.event(c) != nil {
 				return
 			}
-		} else if g.event(completion{ID: g.id, Object: "text_completion", Created: g.created, Model: g.s.opts.ModelName, SystemFingerprint: g.s.fingerprint,
-			Choices: []completionChoice{}, Usage: &u}) != nil {
+		} else if g.event(completion{ID: g.id, Object: "text_completion", Created: g.created, Model: g.s.opts.ModelName,
+			SystemFingerprint: g.s.fingerprint, Choices: []completionChoice{}, Usage: &u}) != nil {
 			return
 		}
 	}
 	g.done()
 }
 
+// finishChoice streams a finished choice's held-back text and its final
+// chunk (nothing for a whole answer).
+func (g *generation) finishChoice(c *choice) error {
+	if !g.j.p.stream {
+		return nil
+	}
+	if rest := c.stop.flush(); rest != "" {
+		if err := g.event(g.chunk(c.index, rest, nil)); err != nil {
+			return err
+		}
+	}
+	return g.event(g.chunk(c.index, "", &c.reason))
+}
+
 func ptr[T any](v T) *T { return &v }
 
-// chunk is a streamed piece of text, or the final chunk when reason is set.
-func (g *generation) chunk(text string, reason *string) any {
+// chunk is a streamed piece of a choice's text, or its final chunk when
+// reason is set.
+func (g *generation) chunk(index int, text string, reason *string) any {
 	if g.chat {
 		d := chatDelta{}
 		if reason == nil {
 			d.Content = &text
 		}
-		return g.chatChunk(d, reason)
+		return g.chatChunk(index, d, reason)
 	}
 	return completion{ID: g.id, Object: "text_completion", Created: g.created, Model: g.s.opts.ModelName, SystemFingerprint: g.s.fingerprint,
-		Choices: []completionChoice{{Text: text, FinishReason: reason}}}
+		Choices: []completionChoice{{Text: text, Index: index, FinishReason: reason}}}
 }
 
-func (g *generation) chatChunk(d chatDelta, reason *string) chatChunk {
+func (g *generation) chatChunk(index int, d chatDelta, reason *string) chatChunk {
 	return chatChunk{ID: g.id, Object: "chat.completion.chunk", Created: g.created, Model: g.s.opts.ModelName, SystemFingerprint: g.s.fingerprint,
-		Choices: []chatChunkChoice{{Delta: d, FinishReason: reason}}}
+		Choices: []chatChunkChoice{{Index: index, Delta: d, FinishReason: reason}}}
 }
 
 // event writes one server-sent event and flushes it.
@@ -455,8 +604,8 @@ func (g *generation) done() {
 // cancelled ends a request whose client left: the engine frees its pages
 // before its next step.
 func (g *generation) cancelled() {
-	g.h.Cancel()
-	g.s.metrics.completionTokens.Add(float64(g.tokens))
+	g.cancelAll()
+	g.s.metrics.completionTokens.Add(float64(g.tokens()))
 	g.s.metrics.finish(g.endpoint, "cancelled", time.Since(g.arrived))
 	g.end("cancelled")
 }
@@ -464,7 +613,7 @@ func (g *generation) cancelled() {
 // failed answers an engine error: an error body, or in a stream an error
 // event and [DONE].
 func (g *generation) failed(err error) {
-	g.h.Cancel()
+	g.cancelAll()
 	g.s.metrics.finish(g.endpoint, "error", time.Since(g.arrived))
 	g.end("error")
 	var e *apiError

@@ -33,7 +33,21 @@ type genParams struct {
 	stream       bool
 	includeUsage bool
 	streamOpts   bool // stream_options was given (and not null)
+	// promptIDs is a prompt given as tokens (taken as they are: no BOS is
+	// added); nil for a text prompt.
+	promptIDs []int
+	// n is the number of choices (0: not given, 1).
+	n int
+	// bestOf is best_of (0: not given).
+	bestOf int
+	echo   bool
+	// stopTokens end a choice when sampled (stop_token_ids).
+	stopTokens []int
+	ignoreEOS  bool
 }
+
+// maxChoices caps n: each choice is a request of its own in the engine.
+const maxChoices = 16
 
 // maxStops is how many stop sequences a request may give (as OpenAI).
 const maxStops = 4
@@ -51,7 +65,9 @@ var commonFields = map[string]fieldFunc{
 	"stop":              parseStop,
 	"stream":            parseStream,
 	"stream_options":    parseStreamOptions,
-	"n":                 mustEqualInt(1, "this server returns one choice per request"),
+	"n":                 parseN,
+	"stop_token_ids":    parseStopTokenIDs,
+	"ignore_eos":        parseIgnoreEOS,
 	"presence_penalty":  mustBeZero,
 	"frequency_penalty": mustBeZero,
 	"logit_bias":        mustBeEmptyObject,
@@ -67,11 +83,12 @@ var commonFields = map[string]fieldFunc{
 
 // Parameters of POST /v1/completions only.
 var completionFields = merge(commonFields, map[string]fieldFunc{
-	"prompt":   parsePrompt,
-	"best_of":  mustEqualInt(1, "this server returns one choice per request"),
-	"echo":     mustBeFalse("this server does not return the prompt with the completion"),
-	"suffix":   mustBeEmptyString,
-	"logprobs": unsupported("log probabilities are not returned"),
+	"prompt":                parsePrompt,
+	"max_completion_tokens": parseMaxTokens,
+	"best_of":               parseBestOf,
+	"echo":                  parseEcho,
+	"suffix":                mustBeEmptyString,
+	"logprobs":              unsupported("log probabilities are not returned"),
 })
 
 // Parameters of POST /v1/chat/completions only.
@@ -154,7 +171,7 @@ func parseRequest(body []byte, chat bool) (*genParams, *apiError) {
 	if raw, ok := obj[required]; !ok || isNull(raw) {
 		return nil, badRequest(required, codeMissing, "you must provide a '%s' parameter", required)
 	}
-	if mt, mct := obj["max_tokens"], obj["max_completion_tokens"]; chat && mt != nil && mct != nil && !isNull(mt) && !isNull(mct) {
+	if mt, mct := obj["max_tokens"], obj["max_completion_tokens"]; mt != nil && mct != nil && !isNull(mt) && !isNull(mct) {
 		// Both were parsed as integers above.
 		var a, b int64
 		json.Unmarshal(mt, &a)
@@ -163,6 +180,11 @@ func parseRequest(body []byte, chat bool) (*genParams, *apiError) {
 			return nil, badRequest("max_completion_tokens", codeInvalidValue,
 				"'max_tokens' (%d) and 'max_completion_tokens' (%d) disagree; give one of them", a, b)
 		}
+	}
+	if p.bestOf > 0 && p.bestOf != max(p.n, 1) {
+		return nil, badRequest("best_of", codeUnsupported,
+			"'best_of' (%d) must equal 'n' (%d): ranking more candidates than are returned needs log probabilities, which this server does not compute",
+			p.bestOf, max(p.n, 1))
 	}
 	if p.streamOpts && !p.stream {
 		return nil, badRequest("stream_options", codeInvalidValue, "'stream_options' is only allowed when 'stream' is true")
@@ -376,15 +398,98 @@ func parsePrompt(p *genParams, name string, raw json.RawMessage) *apiError {
 			p.text = s
 			return nil
 		}
+		if len(items) == 1 && jsonKind(items[0]) == "an array" {
+			// [[tokens]]: one prompt of tokens.
+			return parseTokens(p, name+"[0]", items[0])
+		}
 		if len(items) > 0 && jsonKind(items[0]) == "a number" {
-			return badRequest(name, codeUnsupported, "'%s' is an array of token ids; token arrays are not supported: send the prompt as a string", name)
+			return parseTokens(p, name, raw)
 		}
 		if len(items) != 1 {
-			return badRequest(name, codeInvalidValue, "'%s' as an array must hold exactly one string (one prompt per request), not %d items", name, len(items))
+			return badRequest(name, codeInvalidValue, "'%s' as an array must hold one string, one array of tokens or tokens (one prompt per request), not %d items", name, len(items))
 		}
-		return badRequest(name, codeInvalidValue, "'%s' as an array must hold one string, not %s", name, jsonKind(items[0]))
 	}
-	return typeError(name, "a string or an array of one string", raw)
+	return typeError(name, "a string, an array of one string, or an array of tokens", raw)
+}
+
+// parseTokens takes a prompt given as token ids.
+func parseTokens(p *genParams, name string, raw json.RawMessage) *apiError {
+	var items []json.RawMessage
+	json.Unmarshal(raw, &items)
+	if len(items) == 0 {
+		return badRequest(name, codeInvalidValue, "'%s' holds no tokens", name)
+	}
+	ids := make([]int, len(items))
+	for i, it := range items {
+		n, err := asInt(fmt.Sprintf("%s[%d]", name, i), it)
+		if err != nil {
+			return err
+		}
+		if n < 0 || n > math.MaxInt32 {
+			return badRequest(name, codeInvalidValue, "'%s[%d]' is %d, not a token", name, i, n)
+		}
+		ids[i] = int(n)
+	}
+	p.promptIDs = ids
+	return nil
+}
+
+func parseN(p *genParams, name string, raw json.RawMessage) *apiError {
+	n, err := asInt(name, raw)
+	if err != nil {
+		return err
+	}
+	if n < 1 || n > maxChoices {
+		return badRequest(name, codeInvalidValue, "'%s' must be between 1 and %d, not %d", name, maxChoices, n)
+	}
+	p.n = int(n)
+	return nil
+}
+
+func parseBestOf(p *genParams, name string, raw json.RawMessage) *apiError {
+	n, err := asInt(name, raw)
+	if err != nil {
+		return err
+	}
+	if n < 1 || n > maxChoices {
+		return badRequest(name, codeInvalidValue, "'%s' must be between 1 and %d, not %d", name, maxChoices, n)
+	}
+	p.bestOf = int(n)
+	return nil
+}
+
+func parseEcho(p *genParams, name string, raw json.RawMessage) *apiError {
+	b, err := asBool(name, raw)
+	p.echo = b
+	return err
+}
+
+func parseIgnoreEOS(p *genParams, name string, raw json.RawMessage) *apiError {
+	b, err := asBool(name, raw)
+	p.ignoreEOS = b
+	return err
+}
+
+// parseStopTokenIDs takes stop_token_ids (vLLM's): token ids that end a
+// choice, like the model's own stop token. Their range is checked against
+// the vocabulary in prepare.
+func parseStopTokenIDs(p *genParams, name string, raw json.RawMessage) *apiError {
+	var items []json.RawMessage
+	if jsonKind(raw) != "an array" || json.Unmarshal(raw, &items) != nil {
+		return typeError(name, "an array of token ids", raw)
+	}
+	p.stopTokens = p.stopTokens[:0]
+	for i, it := range items {
+		n, err := asInt(fmt.Sprintf("%s[%d]", name, i), it)
+		if err != nil {
+			return err
+		}
+		if n < 0 || n > math.MaxInt32 {
+			return badRequest(name, codeInvalidValue, "'%s[%d]' is %d, not a token", name, i, n)
+		}
+		p.stopTokens = append(p.stopTokens, int(n))
+	}
+	return nil
 }
 
 // Roles the chat template takes; "developer" is OpenAI's newer "system".

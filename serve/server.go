@@ -96,6 +96,9 @@ type Server struct {
 	abort     chan struct{}
 	abortOnce sync.Once
 	cut       atomic.Int64 // generations Abort ended
+	// bos is the tokenizer's beginning-of-sequence token (-1: none),
+	// found on first use.
+	bos func() int
 }
 
 // New makes the server for an engine running the model info describes,
@@ -141,6 +144,12 @@ func New(e *engine.Engine, info engine.ModelInfo, tok Tokenizer, opts Options) (
 	}
 	s := &Server{eng: e, info: info, tok: tok, opts: opts, mux: http.NewServeMux(), metrics: newMetrics(e, opts.ModelName),
 		created: time.Now().Unix(), log: opts.Logger, fingerprint: fingerprint(info, opts.ModelName), abort: make(chan struct{})}
+	s.bos = sync.OnceValue(func() int {
+		if b := tok.Encode("", true, false); len(b) == 1 {
+			return b[0]
+		}
+		return -1
+	})
 	s.metricsHandler = newMetricsHandler(s.metrics, slog.NewLogLogger(s.log.Handler(), slog.LevelWarn))
 	s.routes()
 	return s, nil
