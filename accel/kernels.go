@@ -83,6 +83,13 @@ const (
 	// OpAddRow: T0 out[T,N] = T1 x[T,N] + T2 b[1,N], the row b added to
 	// every row of x (a bias). out may be x.
 	OpAddRow
+	// OpLogProbs scores a step's tokens: per row of T2 logits[R,V] (F32),
+	// the log-softmax lp(i) = x(i) - max(x) - log Σ exp(x(j) - max(x)).
+	// T0 vals[R,K+1] F32 gets lp of T3 tokens (R, I32) in column 0 (-Inf for
+	// a token outside [0,V)) and the K largest lp, largest first, in columns
+	// 1..K; T1 ids[R,K] I32 their tokens. Equal lp are ordered by token,
+	// lower first. I0 is K (1 <= K <= V).
+	OpLogProbs
 	numOps
 )
 
@@ -120,6 +127,7 @@ var opSpecs = [numOps]opSpec{
 	OpSample:     {name: "sample", tensors: 7, writeIdx: []int{0}, check: checkSample},
 	OpRoPETable:  {name: "rope_table", tensors: 4, writeIdx: []int{0, 1}, check: checkRoPETable},
 	OpAddRow:     {name: "add_row", tensors: 3, writeIdx: []int{0}, check: checkAddRow},
+	OpLogProbs:   {name: "logprobs", tensors: 4, writeIdx: []int{0, 1}, check: checkLogProbs},
 }
 
 func (o Op) String() string {
@@ -386,6 +394,24 @@ func checkSample(c *Call) error {
 	if out.Len() != r || temp.Len() != r || topk.Len() != r || topp.Len() != r || seed.Len() != 2*r || off.Len() != r || logits.Cols == 0 {
 		return fmt.Errorf("out %v, logits %v, temperature %v, top-k %v, top-p %v, seed %v, offset %v",
 			out, logits, temp, topk, topp, seed, off)
+	}
+	return nil
+}
+
+func checkLogProbs(c *Call) error {
+	vals, ids, logits, toks := c.T[0], c.T[1], c.T[2], c.T[3]
+	if err := firstErr(want(vals, "vals", F32), want(ids, "ids", I32), want(logits, "logits", F32), want(toks, "tokens", I32)); err != nil {
+		return err
+	}
+	k, r := c.I[0], logits.Rows
+	if k < 1 || k > logits.Cols {
+		return fmt.Errorf("top %d of %d logits", k, logits.Cols)
+	}
+	if vals.Rows != r || vals.Cols != k+1 || ids.Rows != r || ids.Cols != k || toks.Len() != r {
+		return fmt.Errorf("vals %v, ids %v, logits %v, tokens %v for top %d", vals, ids, logits, toks, k)
+	}
+	if vals.Buf.Overlaps(logits.Buf) || ids.Buf.Overlaps(logits.Buf) || vals.Buf.Overlaps(ids.Buf) {
+		return fmt.Errorf("outputs overlap")
 	}
 	return nil
 }

@@ -144,6 +144,14 @@ func (l *Launcher) GatherRows(out, x, idx Tensor) { l.launch(OpGatherRows, out, 
 // Argmax writes each row's first maximum index.
 func (l *Launcher) Argmax(out, x Tensor) { l.launch(OpArgmax, out, x); l.run() }
 
+// LogProbs scores tokens and the top k of each row of logits; see
+// OpLogProbs.
+func (l *Launcher) LogProbs(vals, ids, logits, tokens Tensor, k int) {
+	c := l.launch(OpLogProbs, vals, ids, logits, tokens)
+	c.I[0] = k
+	l.run()
+}
+
 // SampleParams are OpSample's per-row parameter operands.
 type SampleParams struct {
 	Temperature, TopK, TopP, Seed, Offset Tensor

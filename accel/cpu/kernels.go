@@ -64,6 +64,7 @@ func init() {
 	kernels[accel.OpSample] = kernel{unitsInRows(16), runSample, footSample}
 	kernels[accel.OpRoPETable] = kernel{unitsRoPE, runRoPE, footRoPE}
 	kernels[accel.OpAddRow] = kernel{unitsElem(1), runAddRow, footElem}
+	kernels[accel.OpLogProbs] = kernel{func(c *rcall) (int, int) { return c.o[2].rows, c.o[2].cols * 8 }, runLogProbs, footLogProbs}
 	for op := accel.Op(1); int(op) < accel.NumOps; op++ {
 		c := accel.Call{Op: op}
 		opWrites[op] = c.Writes()
@@ -1098,4 +1099,52 @@ func sampleRow(sc *sampleScratch, row []float32, t float32, k int, topP float32,
 		}
 	}
 	return int(idx[n-1])
+}
+
+// runLogProbs: per row, the log-softmax (max and the sum of exponentials in
+// float64, the row in order), the sampled token's and, by one pass keeping
+// the best k in a sorted list, the top k's.
+//
+//go:norace
+func runLogProbs(c *rcall, lo, hi int, _ *kctx) {
+	vals, ids, logits, toks := c.o[0].f32(), c.o[1].i32(), c.o[2].f32(), c.o[3].i32()
+	v, k := c.o[2].cols, c.i[0]
+	for r := lo; r < hi; r++ {
+		row := logits[r*v : (r+1)*v]
+		m := row[0]
+		for _, x := range row {
+			if x > m {
+				m = x
+			}
+		}
+		sum := 0.0
+		for _, x := range row {
+			sum += math.Exp(float64(x - m))
+		}
+		lse := float32(math.Log(sum))
+		lp := func(i int) float32 { return row[i] - m - lse }
+		out, top := vals[r*(k+1):(r+1)*(k+1)], ids[r*k:(r+1)*k]
+		if t := int(toks[r]); t >= 0 && t < v {
+			out[0] = lp(t)
+		} else {
+			out[0] = float32(math.Inf(-1))
+		}
+		// top[:n] holds the best so far, by value then index.
+		n := 0
+		for i, x := range row {
+			if n == k && !(x > row[top[k-1]]) {
+				continue
+			}
+			j := min(n, k-1)
+			for j > 0 && x > row[top[j-1]] {
+				top[j] = top[j-1]
+				j--
+			}
+			top[j] = int32(i)
+			n = min(n+1, k)
+		}
+		for j := 0; j < k; j++ {
+			out[1+j] = lp(int(top[j]))
+		}
+	}
 }

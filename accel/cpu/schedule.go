@@ -422,6 +422,13 @@ func footArgmax(c *rcall, lo, hi int, f *footprint) {
 	f.write(elemsOf(&c.o[0], lo, hi))
 }
 
+func footLogProbs(c *rcall, lo, hi int, f *footprint) {
+	f.read(rowsOf(&c.o[2], lo, hi))
+	f.read(elemsOf(&c.o[3], lo, hi))
+	f.write(rowsOf(&c.o[0], lo, hi))
+	f.write(rowsOf(&c.o[1], lo, hi))
+}
+
 func footSample(c *rcall, lo, hi int, f *footprint) {
 	f.read(rowsOf(&c.o[1], lo, hi))
 	for i := 2; i <= 6; i++ {

@@ -870,3 +870,75 @@ extern "C" __global__ void k_test_uniform(unsigned int* out, const unsigned int*
 		out[3 * i + 2] = __float_as_uint(uniform_float(z));
 	}
 }
+
+// ---------------------------------------------------------------------------
+// OpLogProbs: one block per row. The log-softmax from block_max and
+// block_sum; the top k by k block-wide passes, pass j taking the best
+// (value, index) ranked after pass j-1's (larger value first, equal values
+// by lower index), so no scratch row is needed.
+
+extern "C" __global__ void __launch_bounds__(256) k_logprobs(float* vals, int* ids, const float* x, const int* toks,
+                                                             int nrows, int v, int k) {
+	__shared__ float redf[32];
+	__shared__ int redi[32];
+	i64 r = blockIdx.x;
+	if (r >= nrows) return;
+	const float* row = x + r * v;
+	float* out = vals + r * (i64)(k + 1);
+	int* top = ids + r * (i64)k;
+	float m = NEG_INF;
+	for (int i = threadIdx.x; i < v; i += blockDim.x) m = fmaxf(m, row[i]);
+	m = block_max(m, redf);
+	float sum = 0.0f;
+	for (int i = threadIdx.x; i < v; i += blockDim.x) sum += expf(row[i] - m);
+	sum = block_sum(sum, redf);
+	float lse = logf(sum);
+	if (threadIdx.x == 0) {
+		int t = toks[r];
+		out[0] = (t >= 0 && t < v) ? row[t] - m - lse : NEG_INF;
+	}
+	float pv = __int_as_float(0x7f800000); // +Inf: nothing taken yet
+	int pi = -1;
+	for (int j = 0; j < k; j++) {
+		float bv = NEG_INF;
+		int bi = INT_MAX_;
+		for (int i = threadIdx.x; i < v; i += blockDim.x) {
+			float xi = row[i];
+			bool after = xi < pv || (xi == pv && i > pi);
+			if (after && better(xi, i, bv, bi)) {
+				bv = xi;
+				bi = i;
+			}
+		}
+		for (int o = 16; o > 0; o >>= 1) {
+			float ov = __shfl_xor_sync(FULL_MASK, bv, o);
+			int oi = __shfl_xor_sync(FULL_MASK, bi, o);
+			if (better(ov, oi, bv, bi)) {
+				bv = ov;
+				bi = oi;
+			}
+		}
+		int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+		__syncthreads();
+		if (lane == 0) {
+			redf[wid] = bv;
+			redi[wid] = bi;
+		}
+		__syncthreads();
+		bv = redf[0];
+		bi = redi[0];
+		for (int w = 1; w < nw; w++) {
+			if (better(redf[w], redi[w], bv, bi)) {
+				bv = redf[w];
+				bi = redi[w];
+			}
+		}
+		if (bi == INT_MAX_) bi = 0;
+		if (threadIdx.x == 0) {
+			top[j] = bi;
+			out[1 + j] = row[bi] - m - lse;
+		}
+		pv = bv;
+		pi = bi;
+	}
+}

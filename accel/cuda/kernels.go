@@ -74,6 +74,7 @@ const (
 	kAdd
 	kArgmax
 	kSample
+	kLogProbs
 	kTestUniform
 	kRoPETable
 	kAddRow
@@ -132,6 +133,7 @@ var kernelSpecs = [numKernels]kernelSpec{
 	kAdd:         {"k_add", []argKind{aPtr, aPtr, aPtr, aI64}},
 	kArgmax:      {"k_argmax", []argKind{aPtr, aPtr, aI32, aI32}},
 	kSample:      {"k_sample", []argKind{aPtr, aPtr, aPtr, aPtr, aPtr, aPtr, aPtr, aI32, aI32}},
+	kLogProbs:    {"k_logprobs", []argKind{aPtr, aPtr, aPtr, aPtr, aI32, aI32, aI32}},
 	kTestUniform: {"k_test_uniform", []argKind{aPtr, aPtr, aPtr, aI32}},
 	kRoPETable:   {"k_rope_table", []argKind{aPtr, aPtr, aPtr, aPtr, aI32, aI32, aI32, aI32, aI32}},
 	kAddRow:      {"k_add_row", []argKind{aPtr, aPtr, aPtr, aI64, aI64}},
@@ -422,6 +424,11 @@ func prepare(c *accel.Call, ptrOf resolver, useBLAS bool) (*klaunch, error) {
 		ptrs(t[0], t[1], t[2], t[3], t[4], t[5], t[6])
 		ints(t[1].Rows, t[1].Cols)
 		blocks(t[1].Rows)
+	case accel.OpLogProbs:
+		kl.k = kLogProbs
+		ptrs(t[0], t[1], t[2], t[3])
+		ints(t[2].Rows, t[2].Cols, c.I[0])
+		blocks(t[2].Rows)
 	default:
 		return nil, fmt.Errorf("cuda: no kernel for %v: %w", c.Op, accel.ErrUnsupported)
 	}

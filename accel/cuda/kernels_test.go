@@ -163,6 +163,9 @@ func calls() []accel.Call {
 	cs = append(cs, mk(accel.OpArgmax, a.tensor(i, 1, R), a.tensor(f, R, V)))
 	cs = append(cs, mk(accel.OpSample, a.tensor(i, 1, R), a.tensor(f, R, V), a.tensor(f, 1, R), a.tensor(i, 1, R),
 		a.tensor(f, 1, R), a.tensor(i, R, 2), a.tensor(i, 1, R)))
+	c = mk(accel.OpLogProbs, a.tensor(f, R, 21), a.tensor(i, R, 20), a.tensor(f, R, V), a.tensor(i, 1, R))
+	c.I[0] = 20
+	cs = append(cs, c)
 	return cs
 }
 

@@ -363,6 +363,39 @@ __kernel void k_argmax(__global int* out, ulong oo, __global const float* x, ulo
 	out[oo + row] = row_argmax(x + xo + row * (size_t)v, v);
 }
 
+// k_logprobs: accel.OpLogProbs, one work-item per row: the log-softmax
+// (max, then the sum of exponentials in float), the token's, and the top k
+// by one pass keeping a sorted list in ids (equal values: lower token
+// first).
+__kernel void k_logprobs(__global float* vals, ulong vo, __global int* ids, ulong io, __global const float* x, ulong xo,
+                         __global const int* toks, ulong to, int r, int v, int k) {
+	size_t row = get_global_id(0);
+	if (row >= (size_t)r) return;
+	__global const float* lg = x + xo + row * (size_t)v;
+	__global float* out = vals + vo + row * (size_t)(k + 1);
+	__global int* top = ids + io + row * (size_t)k;
+	float m = lg[0];
+	for (int i = 1; i < v; i++) m = fmax(m, lg[i]);
+	float sum = 0.0f;
+	for (int i = 0; i < v; i++) sum += exp(lg[i] - m);
+	float lse = log(sum);
+	int t = toks[to + row];
+	out[0] = (t >= 0 && t < v) ? lg[t] - m - lse : -INFINITY;
+	int n = 0;
+	for (int i = 0; i < v; i++) {
+		float xi = lg[i];
+		if (n == k && !(xi > lg[top[k - 1]])) continue;
+		int j = n < k ? n : k - 1;
+		while (j > 0 && xi > lg[top[j - 1]]) {
+			top[j] = top[j - 1];
+			j--;
+		}
+		top[j] = i;
+		if (n < k) n++;
+	}
+	for (int j = 0; j < k; j++) out[1 + j] = lg[top[j]] - m - lse;
+}
+
 // SplitMix64 of (seed, offset): accel.SampleUniform's generator.
 inline ulong splitmix(ulong seed, uint offset) {
 	ulong z = seed + 0x9E3779B97F4A7C15UL * ((ulong)offset + 1UL);
