@@ -68,7 +68,7 @@ func (e *Engine) benchDecode(bs, warmup, steps int, maxTime time.Duration, eager
 	// Prefill in chunks the prefill limits allow.
 	for lo := 0; lo < bs; lo += e.opts.MaxPrefillRows {
 		hi := min(bs, lo+e.opts.MaxPrefillRows)
-		if _, err := e.runStep(WalkPrefill, rows[lo:hi], nil); err != nil {
+		if _, err := e.runStep(WalkPrefill, rows[lo:hi], reqs[lo:hi], nil); err != nil {
 			return res, err
 		}
 	}
@@ -80,7 +80,7 @@ func (e *Engine) benchDecode(bs, warmup, steps int, maxTime time.Duration, eager
 			rows[j] = graph.Row{ID: r.id, Tokens: []int32{3 + last[j]%200}}
 		}
 		ts := time.Now()
-		next, err := e.runStep(WalkDecode, rows, reqs)
+		next, err := e.runStep(WalkDecode, rows, reqs, reqs)
 		if err != nil {
 			return res, err
 		}
@@ -159,7 +159,7 @@ func (e *Engine) prefillOnce(prompts [][]int32, eager bool) (PrefillResult, erro
 	defer func() { e.forceEager, e.keepLogits = false, false }()
 	before := e.replays()
 	t0 := time.Now()
-	next, err := e.runStep(WalkPrefill, rows, nil)
+	next, err := e.runStep(WalkPrefill, rows, reqs, nil)
 	res.Duration = time.Since(t0)
 	if err != nil {
 		return res, err

@@ -90,11 +90,20 @@ type Request struct {
 	// IgnoreEOS keeps generating past the model's own stop tokens (they
 	// are then emitted as tokens); StopTokens still end the request.
 	IgnoreEOS bool
+	// LogProbs returns each token's log-probability, and the TopLogProbs
+	// (at most MaxTopLogProbs) most likely tokens' with it.
+	LogProbs    bool
+	TopLogProbs int
 }
 
 // Output is one event of a request: a token, or the end.
 type Output struct {
 	Token int32
+	// LogProb is Token's log-probability and TopLogProbs the most likely
+	// tokens', largest first, when the request asked (HasLogProb).
+	LogProb     float32
+	HasLogProb  bool
+	TopLogProbs []TokenLogProb
 	// Done marks the last output; Reason says why: "stop" (a stop token),
 	// "length" (MaxTokens reached), "cancelled", or "error" (with Err).
 	Done   bool
@@ -187,6 +196,8 @@ type Engine struct {
 	// traceStep, if set, hears one line per step served (tests' golden
 	// traces); loop-owned.
 	traceStep func(string)
+	// scores are the last step's log probabilities; loop-owned.
+	scores stepScores
 }
 
 // New builds the engine's resources on dev. Call Start to capture graphs
@@ -350,6 +361,9 @@ func (e *Engine) Validate(req Request) error {
 		if t < 0 || int(t) >= e.info.Vocab {
 			return fmt.Errorf("%w: prompt token %d at %d is outside the vocabulary of %d", ErrInvalidRequest, t, i, e.info.Vocab)
 		}
+	}
+	if req.TopLogProbs < 0 || req.TopLogProbs > MaxTopLogProbs || (req.TopLogProbs > 0 && !req.LogProbs) {
+		return fmt.Errorf("%w: %d top log probabilities (0 to %d, with LogProbs)", ErrInvalidRequest, req.TopLogProbs, MaxTopLogProbs)
 	}
 	s := req.Sampling
 	if s.Temperature < 0 || s.TopK < 0 || s.TopP < 0 || s.TopP > 1 {

@@ -44,7 +44,10 @@ type Model interface {
 
 // Batch is what a forward reads: its static inputs and the resources' plans.
 type Batch struct {
-	Walk   string
+	Walk string
+	// Key is the step's graph key info: the sampling variant (KeyLogProbs:
+	// the forward also writes OutLogProbs and OutLogProbIDs).
+	Key    string
 	Lease  *graph.Lease
 	Rows   int // rows in the tensors (the bucket's batch size on a lease)
 	Tokens int // tokens in the tensors
@@ -60,7 +63,7 @@ type Batch struct {
 // step lacks stays zero (a region's step plans only the resources it reads);
 // a plan of the wrong type is an error.
 func batchFor(step *Step, in map[string]accel.Tensor) (*Batch, error) {
-	b := &Batch{Walk: step.Walk, Lease: step.Lease, Rows: step.BatchSize(), Tokens: step.Tokens, In: in}
+	b := &Batch{Walk: step.Walk, Key: step.Key, Lease: step.Lease, Rows: step.BatchSize(), Tokens: step.Tokens, In: in}
 	var errs [3]error
 	b.Pos, _, errs[0] = PositionsPlan.Lookup(step)
 	b.KV, _, errs[1] = KVCachePlan.Lookup(step)

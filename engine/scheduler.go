@@ -115,7 +115,7 @@ func (e *Engine) prefill(batch []*request) {
 		rows[i] = graph.Row{ID: r.id, Tokens: r.req.Prompt}
 	}
 	e.discardPrePlan()
-	next, err := e.runStep(WalkPrefill, rows, nil)
+	next, err := e.runStep(WalkPrefill, rows, batch, nil)
 	if err != nil {
 		for _, r := range batch {
 			e.finish(r, "error", err)
@@ -139,7 +139,7 @@ func (e *Engine) decode() {
 	for i, r := range batch {
 		rows[i] = graph.Row{ID: r.id, Tokens: []int32{r.generated[len(r.generated)-1]}}
 	}
-	next, err := e.runStep(WalkDecode, rows, batch)
+	next, err := e.runStep(WalkDecode, rows, batch, batch)
 	if err != nil {
 		for _, r := range batch {
 			e.finish(r, "error", err)
@@ -167,7 +167,7 @@ func (e *Engine) emit(r *request, tok int32) bool {
 		return false
 	}
 	r.generated = append(r.generated, tok)
-	r.out <- Output{Token: tok}
+	r.out <- e.output(r, tok)
 	e.stats.tokens.Add(1)
 	if len(r.generated) >= r.req.MaxTokens {
 		e.finish(r, "length", nil)

@@ -21,9 +21,10 @@ type prePlan struct {
 
 // runStep runs one step of rows (requests only) and returns each row's
 // sampled token. A step with a lease replays; without one it runs eager.
-// next are the requests of a decode step, whose step N+1 may be pre-planned
-// while this one runs.
-func (e *Engine) runStep(walk string, rows []graph.Row, next []*request) ([]int32, error) {
+// reqs are the rows' requests (their sampling variant selects the graph's
+// key info); next are the requests of a decode step, whose step N+1 may be
+// pre-planned while this one runs.
+func (e *Engine) runStep(walk string, rows []graph.Row, reqs, next []*request) ([]int32, error) {
 	defer failpoint.Enter(failpoint.PhaseStep)()
 	t0 := time.Now()
 	n := len(rows)
@@ -32,6 +33,7 @@ func (e *Engine) runStep(walk string, rows []graph.Row, next []*request) ([]int3
 		tokens += len(r.Tokens)
 	}
 	s := e.stream
+	key := samplingKey(reqs)
 	step, planDone := e.takePrePlan(walk, rows)
 	var lease *graph.Lease
 	if step != nil {
@@ -41,12 +43,12 @@ func (e *Engine) runStep(walk string, rows []graph.Row, next []*request) ([]int3
 		}
 	} else {
 		if e.runner != nil && !e.forceEager {
-			lease = e.runner.LeaseSlot(graph.LeaseRequest{Walk: walk, Rows: n, Tokens: tokens})
+			lease = e.runner.LeaseSlot(graph.LeaseRequest{Walk: walk, Rows: n, Tokens: tokens, Key: key})
 			if lease == nil && e.bg != nil {
 				e.bg.want(e.runner, walk, n, tokens)
 				e.runner.NoteEager(walk, "bucket not captured yet")
 			} else if lease == nil && e.runner.CapturesWalk(walk) {
-				e.runner.NoteEager(walk, e.fallbackReason(walk, n))
+				e.runner.NoteEager(walk, e.fallbackReason(walk, n, key))
 			}
 		}
 		padded := rows
@@ -56,7 +58,7 @@ func (e *Engine) runStep(walk string, rows []graph.Row, next []*request) ([]int3
 				return nil, err
 			}
 		}
-		step = newStep(walk, "", padded, n, lease)
+		step = newStep(walk, key, padded, n, lease)
 		if err := e.node.prepare(s, step); err != nil {
 			if lease != nil {
 				_ = e.runner.Discard(lease)
@@ -79,6 +81,9 @@ func (e *Engine) runStep(walk string, rows []graph.Row, next []*request) ([]int3
 	var toks []int32
 	if err == nil {
 		toks, err = e.readNext(s, outs[OutputNext], n)
+	}
+	if err == nil {
+		err = e.readScores(s, step.Key, outs, reqs, n)
 	}
 	if err == nil && e.keepLogits {
 		e.lastLogits = nil
@@ -133,8 +138,11 @@ func (e *Engine) runStep(walk string, rows []graph.Row, next []*request) ([]int3
 }
 
 // fallbackReason says why no captured bucket fits a step.
-func (e *Engine) fallbackReason(walk string, bs int) string {
-	if e.runner.SelectBucket(walk, bs, 0, "") == nil {
+func (e *Engine) fallbackReason(walk string, bs int, key string) string {
+	if e.runner.SelectBucket(walk, bs, 0, key) == nil {
+		if key != "" && e.runner.SelectBucket(walk, bs, 0, "") != nil {
+			return "no capture of the " + key + " variant"
+		}
 		return "batch larger than any capture"
 	}
 	return "more tokens than any capture of the batch"
@@ -198,15 +206,18 @@ func (e *Engine) prePlanNext(batch []*request) {
 		return // the next step will be a prefill or a rotation: the plan would be stale
 	}
 	var ids []int64
+	var kept []*request
 	for _, r := range batch {
 		if len(r.generated)+1 < r.req.MaxTokens && !r.cancelled.Load() {
 			ids = append(ids, r.id)
+			kept = append(kept, r)
 		}
 	}
 	if len(ids) == 0 {
 		return
 	}
-	lease := e.runner.LeaseSlot(graph.LeaseRequest{Walk: WalkDecode, Rows: len(ids), AheadOfInputs: true})
+	key := samplingKey(kept)
+	lease := e.runner.LeaseSlot(graph.LeaseRequest{Walk: WalkDecode, Rows: len(ids), AheadOfInputs: true, Key: key})
 	if lease == nil {
 		return
 	}
@@ -218,7 +229,7 @@ func (e *Engine) prePlanNext(batch []*request) {
 	if err != nil {
 		return
 	}
-	step := newStep(WalkDecode, "", padded, len(ids), lease)
+	step := newStep(WalkDecode, key, padded, len(ids), lease)
 	ps := e.runner.PlanStream()
 	if err := e.node.prepare(ps, step); err != nil {
 		_ = e.runner.Discard(lease)

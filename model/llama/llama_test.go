@@ -7,6 +7,7 @@ import (
 
 	"github.com/reprise-ml/reprise/accel"
 	_ "github.com/reprise-ml/reprise/accel/cpu"
+	"github.com/reprise-ml/reprise/engine"
 )
 
 func TestBF16Rounding(t *testing.T) {
@@ -78,13 +79,21 @@ func TestLoadErrors(t *testing.T) {
 	if _, _, err := Open(dev, Source{}, Options{Prefill: "sometimes"}); err == nil {
 		t.Fatal("a bad prefill mode was accepted")
 	}
-	m, _, err := Open(dev, Source{}, Options{Weights: accel.BF16, Prefill: PrefillWhole})
+	m, _, err := Open(dev, Source{}, Options{Weights: accel.BF16, Prefill: PrefillWhole, LogProbGraphs: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer m.Close()
-	if len(m.Regions()) != 0 || len(m.Configs()) != 2 {
+	// Decode and prefill, each plain and scoring log probabilities.
+	if len(m.Regions()) != 0 || len(m.Configs()) != 4 {
 		t.Fatalf("whole prefill: %d regions, %d configs", len(m.Regions()), len(m.Configs()))
+	}
+	keys := map[string]int{}
+	for _, c := range m.Configs() {
+		keys[c.Walk+"/"+c.KeyInfo]++
+	}
+	if keys["decode/"] != 1 || keys["decode/"+engine.KeyLogProbs] != 1 || keys["prefill/"+engine.KeyLogProbs] != 1 {
+		t.Fatalf("whole prefill configs by walk and key: %v", keys)
 	}
 	// bf16 matrices take half the bytes of float32 ones (norms stay f32).
 	if info := m.Info(); info.WeightBytes >= ck.Params()*4 || info.WeightBytes <= ck.Params()*2 {

@@ -35,6 +35,11 @@ type Options struct {
 	DecodeBatchSizes []int
 	// StopTokens end a request (default llama2.c's: BOS).
 	StopTokens []int32
+	// LogProbGraphs also captures the engine.KeyLogProbs variant of the
+	// decode (and whole prefill) configs, so that steps asking for log
+	// probabilities replay too; without it they run eager (a second family
+	// of buckets costs capture time and memory, so it is asked for).
+	LogProbGraphs bool
 	// Prefill is how prefill steps may be captured: PrefillPiecewise (the
 	// default: the block loop is a region captured per (prompts, tokens)
 	// bucket; the embedding and the logits stay eager), PrefillWhole (the
@@ -329,6 +334,12 @@ func (m *Model) graphConfigs() []*graph.Config {
 	var cs []*graph.Config
 	cs = append(cs, &graph.Config{Walk: engine.WalkDecode, Batched: &graph.Batched{TokensPerRow: 1},
 		BatchSizes: m.opts.DecodeBatchSizes, CapEagerBatch: true})
+	if m.opts.LogProbGraphs {
+		// The variant that also scores tokens: batches that ask for log
+		// probabilities replay it, the others the plain graph above.
+		cs = append(cs, &graph.Config{Walk: engine.WalkDecode, KeyInfo: engine.KeyLogProbs, Batched: &graph.Batched{TokensPerRow: 1},
+			BatchSizes: m.opts.DecodeBatchSizes})
+	}
 	if len(lengths) == 0 || len(prefillBS) == 0 {
 		return cs
 	}
@@ -338,6 +349,10 @@ func (m *Model) graphConfigs() []*graph.Config {
 		// the token count: its sequence axis is declared.
 		cs = append(cs, &graph.Config{Walk: engine.WalkPrefill, Packed: &graph.Packed{TokenLengths: lengths},
 			BatchSizes: prefillBS, SeqAxis: map[string]int{"last": 1}})
+		if m.opts.LogProbGraphs {
+			cs = append(cs, &graph.Config{Walk: engine.WalkPrefill, KeyInfo: engine.KeyLogProbs, Packed: &graph.Packed{TokenLengths: lengths},
+				BatchSizes: prefillBS, SeqAxis: map[string]int{"last": 1}})
+		}
 	case PrefillPiecewise:
 		m.regions = []engine.Region{{
 			Label: RegionBlocks, Walk: engine.WalkPrefill,
@@ -433,6 +448,12 @@ func (m *Model) Forward(l *accel.Launcher, b *engine.Batch) (map[string]accel.Te
 	l.Sample(next, logits, b.Sample)
 	l.Free(x, lx)
 	out := map[string]accel.Tensor{engine.OutputNext: next}
+	if b.Key == engine.KeyLogProbs {
+		k := min(engine.MaxTopLogProbs, c.Vocab)
+		vals, ids := l.Alloc(accel.F32, R, k+1), l.Alloc(accel.I32, R, k)
+		l.LogProbs(vals, ids, logits, next, k)
+		out[engine.OutLogProbs], out[engine.OutLogProbIDs] = vals, ids
+	}
 	if m.opts.Logits {
 		out[engine.OutputLogits] = logits
 	} else {

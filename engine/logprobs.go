@@ -1,0 +1,93 @@
+package engine
+
+import (
+	"fmt"
+
+	"github.com/reprise-ml/reprise/accel"
+)
+
+// Log probabilities are a sampling variant: a step whose rows ask for none
+// runs (and replays) the plain graph; a step with one row that asks runs
+// the model's KeyLogProbs variant, whose forward also writes each row's
+// scores (OpLogProbs) into two more outputs. A model that declares no
+// KeyLogProbs config serves such steps eager.
+const (
+	// KeyLogProbs is the graph key info of the variant that scores tokens.
+	KeyLogProbs = "logprobs"
+	// MaxTopLogProbs is the most alternatives a request may ask for, and
+	// the k every KeyLogProbs forward computes.
+	MaxTopLogProbs = 20
+	// OutLogProbs ([rows, MaxTopLogProbs+1] F32: the sampled token's
+	// log-probability, then the top ones') and OutLogProbIDs ([rows,
+	// MaxTopLogProbs] I32: their tokens) are the variant's outputs.
+	OutLogProbs   = "logprobs"
+	OutLogProbIDs = "logprob_ids"
+)
+
+// TokenLogProb is a token and its log-probability under the model's raw
+// distribution (the log-softmax of its logits, before temperature or any
+// other processing, as vLLM reports by default).
+type TokenLogProb struct {
+	Token   int32
+	LogProb float32
+}
+
+// samplingKey is the graph key info a step of these requests needs.
+func samplingKey(reqs []*request) string {
+	for _, r := range reqs {
+		if r.req.LogProbs {
+			return KeyLogProbs
+		}
+	}
+	return ""
+}
+
+// stepScores are the last step's log probabilities, by request: loop-owned.
+type stepScores struct {
+	k    int
+	vals []float32
+	ids  []int32
+	row  map[int64]int
+}
+
+// readScores reads a KeyLogProbs step's scores for its n real rows (and
+// forgets the last step's otherwise).
+func (e *Engine) readScores(s accel.Stream, key string, outs map[string]accel.Tensor, reqs []*request, n int) error {
+	e.scores.row = nil
+	if key != KeyLogProbs {
+		return nil
+	}
+	vt, it := outs[OutLogProbs], outs[OutLogProbIDs]
+	if vt.IsNil() || it.IsNil() || vt.Rows < n || it.Rows < n || vt.Cols != it.Cols+1 {
+		return fmt.Errorf("engine: a %s step's forward gave no %d-row %q and %q outputs (got %v, %v)", KeyLogProbs, n, OutLogProbs, OutLogProbIDs, vt, it)
+	}
+	vals, err := accel.DownloadF32(s, vt.RowSlice(0, n))
+	if err != nil {
+		return err
+	}
+	ids, err := accel.DownloadI32(s, it.RowSlice(0, n))
+	if err != nil {
+		return err
+	}
+	e.scores = stepScores{k: it.Cols, vals: vals, ids: ids, row: make(map[int64]int, n)}
+	for i, r := range reqs[:n] {
+		e.scores.row[r.id] = i
+	}
+	return nil
+}
+
+// output is the Output of a token sampled for r in the last step: with
+// its log-probability and the top ones when r asked.
+func (e *Engine) output(r *request, tok int32) Output {
+	o := Output{Token: tok}
+	i, ok := e.scores.row[r.id]
+	if !r.req.LogProbs || !ok {
+		return o
+	}
+	k := e.scores.k
+	o.LogProb, o.HasLogProb = e.scores.vals[i*(k+1)], true
+	for j := 0; j < min(r.req.TopLogProbs, k); j++ {
+		o.TopLogProbs = append(o.TopLogProbs, TokenLogProb{Token: e.scores.ids[i*k+j], LogProb: e.scores.vals[i*(k+1)+1+j]})
+	}
+	return o
+}
