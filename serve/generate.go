@@ -130,6 +130,7 @@ func (s *Server) prepare(ctx context.Context, p *genParams) (*job, *apiError) {
 			seed = uint64(p.seed) + uint64(i)
 		}
 		reqs[i] = engine.Request{Prompt: prompt, MaxTokens: n, StopTokens: stops, IgnoreEOS: p.ignoreEOS,
+			LogProbs: p.logprobs, TopLogProbs: p.topLogprobs,
 			Sampling: engine.Sampling{Temperature: float32(temp), TopK: p.topK, TopP: float32(p.topP), Seed: seed}}
 		if err := s.eng.Validate(reqs[i]); err != nil {
 			return nil, badRequest("", codeInvalidValue, "%s", strings.TrimPrefix(err.Error(), engine.ErrInvalidRequest.Error()+": "))
@@ -341,6 +342,10 @@ type choice struct {
 	done   bool
 	// first and last are when the first and the latest token arrived.
 	first, last time.Time
+	// lp are the choice's tokens' log probabilities (when asked); sent is
+	// how many a stream has sent.
+	lp   []tokenLP
+	sent int
 }
 
 // output is a choice's engine output, fanned in.
@@ -477,10 +482,13 @@ func (g *generation) run() {
 		}
 		c.last = now
 		c.tokens++
+		if o.HasLogProb {
+			c.lp = append(c.lp, g.tokenLP(c.prev, o))
+		}
 		text, matched := c.stop.add(g.s.tok.SafePiece(c.prev, int(o.Token)))
 		c.prev = int(o.Token)
 		if p.stream && text != "" {
-			if g.event(g.chunk(c.index, text, nil)) != nil {
+			if g.event(g.chunkLP(c, text, nil)) != nil {
 				g.cancelled()
 				return
 			}
@@ -512,7 +520,7 @@ func (g *generation) run() {
 				SystemFingerprint: g.s.fingerprint, Usage: u}
 			for _, c := range g.choices {
 				res.Choices = append(res.Choices, chatChoice{Index: c.index, Message: chatMessage{Role: "assistant", Content: c.stop.result()},
-					FinishReason: c.reason})
+					Logprobs: g.logprobsOf(c.lp, 0), FinishReason: c.reason})
 			}
 			writeJSON(g.w, http.StatusOK, res)
 		} else {
@@ -523,7 +531,12 @@ func (g *generation) run() {
 				if p.echo {
 					text = g.j.echo + text
 				}
-				res.Choices = append(res.Choices, completionChoice{Text: text, Index: c.index, FinishReason: ptr(c.reason)})
+				off := 0
+				if p.echo {
+					off = len(g.j.echo)
+				}
+				res.Choices = append(res.Choices, completionChoice{Text: text, Index: c.index, Logprobs: g.logprobsOf(c.lp, off),
+					FinishReason: ptr(c.reason)})
 			}
 			writeJSON(g.w, http.StatusOK, res)
 		}
@@ -551,11 +564,11 @@ func (g *generation) finishChoice(c *choice) error {
 		return nil
 	}
 	if rest := c.stop.flush(); rest != "" {
-		if err := g.event(g.chunk(c.index, rest, nil)); err != nil {
+		if err := g.event(g.chunkLP(c, rest, nil)); err != nil {
 			return err
 		}
 	}
-	return g.event(g.chunk(c.index, "", &c.reason))
+	return g.event(g.chunkLP(c, "", &c.reason))
 }
 
 func ptr[T any](v T) *T { return &v }

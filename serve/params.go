@@ -44,6 +44,10 @@ type genParams struct {
 	// stopTokens end a choice when sampled (stop_token_ids).
 	stopTokens []int
 	ignoreEOS  bool
+	// logprobs asks for each token's log-probability, and topLogprobs
+	// for the most likely alternatives'.
+	logprobs    bool
+	topLogprobs int
 }
 
 // maxChoices caps n: each choice is a request of its own in the engine.
@@ -88,15 +92,15 @@ var completionFields = merge(commonFields, map[string]fieldFunc{
 	"best_of":               parseBestOf,
 	"echo":                  parseEcho,
 	"suffix":                mustBeEmptyString,
-	"logprobs":              unsupported("log probabilities are not returned"),
+	"logprobs":              parseCompletionLogprobs,
 })
 
 // Parameters of POST /v1/chat/completions only.
 var chatFields = merge(commonFields, map[string]fieldFunc{
 	"messages":              parseMessages,
 	"max_completion_tokens": parseMaxTokens,
-	"logprobs":              mustBeFalse("log probabilities are not returned"),
-	"top_logprobs":          mustEqualInt(0, "log probabilities are not returned"),
+	"logprobs":              parseChatLogprobs,
+	"top_logprobs":          parseTopLogprobs,
 	"tools":                 mustBeEmptyArray("this server has no tools"),
 	"functions":             mustBeEmptyArray("this server has no tools"),
 	"tool_choice":           noneOrAuto,
@@ -180,6 +184,9 @@ func parseRequest(body []byte, chat bool) (*genParams, *apiError) {
 			return nil, badRequest("max_completion_tokens", codeInvalidValue,
 				"'max_tokens' (%d) and 'max_completion_tokens' (%d) disagree; give one of them", a, b)
 		}
+	}
+	if chat && p.topLogprobs > 0 && !p.logprobs {
+		return nil, badRequest("top_logprobs", codeInvalidValue, "'top_logprobs' needs 'logprobs' to be true")
 	}
 	if p.bestOf > 0 && p.bestOf != max(p.n, 1) {
 		return nil, badRequest("best_of", codeUnsupported,
@@ -737,5 +744,39 @@ func ignoreObject(_ *genParams, name string, raw json.RawMessage) *apiError {
 	if jsonKind(raw) != "an object" {
 		return typeError(name, "an object", raw)
 	}
+	return nil
+}
+
+// maxLogprobs is the most alternatives a token's log probabilities carry
+// (vLLM's default limit, engine.MaxTopLogProbs).
+const maxLogprobs = 20
+
+func parseCompletionLogprobs(p *genParams, name string, raw json.RawMessage) *apiError {
+	n, err := asInt(name, raw)
+	if err != nil {
+		return err
+	}
+	if n < 0 || n > maxLogprobs {
+		return badRequest(name, codeInvalidValue, "'%s' must be between 0 and %d, not %d", name, maxLogprobs, n)
+	}
+	p.logprobs, p.topLogprobs = true, int(n)
+	return nil
+}
+
+func parseChatLogprobs(p *genParams, name string, raw json.RawMessage) *apiError {
+	b, err := asBool(name, raw)
+	p.logprobs = b
+	return err
+}
+
+func parseTopLogprobs(p *genParams, name string, raw json.RawMessage) *apiError {
+	n, err := asInt(name, raw)
+	if err != nil {
+		return err
+	}
+	if n < 0 || n > maxLogprobs {
+		return badRequest(name, codeInvalidValue, "'%s' must be between 0 and %d, not %d", name, maxLogprobs, n)
+	}
+	p.topLogprobs = int(n)
 	return nil
 }
