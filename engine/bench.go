@@ -27,19 +27,35 @@ type DecodeBench struct {
 func (e *Engine) BenchDecode(ctx context.Context, bs, warmup, steps int, maxTime time.Duration, eager bool) (DecodeBench, error) {
 	var res DecodeBench
 	var ferr error
-	err := e.do(ctx, func() { res, ferr = e.benchDecode(bs, warmup, steps, maxTime, eager) })
+	err := e.do(ctx, func() { res, ferr = e.benchDecode(bs, warmup, steps, maxTime, eager, false) })
 	if err != nil {
 		return res, err
 	}
 	return res, ferr
 }
 
-func (e *Engine) benchDecode(bs, warmup, steps int, maxTime time.Duration, eager bool) (DecodeBench, error) {
+// BenchDecodeLogProbs is BenchDecode with every request asking for log
+// probabilities and 5 alternatives (the KeyLogProbs variant).
+func (e *Engine) BenchDecodeLogProbs(ctx context.Context, bs, warmup, steps int, maxTime time.Duration) (DecodeBench, error) {
+	var res DecodeBench
+	var ferr error
+	err := e.do(ctx, func() { res, ferr = e.benchDecode(bs, warmup, steps, maxTime, false, true) })
+	if err != nil {
+		return res, err
+	}
+	return res, ferr
+}
+
+func (e *Engine) benchDecode(bs, warmup, steps int, maxTime time.Duration, eager, logprobs bool) (DecodeBench, error) {
 	res := DecodeBench{BatchSize: bs}
 	e.discardPrePlan()
 	need := 2 + warmup + steps
 	if need > e.info.MaxSeq {
 		return res, fmt.Errorf("engine: %d bench steps exceed the model's %d positions", warmup+steps, e.info.MaxSeq)
+	}
+	top := 0
+	if logprobs {
+		top = 5
 	}
 	reqs := make([]*request, bs)
 	for i := range reqs {
@@ -47,7 +63,7 @@ func (e *Engine) benchDecode(bs, warmup, steps int, maxTime time.Duration, eager
 		id := e.nextID
 		e.nextID++
 		e.mu.Unlock()
-		r := &request{id: id, req: Request{Prompt: []int32{1, int32(3 + i%200)}, MaxTokens: need}, maxLen: need + 1,
+		r := &request{id: id, req: Request{Prompt: []int32{1, int32(3 + i%200)}, MaxTokens: need, LogProbs: logprobs, TopLogProbs: top}, maxLen: need + 1,
 			out: make(chan Output, 1), wake: func() {}}
 		if err := e.sr.Ingest(id, requestInfo{MaxLen: need + 1}); err != nil {
 			e.benchCleanup(reqs[:i])
