@@ -421,48 +421,60 @@ func parsePrompt(p *genParams, name string, raw json.RawMessage) *apiError {
 
 // parseTokens takes a prompt given as token ids.
 func parseTokens(p *genParams, name string, raw json.RawMessage) *apiError {
-	var items []json.RawMessage
-	json.Unmarshal(raw, &items)
-	if len(items) == 0 {
-		return badRequest(name, codeInvalidValue, "'%s' holds no tokens", name)
+	ids, err := tokenList(name, raw)
+	if err != nil {
+		return err
 	}
-	ids := make([]int, len(items))
-	for i, it := range items {
-		n, err := asInt(fmt.Sprintf("%s[%d]", name, i), it)
-		if err != nil {
-			return err
-		}
-		if n < 0 || n > math.MaxInt32 {
-			return badRequest(name, codeInvalidValue, "'%s[%d]' is %d, not a token", name, i, n)
-		}
-		ids[i] = int(n)
+	if len(ids) == 0 {
+		return badRequest(name, codeInvalidValue, "'%s' holds no tokens", name)
 	}
 	p.promptIDs = ids
 	return nil
 }
 
-func parseN(p *genParams, name string, raw json.RawMessage) *apiError {
+// tokenList is an array of token ids (their range against the vocabulary
+// is checked in prepare).
+func tokenList(name string, raw json.RawMessage) ([]int, *apiError) {
+	var items []json.RawMessage
+	if jsonKind(raw) != "an array" || json.Unmarshal(raw, &items) != nil {
+		return nil, typeError(name, "an array of token ids", raw)
+	}
+	ids := make([]int, len(items))
+	for i, it := range items {
+		n, err := asInt(fmt.Sprintf("%s[%d]", name, i), it)
+		if err != nil {
+			return nil, err
+		}
+		if n < 0 || n > math.MaxInt32 {
+			return nil, badRequest(name, codeInvalidValue, "'%s[%d]' is %d, not a token", name, i, n)
+		}
+		ids[i] = int(n)
+	}
+	return ids, nil
+}
+
+// intIn is an integer parameter within [lo, hi].
+func intIn(name string, raw json.RawMessage, lo, hi int64) (int, *apiError) {
 	n, err := asInt(name, raw)
 	if err != nil {
-		return err
+		return 0, err
 	}
-	if n < 1 || n > maxChoices {
-		return badRequest(name, codeInvalidValue, "'%s' must be between 1 and %d, not %d", name, maxChoices, n)
+	if n < lo || n > hi {
+		return 0, badRequest(name, codeInvalidValue, "'%s' must be between %d and %d, not %d", name, lo, hi, n)
 	}
-	p.n = int(n)
-	return nil
+	return int(n), nil
+}
+
+func parseN(p *genParams, name string, raw json.RawMessage) *apiError {
+	n, err := intIn(name, raw, 1, maxChoices)
+	p.n = n
+	return err
 }
 
 func parseBestOf(p *genParams, name string, raw json.RawMessage) *apiError {
-	n, err := asInt(name, raw)
-	if err != nil {
-		return err
-	}
-	if n < 1 || n > maxChoices {
-		return badRequest(name, codeInvalidValue, "'%s' must be between 1 and %d, not %d", name, maxChoices, n)
-	}
-	p.bestOf = int(n)
-	return nil
+	n, err := intIn(name, raw, 1, maxChoices)
+	p.bestOf = n
+	return err
 }
 
 func parseEcho(p *genParams, name string, raw json.RawMessage) *apiError {
@@ -481,22 +493,9 @@ func parseIgnoreEOS(p *genParams, name string, raw json.RawMessage) *apiError {
 // choice, like the model's own stop token. Their range is checked against
 // the vocabulary in prepare.
 func parseStopTokenIDs(p *genParams, name string, raw json.RawMessage) *apiError {
-	var items []json.RawMessage
-	if jsonKind(raw) != "an array" || json.Unmarshal(raw, &items) != nil {
-		return typeError(name, "an array of token ids", raw)
-	}
-	p.stopTokens = p.stopTokens[:0]
-	for i, it := range items {
-		n, err := asInt(fmt.Sprintf("%s[%d]", name, i), it)
-		if err != nil {
-			return err
-		}
-		if n < 0 || n > math.MaxInt32 {
-			return badRequest(name, codeInvalidValue, "'%s[%d]' is %d, not a token", name, i, n)
-		}
-		p.stopTokens = append(p.stopTokens, int(n))
-	}
-	return nil
+	ids, err := tokenList(name, raw)
+	p.stopTokens = ids
+	return err
 }
 
 // Roles the chat template takes; "developer" is OpenAI's newer "system".
@@ -752,15 +751,9 @@ func ignoreObject(_ *genParams, name string, raw json.RawMessage) *apiError {
 const maxLogprobs = 20
 
 func parseCompletionLogprobs(p *genParams, name string, raw json.RawMessage) *apiError {
-	n, err := asInt(name, raw)
-	if err != nil {
-		return err
-	}
-	if n < 0 || n > maxLogprobs {
-		return badRequest(name, codeInvalidValue, "'%s' must be between 0 and %d, not %d", name, maxLogprobs, n)
-	}
-	p.logprobs, p.topLogprobs = true, int(n)
-	return nil
+	n, err := intIn(name, raw, 0, maxLogprobs)
+	p.logprobs, p.topLogprobs = err == nil, n
+	return err
 }
 
 func parseChatLogprobs(p *genParams, name string, raw json.RawMessage) *apiError {
@@ -770,13 +763,7 @@ func parseChatLogprobs(p *genParams, name string, raw json.RawMessage) *apiError
 }
 
 func parseTopLogprobs(p *genParams, name string, raw json.RawMessage) *apiError {
-	n, err := asInt(name, raw)
-	if err != nil {
-		return err
-	}
-	if n < 0 || n > maxLogprobs {
-		return badRequest(name, codeInvalidValue, "'%s' must be between 0 and %d, not %d", name, maxLogprobs, n)
-	}
-	p.topLogprobs = int(n)
-	return nil
+	n, err := intIn(name, raw, 0, maxLogprobs)
+	p.topLogprobs = n
+	return err
 }

@@ -105,23 +105,11 @@ __device__ __forceinline__ bool better(float v, int i, float bv, int bi) {
 	return v > bv || (v == bv && i < bi);
 }
 
-// block_argmax is the first index of the maximum of row[0..v), as the CPU
-// device's argmax: each thread scans i = tid, tid+blockDim, ... keeping its
-// first maximum (strictly greater replaces), then pairs combine.
-__device__ int block_argmax(const float* row, int v, float* redf, int* redi) {
-	float bv = NEG_INF;
-	int bi = INT_MAX_;
-	if ((int)threadIdx.x < v) {
-		bv = row[threadIdx.x];
-		bi = threadIdx.x;
-	}
-	for (int i = threadIdx.x + blockDim.x; i < v; i += blockDim.x) {
-		float x = row[i];
-		if (x > bv) {
-			bv = x;
-			bi = i;
-		}
-	}
+// block_best combines every thread's (value, index) into the block's best
+// (better's order), in a fixed order: every thread gets it, its value in
+// *bv; an index no thread found (a row of NaNs) is 0.
+__device__ int block_best(float* bvp, int bi, float* redf, int* redi) {
+	float bv = *bvp;
 	for (int o = 16; o > 0; o >>= 1) {
 		float ov = __shfl_xor_sync(FULL_MASK, bv, o);
 		int oi = __shfl_xor_sync(FULL_MASK, bi, o);
@@ -146,7 +134,28 @@ __device__ int block_argmax(const float* row, int v, float* redf, int* redi) {
 		}
 	}
 	if (bi == INT_MAX_) bi = 0; // a row of NaNs
+	*bvp = bv;
 	return bi;
+}
+
+// block_argmax is the first index of the maximum of row[0..v), as the CPU
+// device's argmax: each thread scans i = tid, tid+blockDim, ... keeping its
+// first maximum (strictly greater replaces), then pairs combine.
+__device__ int block_argmax(const float* row, int v, float* redf, int* redi) {
+	float bv = NEG_INF;
+	int bi = INT_MAX_;
+	if ((int)threadIdx.x < v) {
+		bv = row[threadIdx.x];
+		bi = threadIdx.x;
+	}
+	for (int i = threadIdx.x + blockDim.x; i < v; i += blockDim.x) {
+		float x = row[i];
+		if (x > bv) {
+			bv = x;
+			bi = i;
+		}
+	}
+	return block_best(&bv, bi, redf, redi);
 }
 
 // ---------------------------------------------------------------------------
@@ -910,30 +919,7 @@ extern "C" __global__ void __launch_bounds__(256) k_logprobs(float* vals, int* i
 				bi = i;
 			}
 		}
-		for (int o = 16; o > 0; o >>= 1) {
-			float ov = __shfl_xor_sync(FULL_MASK, bv, o);
-			int oi = __shfl_xor_sync(FULL_MASK, bi, o);
-			if (better(ov, oi, bv, bi)) {
-				bv = ov;
-				bi = oi;
-			}
-		}
-		int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
-		__syncthreads();
-		if (lane == 0) {
-			redf[wid] = bv;
-			redi[wid] = bi;
-		}
-		__syncthreads();
-		bv = redf[0];
-		bi = redi[0];
-		for (int w = 1; w < nw; w++) {
-			if (better(redf[w], redi[w], bv, bi)) {
-				bv = redf[w];
-				bi = redi[w];
-			}
-		}
-		if (bi == INT_MAX_) bi = 0;
+		bi = block_best(&bv, bi, redf, redi);
 		if (threadIdx.x == 0) {
 			top[j] = bi;
 			out[1 + j] = row[bi] - m - lse;
