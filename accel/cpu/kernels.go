@@ -1129,22 +1129,30 @@ func runLogProbs(c *rcall, lo, hi int, _ *kctx) {
 		} else {
 			out[0] = float32(math.Inf(-1))
 		}
-		// top[:n] holds the best so far, by value then index.
+		// best[:n] holds the best so far, by value then index: worker-local,
+		// so the outputs are only ever written whole.
+		var buf [64]int32
+		best := buf[:0]
+		if k > len(buf) {
+			best = make([]int32, 0, k)
+		}
+		best = best[:k]
 		n := 0
 		for i, x := range row {
-			if n == k && !(x > row[top[k-1]]) {
+			if n == k && !(x > row[best[k-1]]) {
 				continue
 			}
 			j := min(n, k-1)
-			for j > 0 && x > row[top[j-1]] {
-				top[j] = top[j-1]
+			for j > 0 && x > row[best[j-1]] {
+				best[j] = best[j-1]
 				j--
 			}
-			top[j] = int32(i)
+			best[j] = int32(i)
 			n = min(n+1, k)
 		}
 		for j := 0; j < k; j++ {
-			out[1+j] = lp(int(top[j]))
+			top[j] = best[j]
+			out[1+j] = lp(int(best[j]))
 		}
 	}
 }
