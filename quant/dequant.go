@@ -14,16 +14,9 @@ import (
 // architecture), which is what ggml's reference gives compiled without
 // fused multiply-adds.
 func Dequantize(t Type, src []byte, dst []float32) error {
-	ti, ok := types[t]
-	if !ok {
-		return fmt.Errorf("%w %d", ErrUnknownType, uint32(t))
-	}
-	if len(dst)%ti.block != 0 {
-		return fmt.Errorf("%s: %d elements are not whole blocks of %d: %w", ti.name, len(dst), ti.block, ErrBlocks)
-	}
-	nb := len(dst) / ti.block
-	if len(src) != nb*ti.bytes {
-		return fmt.Errorf("%s: %d bytes for %d elements, want %d: %w", ti.name, len(src), len(dst), nb*ti.bytes, ErrBlocks)
+	ti, nb, err := blocksOf(t, len(dst), len(src))
+	if err != nil {
+		return err
 	}
 	var f func(b []byte, y []float32)
 	switch t {
@@ -271,4 +264,21 @@ func deqQ6_K(b []byte, y []float32) {
 		qh = qh[32:]
 		sc = sc[8:]
 	}
+}
+
+// blocksOf checks that elems elements of type t are whole blocks held in
+// exactly nbytes bytes, and returns t's layout and the block count.
+func blocksOf(t Type, elems, nbytes int) (typeInfo, int, error) {
+	ti, ok := types[t]
+	if !ok {
+		return ti, 0, fmt.Errorf("%w %d", ErrUnknownType, uint32(t))
+	}
+	if elems%ti.block != 0 {
+		return ti, 0, fmt.Errorf("%s: %d elements are not whole blocks of %d: %w", ti.name, elems, ti.block, ErrBlocks)
+	}
+	nb := elems / ti.block
+	if nbytes != nb*ti.bytes {
+		return ti, 0, fmt.Errorf("%s: %d bytes for %d elements, want %d: %w", ti.name, nbytes, elems, nb*ti.bytes, ErrBlocks)
+	}
+	return ti, nb, nil
 }

@@ -16,16 +16,9 @@ import (
 // Supported: F32, F16, BF16 (rounded to nearest even), Q4_0, Q4_1, Q5_0,
 // Q5_1, Q8_0, Q4_K, Q5_K, Q6_K.
 func Quantize(t Type, src []float32, dst []byte) error {
-	ti, ok := types[t]
-	if !ok {
-		return fmt.Errorf("%w %d", ErrUnknownType, uint32(t))
-	}
-	if len(src)%ti.block != 0 {
-		return fmt.Errorf("%s: %d elements are not whole blocks of %d: %w", ti.name, len(src), ti.block, ErrBlocks)
-	}
-	nb := len(src) / ti.block
-	if len(dst) != nb*ti.bytes {
-		return fmt.Errorf("%s: %d bytes for %d elements, want %d: %w", ti.name, len(dst), len(src), nb*ti.bytes, ErrBlocks)
+	ti, nb, err := blocksOf(t, len(src), len(dst))
+	if err != nil {
+		return err
 	}
 	var f func(x []float32, b []byte)
 	switch t {
