@@ -117,6 +117,26 @@ type WeightPacker interface {
 	PackWeights(weights ...Tensor) error
 }
 
+// HostAliaser is implemented by a device whose memory is the host's own
+// (the CPU device): instead of copying host bytes into a buffer of its own,
+// it can read them where they lie, so that a weight a file stores exactly
+// as the device would (a memory-mapped file's pages) is used in place, with
+// no copy and no fresh memory. A device without it, or one that declines
+// (an error wrapping ErrUnsupported), is given a copy (Alloc and an upload).
+//
+// An aliased buffer is read only: a kernel launch, a copy or an upload that
+// would write it fails with ErrInvalidArgument before anything runs, so the
+// device never writes the host's bytes (a read-only mapping would fault).
+type HostAliaser interface {
+	// AliasHost returns a buffer of len(b) bytes that reads b. The caller
+	// keeps b valid and unchanged until the device calls release, once:
+	// when the buffer is freed (Device.Free, not Stream.Free) or the device
+	// is closed. The bytes are charged to the device's memory like an
+	// allocation (ErrOutOfMemory when they do not fit). On error release is
+	// not called and the caller still owns b.
+	AliasHost(b []byte, release func()) (Buffer, error)
+}
+
 // Allocator exposes the caching allocator's accounting.
 type Allocator interface {
 	// Stats is a consistent snapshot of the allocator.

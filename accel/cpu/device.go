@@ -65,6 +65,7 @@ type Device struct {
 
 	mu      sync.Mutex
 	streams map[*stream]struct{}
+	aliases map[*mem]struct{} // host-aliased segments (alias.go)
 	nextID  int64
 	closed  bool
 }
@@ -99,7 +100,7 @@ func Open(opts accel.Options) (*Device, error) {
 			threads = runtime.GOMAXPROCS(0)
 		}
 	}
-	d := &Device{info: info(0), budget: budget, threads: threads, streams: map[*stream]struct{}{}}
+	d := &Device{info: info(0), budget: budget, threads: threads, streams: map[*stream]struct{}{}, aliases: map[*mem]struct{}{}}
 	d.deviceMemory = alloc.NewDeviceMemory(budget, source{d}, d.check)
 	d.packs.init(d)
 	d.work = newWorkers(d, threads)
@@ -241,6 +242,12 @@ func (s source) MemInfo() accel.MemInfo { return s.d.MemInfo() }
 // Free returns a buffer from Alloc, and drops the packed copy of any weights
 // it held (their memory goes back to the arena at once).
 func (d *Device) Free(b accel.Buffer) error {
+	if m, ok := b.Memory().(*mem); ok && m.readOnly {
+		if b.Offset() != 0 || b.Len() != m.Size() || !d.freeAlias(m) {
+			return fmt.Errorf("cpu: free %v: not a whole host-aliased buffer of this device: %w", b, accel.ErrInvalidArgument)
+		}
+		return nil
+	}
 	if m, off := memOf(b); m != nil && ownBuffer(b) {
 		d.packs.dropRange(m, off, b.Len())
 	}
@@ -290,6 +297,12 @@ func (d *Device) Close() error {
 	}
 	d.work.close()
 	d.packs.dropAll()
+	d.mu.Lock()
+	aliases := slices.Collect(maps.Keys(d.aliases))
+	d.mu.Unlock()
+	for _, m := range aliases {
+		d.freeAlias(m)
+	}
 	return nil
 }
 

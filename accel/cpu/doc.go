@@ -7,6 +7,12 @@
 // allocator, the memory of instantiated graphs and the packed copies of
 // weight matrices (below) are charged against it.
 //
+// A weight the caller holds in host memory exactly as the device stores it
+// (a memory-mapped model file's pages) can be used in place instead of
+// copied (AliasHost, accel.HostAliaser): the segment reads the caller's
+// bytes, is charged to the arena like any other, and is read only, every
+// launch or copy that would write it being refused (alias.go).
+//
 // Each stream runs its work on its own goroutine, so a launch returns before
 // the work runs and host planning overlaps device work, as on a GPU.
 //

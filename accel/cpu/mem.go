@@ -15,6 +15,10 @@ type mem struct {
 	// (see pack.go); nil when there are none, so that a write to a segment
 	// without any costs one atomic load.
 	packs atomic.Pointer[[]*packEntry]
+	// readOnly marks a segment that aliases the caller's host bytes
+	// (alias.go): never written, released through release.
+	readOnly bool
+	release  func()
 }
 
 func newMem(n int64) *mem { return &mem{b: make([]byte, n)} }

@@ -177,6 +177,11 @@ func (s *stream) Launch(c *accel.Call) error {
 			return fmt.Errorf("cpu: %s: operand %d is not CPU device memory: %w", c.Op, i, accel.ErrInvalidArgument)
 		}
 	}
+	for _, i := range c.Writes() {
+		if err := readOnlyErr(fmt.Sprintf("%s (operand %d)", c.Op, i), c.T[i].Buf); err != nil {
+			return err
+		}
+	}
 	if s.cap != nil {
 		s.cap.Nodes = append(s.cap.Nodes, node{kind: taskKernel, call: *c})
 		return nil
@@ -187,6 +192,9 @@ func (s *stream) Launch(c *accel.Call) error {
 func (s *stream) Copy(dst, src accel.Buffer) error {
 	if dst.Len() != src.Len() || !ownBuffer(dst) || !ownBuffer(src) {
 		return fmt.Errorf("cpu: copy %v <- %v: %w", dst, src, accel.ErrInvalidArgument)
+	}
+	if err := readOnlyErr("a copy", dst); err != nil {
+		return err
 	}
 	if s.cap != nil {
 		s.cap.Nodes = append(s.cap.Nodes, node{kind: taskCopy, dst: dst, src: src})
@@ -199,6 +207,9 @@ func (s *stream) Copy(dst, src accel.Buffer) error {
 func (s *stream) CopyHtoD(dst accel.Buffer, src accel.HostBuffer) error {
 	if dst.Len() != src.Len() || !ownBuffer(dst) || src.IsNil() {
 		return fmt.Errorf("cpu: copy %v <- host(%d bytes): %w", dst, src.Len(), accel.ErrInvalidArgument)
+	}
+	if err := readOnlyErr("a host-to-device copy", dst); err != nil {
+		return err
 	}
 	if s.cap != nil {
 		s.cap.Nodes = append(s.cap.Nodes, node{kind: taskCopy, dst: dst, hsrc: src})
@@ -271,6 +282,9 @@ func (s *stream) Alloc(n int64) (accel.Buffer, error) {
 // Free returns a block in stream order. The allocator reuses it at once for
 // this stream's later allocations, which run after everything enqueued so far.
 func (s *stream) Free(b accel.Buffer) error {
+	if m, ok := b.Memory().(*mem); ok && m.readOnly {
+		return fmt.Errorf("cpu: stream %d: free %v: a host-aliased buffer is freed with Device.Free: %w", s.id, b, accel.ErrInvalidArgument)
+	}
 	return s.d.Caching().Free(b)
 }
 

@@ -863,6 +863,17 @@ func (f *File) KeysWithPrefix(prefix string) []string {
 	return ks
 }
 
+// Retain keeps b, tensor bytes from Data, valid past Close until release
+// is called, with its pages read in now, for a device that reads them in
+// place (see mapped.File.Retain). ok is false for a closed file, one from
+// Parse, or bytes that are not the file's.
+func (f *File) Retain(b []byte) (release func(), ok bool) {
+	if f.m == nil {
+		return nil, false
+	}
+	return f.m.Retain(b)
+}
+
 // Drop tells the system that a tensor's pages may leave this process's
 // resident memory (they stay in the page cache): a loader calls it once the
 // tensor is on the device. The bytes stay readable.

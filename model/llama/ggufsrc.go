@@ -191,6 +191,9 @@ func (g *ggufWeights) Done(w Weight) {
 	}
 }
 
+// Retain implements Retainer.
+func (g *ggufWeights) Retain(w Weight) (func(), bool) { return g.f.Retain(w.Data) }
+
 // Unused lists the file's tensors no role asked for (see HFWeights.Unused).
 func (g *ggufWeights) Unused() []string {
 	var u []string

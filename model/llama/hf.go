@@ -399,6 +399,15 @@ func (h *HFWeights) Done(w Weight) {
 	}
 }
 
+// Retain implements Retainer.
+func (h *HFWeights) Retain(w Weight) (func(), bool) {
+	_, f, ok := h.st.Tensor(w.Name)
+	if !ok {
+		return nil, false
+	}
+	return f.Retain(w.Data)
+}
+
 // Unused lists the directory's tensors no role has asked for (after a
 // load): a tensor the loader does not know could be maths it would skip.
 func (h *HFWeights) Unused() []string {

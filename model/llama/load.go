@@ -134,6 +134,14 @@ type configured struct {
 
 func (c configured) Config() Config { return c.cfg }
 
+// Retain passes Retainer through.
+func (c configured) Retain(w Weight) (func(), bool) {
+	if r, ok := c.Weights.(Retainer); ok {
+		return r.Retain(w)
+	}
+	return nil, false
+}
+
 // OpenSource opens what a Source names, without touching a device.
 func OpenSource(src Source) (*Loaded, error) {
 	l, err := openSource(src)
@@ -275,7 +283,9 @@ func Load(src Source) (*llama2c.Checkpoint, *llama2c.Tokenizer, string, error) {
 }
 
 // Open loads a Source onto dev: each tensor is uploaded once from the
-// file's mapping, which is released before Open returns.
+// file's mapping, which is released before Open returns, but for the pages
+// of tensors the device reads in place (see NewFrom), which stay mapped
+// until the model is closed.
 func Open(dev accel.Device, src Source, opts Options) (*Model, *llama2c.Tokenizer, error) {
 	m, l, err := OpenLoaded(dev, src, opts)
 	if err != nil {

@@ -39,19 +39,45 @@ func TestLoad1B(t *testing.T) {
 	if _, err := os.Stat(ggufPath); err != nil {
 		writeSynthetic1B(t, c, hfDir, ggufPath)
 	}
+	// Each file loaded both ways, in one run: uploading a copy of every
+	// tensor (what a device that cannot read host memory in place gets),
+	// and as the CPU device loads it, reading the tensors the file stores
+	// as it would in place.
 	for _, p := range []string{hfDir, ggufPath} {
-		cmd := exec.Command(os.Args[0], "-test.run=^TestLoadProbe$", "-test.v")
-		cmd.Env = append(os.Environ(), envLoadProbe+"="+p)
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("%s: %v\n%s", p, err, out)
-		}
-		for _, l := range strings.Split(string(out), "\n") {
-			if strings.Contains(l, "load:") {
-				t.Log(strings.TrimSpace(l))
+		for _, mode := range []string{probeCopy, probeInPlace} {
+			cmd := exec.Command(os.Args[0], "-test.run=^TestLoadProbe$", "-test.v")
+			cmd.Env = append(os.Environ(), envLoadProbe+"="+p, envLoadProbeMode+"="+mode)
+			out, err := cmd.CombinedOutput()
+			if err != nil {
+				t.Fatalf("%s: %v\n%s", p, err, out)
+			}
+			for _, l := range strings.Split(string(out), "\n") {
+				if strings.Contains(l, "load:") {
+					t.Log(strings.TrimSpace(l))
+				}
 			}
 		}
 	}
+}
+
+// envLoadProbeMode says how the probe loads: probeCopy or probeInPlace.
+const envLoadProbeMode = "REPRISE_LOAD_PROBE_MODE"
+
+const (
+	probeCopy    = "copy"
+	probeInPlace = "in-place"
+)
+
+// uploadOnly is a device that does not read host memory in place (its
+// HostAliaser is hidden), so that every tensor is uploaded: the load as
+// before zero-copy loading, or as a GPU gets it. It keeps packing weights.
+type uploadOnly struct{ accel.Device }
+
+func (u uploadOnly) PackWeights(ts ...accel.Tensor) error {
+	if p, ok := u.Device.(accel.WeightPacker); ok {
+		return p.PackWeights(ts...)
+	}
+	return nil
 }
 
 // writeSynthetic1B writes seeded small bf16 values in both layouts.
@@ -167,6 +193,10 @@ func TestLoadProbe(t *testing.T) {
 	dev, err := accel.Open("cpu", 0, accel.Options{MemoryLimit: 6 << 30})
 	must(t, err)
 	defer dev.Close()
+	mode := os.Getenv(envLoadProbeMode)
+	if mode == probeCopy {
+		dev = uploadOnly{dev}
+	}
 	s, err := dev.NewStream()
 	must(t, err)
 	defer s.Close()
@@ -191,8 +221,11 @@ func TestLoadProbe(t *testing.T) {
 	peak := statusKB(t, "VmHWM")
 	mi := dev.MemInfo()
 	used := mi.Total - mi.Free
-	t.Logf("load: %s: %d bytes; read from page cache %.2fs (into fresh memory %.2fs); load %.2fs (%.2fx, %.2fx); weights on the device %d MiB (%d MiB with the CPU device's packed copies); peak RSS during load %d MiB above the %d MiB before (%.2fx the device's bytes)",
-		filepath.Base(p), fileBytes, readTime.Seconds(), freshTime.Seconds(), loadTime.Seconds(), loadTime.Seconds()/readTime.Seconds(), loadTime.Seconds()/freshTime.Seconds(),
-		m.Info().WeightBytes>>20, used>>20, (peak-base)>>10, base>>10, float64((peak-base)<<10)/float64(used))
+	if inPlace := m.InPlaceBytes(); (mode == probeCopy) != (inPlace == 0) {
+		t.Fatalf("%s load: %d bytes read in place", mode, inPlace)
+	}
+	t.Logf("load: %s, %s: %d bytes; read from page cache %.2fs (into fresh memory %.2fs); load %.2fs (%.2fx, %.2fx); weights on the device %d MiB, %d MiB of them read in place (%d MiB with the CPU device's packed copies); peak RSS during load %d MiB above the %d MiB before (%.2fx the device's bytes)",
+		filepath.Base(p), mode, fileBytes, readTime.Seconds(), freshTime.Seconds(), loadTime.Seconds(), loadTime.Seconds()/readTime.Seconds(), loadTime.Seconds()/freshTime.Seconds(),
+		m.Info().WeightBytes>>20, m.InPlaceBytes()>>20, used>>20, (peak-base)>>10, base>>10, float64((peak-base)<<10)/float64(used))
 	m.Close()
 }

@@ -74,6 +74,7 @@ type Model struct {
 	bufs    []accel.Buffer
 	params  int64
 	wbytes  int64
+	aliased int64 // of wbytes, read in place from the source's host memory
 	configs []*graph.Config
 	regions []engine.Region
 }
@@ -95,7 +96,12 @@ func New(dev accel.Device, s accel.Stream, ck *llama2c.Checkpoint, opts Options)
 
 // NewFrom uploads the weights of any source to dev (through stream s), each
 // tensor once, converted into the Options' storage on its way through two
-// bounded staging buffers. The source stays open (the caller closes it).
+// bounded staging buffers. A tensor the source holds exactly as the device
+// stores it (same type, nothing to permute) is not copied where the device
+// reads host memory in place (accel.HostAliaser) and the source can keep
+// its bytes (Retainer): the device uses the file's mapped pages, which stay
+// mapped until the model is closed, whenever the caller closes the source.
+// The source stays open (the caller closes it).
 func NewFrom(dev accel.Device, s accel.Stream, ws Weights, opts Options) (*Model, error) {
 	cfg := ws.Config()
 	if err := cfg.Check(); err != nil {
@@ -154,7 +160,23 @@ func NewFrom(dev accel.Device, s accel.Stream, ws Weights, opts Options) (*Model
 		if w, dt, err = plan.storage(w, role, dt); err != nil {
 			return accel.Tensor{}, err
 		}
-		b, err := dev.Alloc(int64(rows) * dt.RowBytes(cols))
+		n := int64(rows) * dt.RowBytes(cols)
+		verbatim, err := u.check(w, dt, n)
+		if err != nil {
+			return accel.Tensor{}, err
+		}
+		// A weight the file holds exactly as the device stores it is read
+		// in place where the device can (the CPU device: the file's
+		// mapped pages, kept until the model is closed); any other is
+		// converted into device memory of its own.
+		var b accel.Buffer
+		aliased := false
+		if verbatim {
+			b, aliased, err = alias(dev, ws, w)
+		}
+		if !aliased && err == nil {
+			b, err = dev.Alloc(n)
+		}
 		if errors.Is(err, accel.ErrOutOfMemory) {
 			// Said in the user's terms, not the allocator's.
 			now := dev.MemInfo()
@@ -167,11 +189,15 @@ func NewFrom(dev accel.Device, s accel.Stream, ws Weights, opts Options) (*Model
 			return accel.Tensor{}, fmt.Errorf("llama: weights: %s: %w", name, err)
 		}
 		m.bufs = append(m.bufs, b)
-		if err := u.upload(b, w, dt); err != nil {
-			return accel.Tensor{}, err
-		}
-		ws.Done(w)
 		m.wbytes += b.Len()
+		if aliased {
+			m.aliased += b.Len()
+		} else {
+			if err := u.upload(b, w, dt); err != nil {
+				return accel.Tensor{}, err
+			}
+			ws.Done(w)
+		}
 		return accel.Tensor{Buf: b, DType: dt, Rows: rows, Cols: cols}, nil
 	}
 	d, h, qd, kvd, v := cfg.Dim, cfg.Hidden, cfg.QDim(), cfg.KVDim(), cfg.Vocab
@@ -313,6 +339,10 @@ func (m *Model) Close() {
 
 // Config is the model's shape.
 func (m *Model) Config() Config { return m.cfg }
+
+// InPlaceBytes is how many of the weights' bytes on the device are the
+// source's own host memory, read in place rather than copied (see NewFrom).
+func (m *Model) InPlaceBytes() int64 { return m.aliased }
 
 // Info implements engine.Model.
 func (m *Model) Info() engine.ModelInfo {

@@ -2,6 +2,7 @@ package llama
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math"
 
@@ -36,31 +37,74 @@ func newUploader(dev accel.Device, s accel.Stream, headDim int) (*uploader, erro
 
 func (u *uploader) close() { u.st.Close() }
 
+// alias gives the device w's own bytes to read in place, when the device
+// can (accel.HostAliaser) and the source can keep them (Retainer): the
+// weight then costs neither a copy nor fresh memory. ok false (and no
+// error) means "upload a copy"; an error is the device's (out of memory).
+func alias(dev accel.Device, ws Weights, w Weight) (b accel.Buffer, ok bool, err error) {
+	a, ok1 := dev.(accel.HostAliaser)
+	r, ok2 := ws.(Retainer)
+	if !ok1 || !ok2 {
+		return accel.Buffer{}, false, nil
+	}
+	release, ok := r.Retain(w)
+	if !ok {
+		return accel.Buffer{}, false, nil
+	}
+	if b, err = a.AliasHost(w.Data, release); err != nil {
+		release()
+		if errors.Is(err, accel.ErrUnsupported) {
+			return accel.Buffer{}, false, nil
+		}
+		return accel.Buffer{}, false, err
+	}
+	return b, true, nil
+}
+
 // where names a weight in errors.
 func where(w Weight) string { return fmt.Sprintf("tensor %q of %s", w.Name, w.File) }
 
-// upload writes w, converted to dt, into dst (dst.Len() bytes).
-func (u *uploader) upload(dst accel.Buffer, w Weight, dt accel.DType) error {
+// check validates w against the n bytes it takes as dt on the device, and
+// says whether the file's bytes are already those bytes (verbatim: the same
+// type, nothing to permute), which a device that reads host memory in
+// place can use as they are.
+func (u *uploader) check(w Weight, dt accel.DType, n int64) (verbatim bool, err error) {
 	cols, rows := w.Cols, w.Rows
-	if int64(rows)*dt.RowBytes(cols) != dst.Len() {
-		return fmt.Errorf("llama: %s: %d×%d does not fill %d bytes", where(w), rows, cols, dst.Len())
+	if int64(rows)*dt.RowBytes(cols) != n {
+		return false, fmt.Errorf("llama: %s: %d×%d does not fill %d bytes", where(w), rows, cols, n)
 	}
 	be, bb := w.Type.BlockSize()
 	if be == 0 || cols%int(be) != 0 {
-		return fmt.Errorf("llama: %s: ggml type %v with rows of %d", where(w), w.Type, cols)
+		return false, fmt.Errorf("llama: %s: ggml type %v with rows of %d", where(w), w.Type, cols)
 	}
 	srcRow := cols / int(be) * int(bb)
 	if int64(len(w.Data)) != int64(rows)*int64(srcRow) {
-		return fmt.Errorf("llama: %s: %d bytes, want %d for %v %d×%d", where(w), len(w.Data), int64(rows)*int64(srcRow), w.Type, rows, cols)
+		return false, fmt.Errorf("llama: %s: %d bytes, want %d for %v %d×%d", where(w), len(w.Data), int64(rows)*int64(srcRow), w.Type, rows, cols)
 	}
+	if w.RotateHalf && ((rows > 1 && rows%u.headDim != 0) || (rows == 1 && cols%u.headDim != 0)) {
+		return false, fmt.Errorf("llama: %s: %d×%d is not whole heads of %d", where(w), rows, cols, u.headDim)
+	}
+	return !w.RotateHalf && sameEncoding(w.Type, dt), nil
+}
+
+// sameEncoding reports whether a file's type t stores rows exactly as dt.
+func sameEncoding(t gguf.GGMLType, dt accel.DType) bool {
+	qt, quantized := dt.Quant()
+	return (t == gguf.F32 && dt == accel.F32) || (t == gguf.BF16 && dt == accel.BF16) || (quantized && t == gguf.GGMLType(qt))
+}
+
+// upload writes w, converted to dt, into dst (dst.Len() bytes).
+func (u *uploader) upload(dst accel.Buffer, w Weight, dt accel.DType) error {
+	if _, err := u.check(w, dt, dst.Len()); err != nil {
+		return err
+	}
+	cols, rows := w.Cols, w.Rows
+	be, bb := w.Type.BlockSize()
+	srcRow := cols / int(be) * int(bb)
 	permRows := w.RotateHalf && rows > 1
 	permCols := w.RotateHalf && rows == 1
-	if w.RotateHalf && ((permRows && rows%u.headDim != 0) || (permCols && cols%u.headDim != 0)) {
-		return fmt.Errorf("llama: %s: %d×%d is not whole heads of %d", where(w), rows, cols, u.headDim)
-	}
 	qt, quantized := dt.Quant()
-	same := !permCols && ((w.Type == gguf.F32 && dt == accel.F32) || (w.Type == gguf.BF16 && dt == accel.BF16) ||
-		(quantized && w.Type == gguf.GGMLType(qt)))
+	same := !permCols && sameEncoding(w.Type, dt)
 	dstRow := int(dt.RowBytes(cols))
 	per := max(1, stageBytes/dstRow)
 	if permRows {

@@ -67,6 +67,17 @@ type Weights interface {
 	Close() error
 }
 
+// Retainer is implemented by a Weights whose tensors' bytes can outlive
+// it: the pages of a memory-mapped file. Retain keeps w.Data valid and
+// unchanged past Close until release is called, with its pages read in
+// now; the loader uses it to let a device that reads host memory in place
+// (accel.HostAliaser) keep a weight the file stores exactly as the device
+// would, instead of a copy. ok is false where it cannot; then the weight is
+// uploaded.
+type Retainer interface {
+	Retain(w Weight) (release func(), ok bool)
+}
+
 // checkpointWeights serves a llama2.c checkpoint's float32 arrays.
 type checkpointWeights struct {
 	ck  *llama2c.Checkpoint

@@ -241,6 +241,17 @@ func (f *File) Data(t Tensor) []byte {
 	return f.data[t.Offset : t.Offset+t.Size : t.Offset+t.Size]
 }
 
+// Retain keeps b, tensor bytes from Data, valid past Close until release
+// is called, with its pages read in now, for a device that reads them in
+// place (see mapped.File.Retain). ok is false for a closed file, one from
+// Parse, or bytes that are not the file's.
+func (f *File) Retain(b []byte) (release func(), ok bool) {
+	if f.m == nil {
+		return nil, false
+	}
+	return f.m.Retain(b)
+}
+
 // Drop lets a tensor's pages leave resident memory (see mapped.File.Drop).
 func (f *File) Drop(t Tensor) {
 	if f.m != nil {

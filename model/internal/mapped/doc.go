@@ -4,5 +4,8 @@
 // by the file's size as stat reports it, elsewhere.
 //
 // Invariants: the slice is never written; it is valid until Close, and a
-// slice of it must not be used after Close (on Unix the pages are unmapped).
+// slice of it must not be used after Close (on Unix the pages are unmapped),
+// except a slice Retain kept, which stays mapped until its release (the
+// last of Close and the releases unmaps). Drop is never called on the pages
+// of a retained slice.
 package mapped

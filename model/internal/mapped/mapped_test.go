@@ -56,3 +56,45 @@ func TestOpenDevZero(t *testing.T) {
 		t.Fatal("/dev/zero opened")
 	}
 }
+
+// TestRetain: a retained slice outlives Close until its release (the last
+// one unmaps), a release counts once, and nothing is retained from a
+// closed file or outside its bytes.
+func TestRetain(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "f")
+	want := bytes.Repeat([]byte("weights!"), 3*os.Getpagesize())
+	if err := os.WriteFile(p, want, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f, err := Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := f.Data[10:5000], f.Data[8000:]
+	relA, ok1 := f.Retain(a)
+	relB, ok2 := f.Retain(b)
+	if !ok1 || !ok2 {
+		t.Fatal("Retain refused slices of the file")
+	}
+	if _, ok := f.Retain(append([]byte(nil), a...)); ok {
+		t.Error("retained bytes that are not the file's")
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := f.Retain(a); ok {
+		t.Error("retained a slice of a closed file")
+	}
+	relA()
+	relA() // a second call does nothing: b's pages are still mapped
+	if !bytes.Equal(b, want[8000:]) {
+		t.Fatal("a retained slice changed after Close")
+	}
+	if f.all == nil {
+		t.Fatal("unmapped while a slice is retained")
+	}
+	relB()
+	if f.all != nil {
+		t.Error("the last release did not unmap")
+	}
+}
