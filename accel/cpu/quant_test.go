@@ -47,7 +47,7 @@ var quantDTypes = []accel.DType{accel.Q8_0, accel.Q4_0, accel.Q4_K, accel.Q6_K}
 func TestQuantMatMul(t *testing.T) {
 	r := rand.New(rand.NewPCG(5, 6))
 	for _, dt := range quantDTypes {
-		for _, sh := range [][3]int{{1, 16, 256}, {3, 40, 512}, {5, 33, 768}} {
+		for _, sh := range [][3]int{{1, 16, 256}, {3, 40, 512}, {5, 33, 768}, {9, 48, 256}} {
 			T, out, in := sh[0], sh[1], sh[2]
 			t.Run(fmt.Sprintf("%s/%dx%dx%d", dt, T, out, in), func(t *testing.T) {
 				c, x, wd := quantCall(t, r, dt, T, out, in)
