@@ -84,7 +84,7 @@ type kctx struct {
 	sums4 [4]float32
 	smp   sampleScratch
 	rope  []float32 // RoPE frequencies, cos and sin
-	tail  [3 * panelWidth]float32
+	tail  [4 * panelWidth]float32
 	qa    qacts // quantized matmul: this piece's rows of x, quantized
 }
 

@@ -8,6 +8,7 @@ import (
 
 	"github.com/reprise-ml/reprise/accel"
 	"github.com/reprise-ml/reprise/accel/acceltest"
+	"github.com/reprise-ml/reprise/quant"
 )
 
 // A Llama-shaped decoder built directly on the launcher, for the tests that
@@ -95,7 +96,18 @@ func newDecoder(tb testing.TB, e *acceltest.Env, sh modelShape, wdt accel.DType,
 			m.wbytes += int64(4 * len(v))
 			return e.F32(v, rows, cols)
 		}
-		data := bf16Bytes(v)
+		if dt.BlockSize() > 1 && cols%dt.BlockSize() != 0 {
+			dt = accel.Q4_0 // as the model stores a K-quant's misfit rows
+		}
+		var data []byte
+		if qt, ok := dt.Quant(); ok {
+			data = make([]byte, int64(rows)*dt.RowBytes(cols))
+			if err := quant.Quantize(qt, v, data); err != nil {
+				tb.Fatal(err)
+			}
+		} else {
+			data = bf16Bytes(v)
+		}
 		b, err := e.Dev.Alloc(int64(len(data)))
 		if err != nil {
 			tb.Fatal(err)
@@ -104,7 +116,7 @@ func newDecoder(tb testing.TB, e *acceltest.Env, sh modelShape, wdt accel.DType,
 			tb.Fatal(err)
 		}
 		m.wbytes += int64(len(data))
-		return accel.Tensor{Buf: b, DType: accel.BF16, Rows: rows, Cols: cols}
+		return accel.Tensor{Buf: b, DType: dt, Rows: rows, Cols: cols}
 	}
 	ones := func(n int) accel.Tensor {
 		v := append([]float32(nil), rnd(n, 0.1)...)

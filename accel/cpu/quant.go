@@ -38,6 +38,11 @@ type qacts struct {
 	qx []int8
 	dx []float32
 	sx []int32
+	// The vector quantization's scratch: each block's extremes and the
+	// inverse of its scale (quant_acts_amd64.go).
+	ext  []int32
+	inv  []float32
+	slow []int32 // blocks left to the scalar functions
 }
 
 // quantVec: the quantized matmul's vector kernels are on (quant_amd64.go
@@ -54,31 +59,34 @@ func grow[T any](s []T, n int) []T {
 // kBlocks reports whether dt quantizes x with Q8_K numerics (K-quants).
 func kBlocks(dt accel.DType) bool { return dt == accel.Q4_K || dt == accel.Q6_K }
 
-// quantizeActs fills a with rows [t0, t1) of x (in columns).
+// quantizeActs fills a with rows [t0, t1) of x (in columns): on the vector
+// kernels where they run (the same bits), else block by block.
 //
 //go:norace
 func quantizeActs(a *qacts, x []float32, in, t0, t1 int, k bool) {
 	n := t1 - t0
-	a.qx = grow(a.qx, n*in)
+	bl := quant.QK
 	if k {
-		a.dx = grow(a.dx, n*in/quant.QKK)
+		bl = quant.QKK
+	}
+	a.qx = grow(a.qx, n*in)
+	a.dx = grow(a.dx, n*in/bl)
+	if k {
 		a.sx = grow(a.sx, n*in/16)
-		for t := 0; t < n; t++ {
-			xr := x[(t0+t)*in : (t0+t+1)*in]
-			for b := 0; b < in/quant.QKK; b++ {
-				o := t*in + b*quant.QKK
-				a.dx[o/quant.QKK] = quantRowQ8K(xr[b*quant.QKK:(b+1)*quant.QKK], a.qx[o:o+quant.QKK], a.sx[o/16:o/16+16])
-			}
-		}
+	} else {
+		a.sx = grow(a.sx, n*in/quant.QK)
+	}
+	// Rows are whole blocks: the rows are one run of blocks.
+	xs := x[t0*in : t1*in]
+	if quantVec.Load() && quantActsVec(a, xs, k) {
 		return
 	}
-	a.dx = grow(a.dx, n*in/quant.QK)
-	a.sx = grow(a.sx, n*in/quant.QK)
-	for t := 0; t < n; t++ {
-		xr := x[(t0+t)*in : (t0+t+1)*in]
-		for b := 0; b < in/quant.QK; b++ {
-			o := t*in + b*quant.QK
-			a.dx[o/quant.QK], a.sx[o/quant.QK] = quantRowQ8_0(xr[b*quant.QK:(b+1)*quant.QK], a.qx[o:o+quant.QK])
+	for b := 0; b < len(xs)/bl; b++ {
+		xb, qb := xs[b*bl:(b+1)*bl], a.qx[b*bl:(b+1)*bl]
+		if k {
+			a.dx[b] = quantRowQ8K(xb, qb, a.sx[16*b:16*b+16])
+		} else {
+			a.dx[b], a.sx[b] = quantRowQ8_0(xb, qb)
 		}
 	}
 }

@@ -39,11 +39,12 @@ func runMatMulQuantVec(c *rcall, a *qacts, p *packed, lo, hi, t0, t1 int, k *kct
 		return false
 	}
 	var kern qKernel
+	var kern4 qKernel4
 	switch p.dt {
 	case accel.Q4_0:
-		kern = mmQ4_0
+		kern, kern4 = mmQ4_0, mmQ4_0x4
 	case accel.Q8_0:
-		kern = mmQ8_0
+		kern, kern4 = mmQ8_0, mmQ8_0x4
 	case accel.Q4_K:
 		kern = mmQ4_K
 	case accel.Q6_K:
@@ -57,18 +58,38 @@ func runMatMulQuantVec(c *rcall, a *qacts, p *packed, lo, hi, t0, t1 int, k *kct
 		ns = in / 16
 	}
 	yf := y.f32()
-	for t := t0; t < t1; t++ {
-		r := t - t0
-		qx := unsafe.Pointer(&a.qx[r*in])
-		dx := unsafe.Pointer(&a.dx[r*nb])
-		sx := unsafe.Pointer(&a.sx[r*ns])
-		for pn := lo; pn < hi; pn++ {
-			o0 := pn * panelWidth
-			if o0+panelWidth <= out {
-				kern(unsafe.Pointer(&yf[t*out+o0]), qx, dx, sx, p.panel(pn), nb)
+	ys := uintptr(out) * 4
+	// Panel by panel, so that a panel's weights stay in the nearest cache
+	// for every row; four rows at a time where there is a four-row kernel.
+	for pn := lo; pn < hi; pn++ {
+		o0 := pn * panelWidth
+		full := o0+panelWidth <= out
+		wp := p.panel(pn)
+		t := t0
+		for ; kern4 != nil && t+4 <= t1; t += 4 {
+			r := t - t0
+			qx := unsafe.Pointer(&a.qx[r*in])
+			dx := unsafe.Pointer(&a.dx[r*nb])
+			sx := unsafe.Pointer(&a.sx[r*ns])
+			if full {
+				kern4(unsafe.Pointer(&yf[t*out+o0]), ys, qx, uintptr(in), dx, sx, uintptr(nb)*4, uintptr(ns)*4, wp, nb)
 				continue
 			}
-			kern(unsafe.Pointer(&k.tail[0]), qx, dx, sx, p.panel(pn), nb)
+			kern4(unsafe.Pointer(&k.tail[0]), panelWidth*4, qx, uintptr(in), dx, sx, uintptr(nb)*4, uintptr(ns)*4, wp, nb)
+			for i := 0; i < 4; i++ {
+				copyF32(yf[(t+i)*out+o0:(t+i+1)*out], k.tail[i*panelWidth:i*panelWidth+out-o0])
+			}
+		}
+		for ; t < t1; t++ {
+			r := t - t0
+			qx := unsafe.Pointer(&a.qx[r*in])
+			dx := unsafe.Pointer(&a.dx[r*nb])
+			sx := unsafe.Pointer(&a.sx[r*ns])
+			if full {
+				kern(unsafe.Pointer(&yf[t*out+o0]), qx, dx, sx, wp, nb)
+				continue
+			}
+			kern(unsafe.Pointer(&k.tail[0]), qx, dx, sx, wp, nb)
 			copyF32(yf[t*out+o0:(t+1)*out], k.tail[:out-o0])
 		}
 	}

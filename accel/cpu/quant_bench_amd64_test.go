@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"simd/archsimd"
 	"testing"
+	"time"
 	"unsafe"
 
 	"github.com/reprise-ml/reprise/accel"
@@ -54,28 +55,38 @@ func mmQ4_0Widen(y, x, w unsafe.Pointer, nb int) {
 }
 
 // BenchmarkQuantMatMulKernel times the quantized matmul on one thread for
-// the 25M model's shapes (in x out) at T rows: the AVX2 integer kernels on
+// the 25M and 110M models' shapes (in x out) at T rows: the AVX2 integer kernels on
 // packed panels (8-bit x), the plain-Go kernels on ggml's blocks, and, for
 // Q4_0, the weights widened to float32 in registers (mmQ4_0Widen). GMAC/s
 // counts one multiply-add per weight and row; x's quantization is included
-// where it is needed.
+// where it is needed; GMAC/cpu-s divides by the process's CPU time instead
+// of the wall time (steadier on a shared machine).
 func BenchmarkQuantMatMulKernel(b *testing.B) {
 	if !quantVecBuilt {
 		b.Skip("no quantized vector kernels here")
 	}
 	r := rand.New(rand.NewPCG(1, 2))
-	for _, sh := range [][2]int{{512, 512}, {512, 1376}, {1376, 512}} {
-		for _, T := range []int{1, 16} {
-			for _, dt := range []accel.DType{accel.Q8_0, accel.Q4_0} {
+	for _, sh := range [][2]int{{512, 512}, {512, 1376}, {1376, 512}, {768, 2048}, {2048, 768}} {
+		for _, T := range []int{1, 16, 64} {
+			for _, dt := range quantDTypes {
 				in, out := sh[0], sh[1]
+				if in%dt.BlockSize() != 0 {
+					continue
+				}
 				c, _, _ := quantCall(b, r, dt, T, out, in)
 				p := packWeights(c.o[2])
 				k := &kctx{}
 				units := (out + panelWidth - 1) / panelWidth
+				var cpu0 time.Duration
 				report := func(b *testing.B) {
 					b.ReportMetric(float64(T*in*out)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GMAC/s")
+					if c := processCPU() - cpu0; c > 0 {
+						// per CPU second: robust to a shared machine's load
+						b.ReportMetric(float64(T*in*out)*float64(b.N)/c.Seconds()/1e9, "GMAC/cpu-s")
+					}
 				}
 				b.Run(fmt.Sprintf("%s/%dx%d/T%d/int-avx2", dt, in, out, T), func(b *testing.B) {
+					cpu0 = processCPU()
 					for i := 0; i < b.N; i++ {
 						quantizeActs(&k.qa, c.o[1].f32(), in, 0, T, false)
 						runMatMulQuantVec(c, &k.qa, p, 0, units, 0, T, k)
@@ -86,6 +97,7 @@ func BenchmarkQuantMatMulKernel(b *testing.B) {
 					old := quantVec.Load()
 					quantVec.Store(false)
 					defer quantVec.Store(old)
+					cpu0 = processCPU()
 					for i := 0; i < b.N; i++ {
 						runMatMulQuant(c, 0, units, 0, T, k)
 					}
@@ -96,6 +108,7 @@ func BenchmarkQuantMatMulKernel(b *testing.B) {
 				}
 				b.Run(fmt.Sprintf("%s/%dx%d/T%d/widen-avx2", dt, in, out, T), func(b *testing.B) {
 					x, y := c.o[1].f32(), c.o[0].f32()
+					cpu0 = processCPU()
 					for i := 0; i < b.N; i++ {
 						for t := 0; t < T; t++ {
 							for pn := 0; pn < out/panelWidth; pn++ {

@@ -7,3 +7,6 @@ const quantVecBuilt = false
 
 // runMatMulQuantVec: no vector kernels in this build.
 func runMatMulQuantVec(c *rcall, a *qacts, p *packed, lo, hi, t0, t1 int, k *kctx) bool { return false }
+
+// quantActsVec: no vector kernels in this build.
+func quantActsVec(a *qacts, x []float32, k bool) bool { return false }

@@ -90,3 +90,26 @@ func BenchmarkRoofline(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkStepQuant times the 25M shape's decode step (batch 1 and 64,
+// replayed) and its 512-token prefill (replayed) with quantized weights
+// (the embedding and classifier stay float32; Q4_K's and Q6_K's w2, whose
+// 1376 inputs are not whole super-blocks, is Q4_0).
+// `GOEXPERIMENT=simd go test -run XXX -bench StepQuant ./accel/cpu`
+func BenchmarkStepQuant(b *testing.B) {
+	for _, wdt := range []accel.DType{accel.Q8_0, accel.Q4_0, accel.Q4_K, accel.Q6_K} {
+		for _, c := range [][2]int{{1, 1}, {64, 64}, {512, 1}} {
+			T, R := c[0], c[1]
+			name := fmt.Sprintf("25M/%s/bs%d", wdt, T)
+			ctx := 64
+			if R == 1 && T > 1 {
+				name, ctx = fmt.Sprintf("25M/%s/T%d", wdt, T), T
+			}
+			b.Run(name, func(b *testing.B) {
+				e := acceltest.Open(b, "cpu", accel.Options{})
+				d := newDecoder(b, e, shape25M, wdt, T, R, ctx)
+				benchSteps(b, d, "replay")
+			})
+		}
+	}
+}
