@@ -35,7 +35,11 @@ type fakeNode struct {
 	fail      map[SlotSpec]string // "error", "panic", "sync" or "diverge" at capture
 	failWarm  map[SlotSpec]bool   // fail the warm-up instead
 	blocked   []string
-	extraRows bool // also give an input "rowinfo" [1, bs]
+	// blockedWalks, if it has the config's walk, is what Blocked answers
+	// for it (else blocked): the resources of that walk's step that cannot
+	// be captured.
+	blockedWalks map[string][]string
+	extraRows    bool // also give an input "rowinfo" [1, bs]
 	// scratch, if set, is how many extra floats a bucket's forward holds at
 	// once (shapes its peak and its graph's scratch).
 	scratch func(BucketKey) int
@@ -114,7 +118,12 @@ func newFakeNode(t testing.TB, double bool) *fakeNode {
 
 func (n *fakeNode) DoubleBuffer() bool { return n.double }
 
-func (n *fakeNode) Blocked(cfg *Config) []string { return n.blocked }
+func (n *fakeNode) Blocked(cfg *Config) []string {
+	if b, ok := n.blockedWalks[cfg.Walk]; ok {
+		return b
+	}
+	return n.blocked
+}
 
 func (n *fakeNode) BuildGraphBuffers(specs []SlotSpec) error {
 	n.mu.Lock()
