@@ -35,11 +35,7 @@ type fakeNode struct {
 	fail      map[SlotSpec]string // "error", "panic", "sync" or "diverge" at capture
 	failWarm  map[SlotSpec]bool   // fail the warm-up instead
 	blocked   []string
-	// blockedWalks, if it has the config's walk, is what Blocked answers
-	// for it (else blocked): the resources of that walk's step that cannot
-	// be captured.
-	blockedWalks map[string][]string
-	extraRows    bool // also give an input "rowinfo" [1, bs]
+	extraRows bool // also give an input "rowinfo" [1, bs]
 	// scratch, if set, is how many extra floats a bucket's forward holds at
 	// once (shapes its peak and its graph's scratch).
 	scratch func(BucketKey) int
@@ -71,6 +67,11 @@ type fakeNode struct {
 	// onCapture, if set, is called (without the node's lock) from each
 	// forward run inside a capture.
 	onCapture func(SlotSpec)
+
+	// blockedWalks, if it has the config's walk, is what Blocked answers
+	// for it (else blocked): the resources of that walk's step that cannot
+	// be captured.
+	blockedWalks map[string][]string
 }
 
 const fakeSlots = 16384

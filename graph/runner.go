@@ -135,15 +135,15 @@ type Runner struct {
 	warmIdx     int                 // next spec WarmNext warms
 	warmFailed  map[BucketKey]bool
 
-	mu       sync.Mutex
-	buckets  map[BucketKey]*Bucket // by capture key
-	byWalk   map[string][]*Bucket  // by every walk that may replay them
-	dropped  []BucketKey
+	mu      sync.Mutex
+	buckets map[BucketKey]*Bucket // by capture key
+	byWalk  map[string][]*Bucket  // by every walk that may replay them
+	dropped []BucketKey
 	// unreplayed: every declared bucket that will not replay, and why.
 	unreplayed map[BucketKey]string
 	counters   map[BucketKey]int
-	declare  map[SlotKey][]Row
-	tele     telemetry
+	declare    map[SlotKey][]Row
+	tele       telemetry
 }
 
 // New makes a runner for node's configs on dev. It refuses (before any buffer
