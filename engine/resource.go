@@ -160,6 +160,9 @@ type stepRunner struct {
 	res []resource
 	// requests are the real requests open (padding rows aside).
 	requests map[int64]bool
+	// released counts the real requests removed: each gave back what it
+	// held (Released).
+	released uint64
 }
 
 // newStepRunner orders the resources. Unknown dependencies, a resource that
@@ -248,12 +251,19 @@ func (sr *stepRunner) Ingest(id int64, info requestInfo) error {
 	return nil
 }
 
+// Released counts the real requests removed so far: when it moves on, what
+// they held (KV pages, promises) is free again.
+func (sr *stepRunner) Released() uint64 { return sr.released }
+
 // Requests is the number of real requests open.
 func (sr *stepRunner) Requests() int { return len(sr.requests) }
 
 // Remove reaches every resource even if some fail; it returns the first
 // error.
 func (sr *stepRunner) Remove(id int64) error {
+	if sr.requests[id] {
+		sr.released++
+	}
 	delete(sr.requests, id)
 	var first error
 	for _, r := range sr.res {

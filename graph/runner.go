@@ -297,9 +297,7 @@ func (r *Runner) Capture(ctx context.Context, planned map[BucketKey]bool) error 
 		for _, sh := range c.shapes() {
 			k := BucketKey{Walk: c.Walk, BatchSize: sh[0], Tokens: sh[1], Key: c.KeyInfo}
 			if planned != nil && !planned[k] {
-				r.mu.Lock()
-				r.unreplayed[k] = leftOut
-				r.mu.Unlock()
+				r.LeaveOut(planned, nil)
 				continue
 			}
 			if _, dup := results[k]; dup {
@@ -402,14 +400,24 @@ func (r *Runner) Capture(ctx context.Context, planned map[BucketKey]bool) error 
 const leftOut = "left out by the capture plan: the memory budget does not hold it"
 
 // LeaveOut records that a plan chose only planned: every other declared
-// bucket will not replay (Unreplayed). Capture does this itself; background
-// capture, which captures bucket by bucket, calls it once it has planned.
-func (r *Runner) LeaveOut(planned map[BucketKey]bool) {
+// bucket will not replay (Unreplayed), for the reason why gives (the plan's
+// CapturePlan.Why; nil or missing: the budget did not hold it). Capture does
+// this itself; background capture, which captures bucket by bucket, calls it
+// once it has planned. A reason already recorded stays.
+func (r *Runner) LeaveOut(planned map[BucketKey]bool, why map[BucketKey]string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, sp := range r.specs {
-		if _, live := r.buckets[sp.Bucket]; !live && !planned[sp.Bucket] {
-			r.unreplayed[sp.Bucket] = leftOut
+		k := sp.Bucket
+		if _, live := r.buckets[k]; live || planned[k] {
+			continue
+		}
+		if _, known := r.unreplayed[k]; known {
+			continue
+		}
+		r.unreplayed[k] = leftOut
+		if w := why[k]; w != "" {
+			r.unreplayed[k] = "left out by the capture plan: " + w
 		}
 	}
 }
