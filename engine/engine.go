@@ -252,6 +252,11 @@ func New(dev accel.Device, m Model, opts Options) (*Engine, error) {
 	if e.sr, err = newStepRunner(e.kv, e.pos, e.samp); err != nil {
 		return nil, err
 	}
+	if sm, ok := m.(StepModel); ok {
+		if err := declareSteps(e.sr, sm, m.Configs()); err != nil {
+			return nil, err
+		}
+	}
 	if e.stager, err = accel.NewStager(dev, 16, 4096); err != nil {
 		return nil, err
 	}
@@ -282,6 +287,23 @@ func New(dev accel.Device, m Model, opts Options) (*Engine, error) {
 	e.log.Info("engine ready", "model", info.Name, "device", dev.Info().String(), "kv_pages", pages,
 		"page_size", opts.PageSize, "kv_bytes", e.kv.Bytes(), "graphs", opts.Graphs)
 	return e, nil
+}
+
+// declareSteps gives sr the resources each walk's steps use, as the model
+// declares them: the walks the engine schedules and every config's.
+func declareSteps(sr *stepRunner, sm StepModel, configs []*graph.Config) error {
+	walks := []string{WalkPrefill, WalkDecode}
+	for _, c := range configs {
+		walks = append(walks, c.Walks()...)
+	}
+	for _, w := range walks {
+		if names := sm.StepResources(w); names != nil {
+			if err := sr.declare(w, names); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // Runner is the graph runner, nil when graphs are off.
