@@ -21,7 +21,9 @@ type background struct {
 	warm    int // the runner being warmed
 	pending []bgItem
 	demand  map[bgItem]int
-	tries   map[bgItem]int
+	tries   map[bgItem]int // refusals for memory so far
+	retry   map[bgItem]backoff
+	units   int // background units run: the clock back-off counts in
 	total   int
 	done    int
 	started time.Time
@@ -44,9 +46,35 @@ const (
 	bgCapture
 )
 
-// maxCaptureTries bounds how often a bucket's capture is retried when the
-// KV cache is too busy to admit its padding rows.
-const maxCaptureTries = 50
+// backoff is when a bucket refused for memory (graph.ErrNotAdmitted: real
+// requests hold what its padding rows need) is tried again: at background
+// unit at, or as soon as a request has released what it held since the
+// refusal (stepRunner.Released moved on), whichever comes first.
+type backoff struct {
+	at       int
+	released uint64
+}
+
+// maxBackoff bounds the back-off, in background units (about one a step
+// while requests are served): a refused bucket waits 1, 2, 4, ... units,
+// then at most this many, between tries.
+const maxBackoff = 64
+
+// backoffFor is the wait after a bucket's n-th refusal: doubling from one
+// unit, bounded by maxBackoff.
+func backoffFor(n int) int {
+	if n > 7 {
+		return maxBackoff
+	}
+	return min(1<<(n-1), maxBackoff)
+}
+
+// ready reports whether it may be tried now: never refused, its back-off
+// over, or memory released since its refusal.
+func (bg *background) ready(it bgItem, released uint64) bool {
+	b, ok := bg.retry[it]
+	return !ok || bg.units >= b.at || released != b.released
+}
 
 // want records that a step of this shape ran eager: the bucket that would
 // have served it moves up the capture order.
@@ -113,13 +141,18 @@ func (e *Engine) backgroundUnit(ctx context.Context) bool {
 		} else {
 			rep, err := e.plan(ctx, bg.pools)
 			if err != nil {
-				e.log.Error("background capture planning failed; serving eager", "err", err)
 				e.bg = nil
+				if e.opts.Runner.RequireGraphs {
+					e.fail(fmt.Errorf("engine: background capture planning failed: %w (%w)", err, graph.ErrGraphsRequired))
+					return true
+				}
+				e.log.Error("background capture planning failed; serving eager", "err", err)
 				return true
 			}
 			e.planRep = rep
 			for _, p := range rep.Pools {
 				planned[p.runner] = p.planned
+				p.runner.LeaveOut(p.planned, rep.Plan.Why)
 			}
 		}
 		for _, p := range bg.pools {
@@ -133,44 +166,69 @@ func (e *Engine) backgroundUnit(ctx context.Context) bool {
 		bg.total = len(bg.pending)
 		bg.phase = bgCapture
 		e.log.Info("background capture planned", "buckets", bg.total)
+		if e.opts.Runner.RequireGraphs {
+			// Buckets the plan left out will never replay.
+			if err := e.requireGraphs(); err != nil {
+				e.bg = nil
+				e.fail(err)
+				return true
+			}
+		}
+		e.refreshBatchCap()
 	case bgCapture:
+		bg.units++
 		if len(bg.pending) == 0 {
 			for _, p := range bg.pools {
 				_ = p.runner.ReleasePadding()
 				p.runner.ReleaseWarmed(nil)
 			}
 			e.bg = nil
+			e.refreshBatchCap()
+			e.capturing.Store(false)
 			e.captureFinished(bg.started)
 			return true
 		}
-		// The most requested first; the largest among equals.
-		bi := 0
+		// The most requested first; the largest among equals. A bucket
+		// refused for memory waits out its back-off, or until memory was
+		// released.
+		released := e.sr.Released()
+		bi := -1
 		for i, it := range bg.pending {
-			if bg.demand[it] > bg.demand[bg.pending[bi]] {
+			if bg.ready(it, released) && (bi < 0 || bg.demand[it] > bg.demand[bg.pending[bi]]) {
 				bi = i
 			}
 		}
+		if bi < 0 {
+			return false // every bucket waits for memory to free
+		}
 		it := bg.pending[bi]
 		err := it.r.CaptureBucket(it.k)
-		if errors.Is(err, graph.ErrNotAdmitted) && bg.tries[it] < maxCaptureTries {
+		if errors.Is(err, graph.ErrNotAdmitted) {
+			// Real requests hold the memory; they will release it when
+			// they end. A bucket that could never be admitted is refused
+			// for good once no request is open (the node says so), and
+			// dropped below.
 			bg.tries[it]++
-			return len(e.running) == 0 // busy: let the requests make room first
+			bg.retry[it] = backoff{at: bg.units + backoffFor(bg.tries[it]), released: released}
+			return true
 		}
 		if err != nil {
-			// Every drop is counted, and said at ERROR: the runner logs
-			// the failures it drops itself; a bucket refused for memory
-			// too often is dropped here.
+			// Every drop is counted, and said at ERROR (the runner logs
+			// the failures it drops).
 			e.stats.bgDropped.Add(1)
-			if errors.Is(err, graph.ErrNotAdmitted) {
-				e.log.Error("accelerator graph bucket dropped; it will run eager", "bucket", it.k.String(),
-					"reason", fmt.Sprintf("refused %d times for memory real requests held: %v", bg.tries[it]+1, err))
-			}
 		}
 		bg.pending = slices.Delete(bg.pending, bi, bi+1)
+		delete(bg.retry, it)
 		bg.done++
 		if p := e.opts.Runner.Progress; p != nil {
 			p(bg.done, bg.total, graph.SlotSpec{Bucket: it.k}, err)
 		}
+		if err != nil && e.opts.Runner.RequireGraphs {
+			e.bg = nil
+			e.fail(e.requireGraphs())
+			return true
+		}
+		e.refreshBatchCap()
 	}
 	return true
 }

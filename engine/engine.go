@@ -198,6 +198,15 @@ type Engine struct {
 	traceStep func(string)
 	// scores are the last step's log probabilities; loop-owned.
 	scores stepScores
+	// maxBatch is Options.MaxBatch as given (with its default): the batch
+	// cap the graphs may lower (refreshBatchCap) but never raise.
+	maxBatch int
+	// failed is why the engine stopped on its own (Err), under mu.
+	failed error
+	// capturing is set while graphs are required (RequireGraphs) and
+	// background capture has buckets still to make live: /health is not
+	// ready.
+	capturing atomic.Bool
 }
 
 // New builds the engine's resources on dev. Call Start to capture graphs
@@ -223,7 +232,7 @@ func New(dev accel.Device, m Model, opts Options) (*Engine, error) {
 		opts.Logger = slog.Default()
 	}
 	e := &Engine{dev: dev, model: m, info: info, opts: opts, log: opts.Logger, stops: map[int32]bool{},
-		wakeCh: make(chan struct{}, 1), tasks: make(chan func()), done: make(chan struct{})}
+		wakeCh: make(chan struct{}, 1), tasks: make(chan func()), done: make(chan struct{}), maxBatch: opts.MaxBatch}
 	for _, t := range info.StopTokens {
 		e.stops[t] = true
 	}
@@ -242,6 +251,11 @@ func New(dev accel.Device, m Model, opts Options) (*Engine, error) {
 	e.pos, e.samp = newPositions(dev), NewSampler(dev)
 	if e.sr, err = newStepRunner(e.kv, e.pos, e.samp); err != nil {
 		return nil, err
+	}
+	if sm, ok := m.(StepModel); ok {
+		if err := declareSteps(e.sr, sm, m.Configs()); err != nil {
+			return nil, err
+		}
 	}
 	if e.stager, err = accel.NewStager(dev, 16, 4096); err != nil {
 		return nil, err
@@ -273,6 +287,23 @@ func New(dev accel.Device, m Model, opts Options) (*Engine, error) {
 	e.log.Info("engine ready", "model", info.Name, "device", dev.Info().String(), "kv_pages", pages,
 		"page_size", opts.PageSize, "kv_bytes", e.kv.Bytes(), "graphs", opts.Graphs)
 	return e, nil
+}
+
+// declareSteps gives sr the resources each walk's steps use, as the model
+// declares them: the walks the engine schedules and every config's.
+func declareSteps(sr *stepRunner, sm StepModel, configs []*graph.Config) error {
+	walks := []string{WalkPrefill, WalkDecode}
+	for _, c := range configs {
+		walks = append(walks, c.Walks()...)
+	}
+	for _, w := range walks {
+		if names := sm.StepResources(w); names != nil {
+			if err := sr.declare(w, names); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // Runner is the graph runner, nil when graphs are off.
@@ -332,6 +363,36 @@ func (e *Engine) Close() {
 	e.kv.Close(e.dev)
 	e.pos.Close()
 	e.samp.Close()
+}
+
+// Done is closed once the engine's loop has ended: after Close, once the
+// context given to Start ended, or when the engine stopped on its own (Err
+// says why). It never closes for an engine that was not started.
+func (e *Engine) Done() <-chan struct{} { return e.done }
+
+// Err is why the engine stopped on its own, nil while it runs and after a
+// Close or the end of its context. With Options.Runner.RequireGraphs and
+// BackgroundCapture, a bucket that will not replay (a plan that leaves it
+// out, a dropped capture) stops the engine with an error wrapping
+// graph.ErrGraphsRequired: a deployment that requires graphs would rather
+// stop than serve at eager latency.
+func (e *Engine) Err() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.failed
+}
+
+// fail stops the engine with err: it is said at ERROR, requests in flight end
+// with it, and the loop returns before its next step (Err, Done).
+func (e *Engine) fail(err error) {
+	e.mu.Lock()
+	if e.failed == nil {
+		e.failed = err
+	}
+	e.closed = true
+	e.mu.Unlock()
+	e.log.Error("engine stopped", "err", err)
+	e.wake()
 }
 
 func (e *Engine) wake() {

@@ -152,5 +152,23 @@ func (e *Engine) HoldPages(id int64, maxLen int) (func(), error) {
 	return func() { _ = e.sr.Remove(id) }, nil
 }
 
-// MaxCaptureTries is how often a refused background capture is retried.
-const MaxCaptureTries = maxCaptureTries
+// MaxBackoff is the longest a bucket refused for memory waits between
+// tries, in background units.
+const MaxBackoff = maxBackoff
+
+// BatchCap is the decode batch cap the engine schedules with now. Call it
+// from the goroutine driving the engine (OnLoop once started).
+func (e *Engine) BatchCap() int { return e.opts.MaxBatch }
+
+// CaptureTries is how often background capture has tried buckets that were
+// refused for memory, over all buckets.
+func (e *Engine) CaptureTries() int {
+	if e.bg == nil {
+		return 0
+	}
+	n := 0
+	for _, t := range e.bg.tries {
+		n += t
+	}
+	return n
+}

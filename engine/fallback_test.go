@@ -99,10 +99,12 @@ func TestEagerFallbacksByReason(t *testing.T) {
 	})
 
 	t.Run("decode bucket not planned", func(t *testing.T) {
-		// Decode captured for 1, 2 and 4 requests (which caps the batch at
-		// 4), but the 4-request bucket's measured cost, as the plan cache
-		// holds it, is larger than the device: the plan leaves it out, and a
-		// decode of 3 or 4 requests runs eager.
+		// Decode captured for 1, 2 and 4 requests, but the 4-request
+		// bucket's measured cost, as the plan cache holds it, is larger
+		// than the device: the plan leaves it out, the batch cap falls to
+		// the largest bucket captured (2), and decodes of 3 or 4 requests
+		// split into batches of 2 that replay instead of running eager
+		// (issue 19, item 8: the cap used to be read before capture).
 		mo := llama.Options{PrefillLengths: []int{16, 32}, PrefillBatchSizes: []int{1, 4}, DecodeBatchSizes: []int{1, 2, 4}}
 		big := graph.BucketKey{Walk: engine.WalkDecode, BatchSize: 4, Tokens: 4}
 		cache := t.TempDir()
@@ -142,8 +144,6 @@ func TestEagerFallbacksByReason(t *testing.T) {
 		eager := start(t, false, engine.Options{}, mo)
 		reqs := []engine.Request{req(5, 9), req(12, 4), req(7, 12), req(3, 6)}
 		got := submitTogether(t, s.e, reqs)
-		// Decode step k (k >= 1) runs every request that generated more
-		// than k tokens: those of 3 or 4 requests fall back.
 		var lens []int
 		for i, r := range reqs {
 			alone := runAll(t, eager.e, []job{{req: r}})[0]
@@ -152,29 +152,14 @@ func TestEagerFallbacksByReason(t *testing.T) {
 			}
 			lens = append(lens, len(alone))
 		}
-		var fallbacks, replays int64
-		for k := 1; k < slices.Max(lens); k++ {
-			n := 0
-			for _, l := range lens {
-				if l > k {
-					n++
-				}
-			}
-			if n > 2 {
-				fallbacks++
-			} else {
-				replays++
-			}
+		if slices.Max(lens) < 3 || len(lens) < 3 {
+			t.Fatalf("requests of %v tokens: the test needs decode steps of more than 2 requests", lens)
 		}
-		if fallbacks == 0 || replays == 0 {
-			t.Fatalf("requests of %v tokens give %d decode steps of 3 or 4 requests and %d of fewer; the test needs both", lens, fallbacks, replays)
+		if tel := s.e.Runner().Telemetry(); len(tel.Fallbacks) != 0 {
+			t.Errorf("requests of %v tokens: eager fallbacks %+v, want none (batches of at most 2)", lens, tel.Fallbacks)
 		}
-		want := []graph.FallbackStats{{Walk: engine.WalkDecode, Reason: "batch larger than any capture", Steps: fallbacks}}
-		if tel := s.e.Runner().Telemetry(); !slices.Equal(tel.Fallbacks, want) {
-			t.Errorf("requests of %v tokens: eager fallbacks\n%+v\nwant\n%+v", lens, tel.Fallbacks, want)
-		}
-		if n, m := stepCount(s.e, engine.WalkDecode, false), stepCount(s.e, engine.WalkDecode, true); n != fallbacks || m != replays {
-			t.Errorf("decode steps: %d eager and %d replayed, want %d and %d", n, m, fallbacks, replays)
+		if n, m := stepCount(s.e, engine.WalkDecode, false), stepCount(s.e, engine.WalkDecode, true); n != 0 || m == 0 {
+			t.Errorf("decode steps: %d eager and %d replayed, want none eager", n, m)
 		}
 	})
 }

@@ -36,6 +36,10 @@ func (e *Engine) startGraphs(ctx context.Context, capture bool) error {
 		ro.Name = e.info.Name
 	}
 	ro.Group = e.opts.Group
+	// The engine, not each runner, holds graphs to the require switch, so
+	// that one error names every bucket of every runner that will not
+	// replay.
+	ro.RequireGraphs = false
 	if ro.Logger == nil {
 		ro.Logger = e.log
 	}
@@ -68,9 +72,9 @@ func (e *Engine) startGraphs(ctx context.Context, capture bool) error {
 			return err
 		}
 	}
-	if m := r.MaxBatchSizeFor(WalkDecode); m > 0 && m < e.opts.MaxBatch {
-		e.opts.MaxBatch = m
-	}
+	// Until graphs are captured, the batch cap is the largest decode batch
+	// the configs that cap it declare: the floor below is sized for it.
+	e.refreshBatchCap()
 	// Every buffer a capture reads is claimed: what is left must hold the
 	// largest eager step beside the KV cache.
 	if err := e.ensureFloor(r.Stream()); err != nil {
@@ -85,7 +89,15 @@ func (e *Engine) startGraphs(ctx context.Context, capture bool) error {
 		if e.opts.Group != nil && e.opts.Group.Size() > 1 {
 			return fmt.Errorf("engine: background capture is for a single rank (this group has %d)", e.opts.Group.Size())
 		}
-		e.bg = &background{demand: map[bgItem]int{}, tries: map[bgItem]int{}, started: t0, pools: pools}
+		if e.opts.Runner.RequireGraphs {
+			// A walk blocked by a resource that cannot be captured is
+			// known now: do not start serving at all.
+			if err := e.requireGraphs(); err != nil {
+				return err
+			}
+			e.capturing.Store(true)
+		}
+		e.bg = &background{demand: map[bgItem]int{}, tries: map[bgItem]int{}, retry: map[bgItem]backoff{}, started: t0, pools: pools}
 		e.log.Info("serving eager while graphs are captured in the background", "captures", captures)
 		return nil
 	}
@@ -98,6 +110,7 @@ func (e *Engine) startGraphs(ctx context.Context, capture bool) error {
 		e.planRep = rep
 		for _, p := range rep.Pools {
 			planned[p.runner] = p.planned
+			p.runner.LeaveOut(p.planned, rep.Plan.Why)
 		}
 		e.log.Info("capture plan", "buckets", rep.Plan.Count(), "of", rep.Buckets(), "predicted", rep.Plan.Total(),
 			"floor", rep.Plan.Floor, "budget", rep.Plan.Free)
@@ -112,7 +125,66 @@ func (e *Engine) startGraphs(ctx context.Context, capture bool) error {
 		}
 	}
 	e.stats.captured(time.Since(t0))
+	e.refreshBatchCap()
 	e.captureFinished(t0)
+	if e.opts.Runner.RequireGraphs {
+		return e.requireGraphs()
+	}
+	return nil
+}
+
+// refreshBatchCap sets the decode batch cap (Options.MaxBatch, never above
+// what was given) from the graphs, as the seed's max_batch_size_for: the
+// largest decode batch captured by a config that caps the eager batch;
+// while background capture has buckets to come, those count too. Configs
+// that opt out of capping (CapEagerBatch false) do not cap; a walk with no
+// graph keeps its configs' largest batch size (Runner.MaxBatchSizeFor). It
+// runs after Prepare, after capture and after each background capture, so a
+// bucket dropped or left out lowers it.
+func (e *Engine) refreshBatchCap() {
+	if e.runner == nil {
+		return
+	}
+	m := e.runner.MaxBatchSizeFor(WalkDecode)
+	if bg := e.bg; bg != nil && bg.phase == bgCapture {
+		// Live or still to capture: the buckets this walk will replay.
+		will := map[graph.BucketKey]bool{}
+		for _, k := range e.runner.Buckets() {
+			will[k] = true
+		}
+		for _, it := range bg.pending {
+			if it.r == e.runner {
+				will[it.k] = true
+			}
+		}
+		c := 0
+		for _, sp := range e.runner.Specs() {
+			if will[sp.Bucket] && sp.Config.CapEagerBatch && sp.Config.Replays(WalkDecode) {
+				c = max(c, sp.Bucket.BatchSize)
+			}
+		}
+		if c > 0 {
+			m = c
+		}
+	}
+	e.opts.MaxBatch = e.maxBatch
+	if m > 0 && m < e.maxBatch {
+		e.opts.MaxBatch = m
+	}
+}
+
+// requireGraphs is the one error naming every declared bucket of every
+// runner that will not replay and why (graph.ErrGraphsRequired), or nil.
+func (e *Engine) requireGraphs() error {
+	var missing []graph.Unreplayed
+	for _, p := range e.pools() {
+		if p.runner != nil {
+			missing = append(missing, p.runner.Unreplayed()...)
+		}
+	}
+	if err := graph.RequiredError(missing); err != nil {
+		return fmt.Errorf("engine: %w", err)
+	}
 	return nil
 }
 

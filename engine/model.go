@@ -42,6 +42,17 @@ type Model interface {
 	Forward(l *accel.Launcher, b *Batch) (map[string]accel.Tensor, error)
 }
 
+// StepModel is a model whose walks' steps do not all use every resource.
+// The engine sweeps a step only through the resources its walk declares,
+// and a resource that cannot be captured keeps only the walks that use it
+// eager (the seed's blocked_capture_resources(step, resources)).
+type StepModel interface {
+	// StepResources names the resources (KVName, PositionsName,
+	// SamplerName, ...) a step of walk uses; nil means all of them. A
+	// resource used without one it depends on is an error at New.
+	StepResources(walk string) []string
+}
+
 // Batch is what a forward reads: its static inputs and the resources' plans.
 type Batch struct {
 	Walk string

@@ -84,7 +84,7 @@ func notAdmitted(sr *stepRunner, err error) error {
 }
 
 func (n *node) DoubleBuffer() bool                             { return n.sr.DoubleBuffer() }
-func (n *node) Blocked(*graph.Config) []string                 { return n.sr.Blocked() }
+func (n *node) Blocked(cfg *graph.Config) []string             { return n.sr.Blocked(cfg.Walk) }
 func (n *node) BuildGraphBuffers(specs []graph.SlotSpec) error { return n.sr.BuildGraphBuffers(specs) }
 
 func (n *node) IngestPadding(ids []int64) error {

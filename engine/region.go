@@ -37,7 +37,7 @@ func (n *regionNode) DoubleBuffer() bool {
 	return false
 }
 
-func (n *regionNode) Blocked(*graph.Config) []string { return n.rr.sr.Blocked() }
+func (n *regionNode) Blocked(cfg *graph.Config) []string { return n.rr.sr.Blocked(cfg.Walk) }
 
 func (n *regionNode) BuildGraphBuffers(specs []graph.SlotSpec) error {
 	return n.rr.sr.BuildGraphBuffers(specs)

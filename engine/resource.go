@@ -160,6 +160,50 @@ type stepRunner struct {
 	res []resource
 	// requests are the real requests open (padding rows aside).
 	requests map[int64]bool
+	// released counts the real requests removed: each gave back what it
+	// held (Released).
+	released uint64
+	// uses is, per walk that declared it, the resources its steps use, in
+	// sweep order (declare); a walk not in it uses every resource.
+	uses map[string][]resource
+}
+
+// declare makes steps of walk use only the resources named (in sweep
+// order), as a model's step declaration says (StepModel). An unknown name,
+// or a resource used without one it depends on, is an error.
+func (sr *stepRunner) declare(walk string, names []string) error {
+	want := map[string]bool{}
+	for _, n := range names {
+		if sr.resource(n) == nil {
+			return fmt.Errorf("engine: the %s step declares unknown resource %q", walk, n)
+		}
+		want[n] = true
+	}
+	var res []resource
+	for _, r := range sr.res {
+		if !want[r.Name()] {
+			continue
+		}
+		for _, d := range r.DependsOn() {
+			if !want[d] {
+				return fmt.Errorf("engine: the %s step uses resource %q without %q, which it depends on", walk, r.Name(), d)
+			}
+		}
+		res = append(res, r)
+	}
+	if sr.uses == nil {
+		sr.uses = map[string][]resource{}
+	}
+	sr.uses[walk] = res
+	return nil
+}
+
+// stepResources are the resources a step of walk uses, in sweep order.
+func (sr *stepRunner) stepResources(walk string) []resource {
+	if res, ok := sr.uses[walk]; ok {
+		return res
+	}
+	return sr.res
 }
 
 // newStepRunner orders the resources. Unknown dependencies, a resource that
@@ -248,12 +292,19 @@ func (sr *stepRunner) Ingest(id int64, info requestInfo) error {
 	return nil
 }
 
+// Released counts the real requests removed so far: when it moves on, what
+// they held (KV pages, promises) is free again.
+func (sr *stepRunner) Released() uint64 { return sr.released }
+
 // Requests is the number of real requests open.
 func (sr *stepRunner) Requests() int { return len(sr.requests) }
 
 // Remove reaches every resource even if some fail; it returns the first
 // error.
 func (sr *stepRunner) Remove(id int64) error {
+	if sr.requests[id] {
+		sr.released++
+	}
 	delete(sr.requests, id)
 	var first error
 	for _, r := range sr.res {
@@ -280,11 +331,12 @@ func (sr *stepRunner) Reset(ids []int64, free bool) error {
 // Admit admits the step in every resource in order, stopping at the first
 // refusal (an *admitError naming it) after undoing the admissions before it.
 func (sr *stepRunner) Admit(step *Step) error {
-	for i, r := range sr.res {
+	res := sr.stepResources(step.Walk)
+	for i, r := range res {
 		st, short := r.Admit(step)
 		if st != admitOK {
 			for j := i - 1; j >= 0; j-- {
-				sr.res[j].Unadmit(step)
+				res[j].Unadmit(step)
 			}
 			return &admitError{resource: r.Name(), Status: st, Short: short}
 		}
@@ -295,7 +347,7 @@ func (sr *stepRunner) Admit(step *Step) error {
 // Plan plans the step in every resource in order, each seeing the plans of
 // those before it.
 func (sr *stepRunner) Plan(s accel.Stream, st *accel.Stager, step *Step) error {
-	for _, r := range sr.res {
+	for _, r := range sr.stepResources(step.Walk) {
 		p, err := r.Plan(s, st, step)
 		if err != nil {
 			return fmt.Errorf("engine: plan %s: %w", r.Name(), err)
@@ -309,7 +361,7 @@ func (sr *stepRunner) Plan(s accel.Stream, st *accel.Stager, step *Step) error {
 // error.
 func (sr *stepRunner) Commit(step *Step) error {
 	var first error
-	for _, r := range sr.res {
+	for _, r := range sr.stepResources(step.Walk) {
 		if err := r.Commit(step); err != nil && first == nil {
 			first = fmt.Errorf("engine: commit %s: %w", r.Name(), err)
 		}
@@ -319,8 +371,9 @@ func (sr *stepRunner) Commit(step *Step) error {
 
 // Abort undoes an admitted step that will not run, in every resource.
 func (sr *stepRunner) Abort(step *Step) {
-	for i := len(sr.res) - 1; i >= 0; i-- {
-		sr.res[i].Unadmit(step)
+	res := sr.stepResources(step.Walk)
+	for i := len(res) - 1; i >= 0; i-- {
+		res[i].Unadmit(step)
 	}
 }
 
@@ -345,10 +398,12 @@ func (sr *stepRunner) DoubleBuffer() bool {
 	return false
 }
 
-// Blocked lists resources that cannot be captured.
-func (sr *stepRunner) Blocked() []string {
+// Blocked lists the resources a step of walk uses that cannot be captured,
+// as the seed's blocked_capture_resources(step, resources): a resource that
+// cannot be captured blocks only the walks whose steps use it.
+func (sr *stepRunner) Blocked(walk string) []string {
 	var out []string
-	for _, r := range sr.res {
+	for _, r := range sr.stepResources(walk) {
 		if !r.CanCapture() {
 			out = append(out, r.Name())
 		}

@@ -127,8 +127,70 @@ func TestStepRunnerAdmitStopsAtFirstFailure(t *testing.T) {
 func TestBlockedResources(t *testing.T) {
 	var log []string
 	sr, _ := newStepRunner(&fakeRes{name: "a", log: &log}, &fakeRes{name: "d", log: &log})
-	if got := sr.Blocked(); !slices.Equal(got, []string{"d"}) {
+	if got := sr.Blocked("decode"); !slices.Equal(got, []string{"d"}) {
 		t.Fatalf("blocked %v", got)
+	}
+}
+
+// stepsModel declares which resources each walk's step uses.
+type stepsModel struct {
+	Model
+	uses map[string][]string
+}
+
+func (m stepsModel) StepResources(walk string) []string { return m.uses[walk] }
+
+// Capture blocking is per declared step, as the seed's
+// blocked_capture_resources(step, resources): a resource that cannot be
+// captured (d) blocks only the walk whose step uses it, and the step runner
+// sweeps a step through its walk's resources only (issue 19, item 9). The
+// node used to answer every config with every blocked resource of the
+// node, so d kept decode eager too.
+func TestCaptureBlockedPerStep(t *testing.T) {
+	var log []string
+	mk := func(name string, deps ...string) *fakeRes { return &fakeRes{name: name, deps: deps, log: &log} }
+	sr, err := newStepRunner(mk("a"), mk("c", "a"), mk("d", "a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	decode, verify := &graph.Config{Walk: "decode"}, &graph.Config{Walk: "verify", ReplayWalks: []string{"check"}}
+	m := stepsModel{uses: map[string][]string{"decode": {"c", "a"}, "verify": {"a", "d"}}}
+	if err := declareSteps(sr, m, []*graph.Config{decode, verify}); err != nil {
+		t.Fatal(err)
+	}
+	n := newNode(nil, m, sr, nil)
+	if got := n.Blocked(decode); len(got) != 0 {
+		t.Errorf("decode's step uses a and c, blocked by %v", got)
+	}
+	if got := n.Blocked(verify); !slices.Equal(got, []string{"d"}) {
+		t.Errorf("verify's step uses d, blocked by %v, want [d]", got)
+	}
+	// A walk that declares nothing uses every resource.
+	if got := sr.Blocked("check"); !slices.Equal(got, []string{"d"}) {
+		t.Errorf("an undeclared walk is blocked by %v, want [d]", got)
+	}
+	step := newStep("decode", "", nil, 0, nil)
+	if err := sr.Admit(step); err != nil {
+		t.Fatal(err)
+	}
+	if err := sr.Plan(nil, nil, step); err != nil {
+		t.Fatal(err)
+	}
+	sr.Abort(step)
+	if want := []string{"admit a", "admit c", "plan a", "plan c", "unadmit c", "unadmit a"}; !slices.Equal(log, want) {
+		t.Errorf("a decode step swept %v, want %v", log, want)
+	}
+	for _, c := range []struct {
+		uses map[string][]string
+		want string
+	}{
+		{map[string][]string{"decode": {"c"}}, `uses resource "c" without "a"`},
+		{map[string][]string{"decode": {"a", "zz"}}, `unknown resource "zz"`},
+	} {
+		sr, _ := newStepRunner(mk("a"), mk("c", "a"))
+		if err := declareSteps(sr, stepsModel{uses: c.uses}, nil); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("declaring %v: %v, want an error containing %q", c.uses, err, c.want)
+		}
 	}
 }
 

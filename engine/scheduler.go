@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"time"
 
@@ -15,7 +16,13 @@ import (
 // ones, rotating when there are more than a batch holds.
 func (e *Engine) loop(ctx context.Context) {
 	defer close(e.done)
-	defer e.failAll(ErrClosed)
+	defer func() {
+		err := ErrClosed
+		if cause := e.Err(); cause != nil {
+			err = fmt.Errorf("%w: %w", ErrClosed, cause)
+		}
+		e.failAll(err)
+	}()
 	defer func() {
 		e.mu.Lock()
 		e.closed = true

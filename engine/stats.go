@@ -129,6 +129,12 @@ type GraphStats struct {
 	// Runners are each runner's telemetry by pool name ("graphs" for whole
 	// steps, a region's label), sorted by name.
 	Runners []RunnerStats `json:"runners"`
+	// Ready is false while the engine cannot serve as it was asked to:
+	// graphs are required (Options.Runner.RequireGraphs) and background
+	// capture has buckets still to make live, or the engine stopped on its
+	// own (Err). NotReady says why.
+	Ready    bool   `json:"ready"`
+	NotReady string `json:"not_ready,omitempty"`
 }
 
 // RunnerStats is one graph runner's telemetry.
@@ -141,7 +147,12 @@ type RunnerStats struct {
 // GraphStats returns the graph runners' telemetry (Enabled false and
 // nothing else with graphs off).
 func (e *Engine) GraphStats() GraphStats {
-	gs := GraphStats{Enabled: e.opts.Graphs, CaptureTime: time.Duration(e.stats.captureNS.Load())}
+	gs := GraphStats{Enabled: e.opts.Graphs, CaptureTime: time.Duration(e.stats.captureNS.Load()), Ready: true}
+	if err := e.Err(); err != nil {
+		gs.Ready, gs.NotReady = false, "the engine stopped: "+err.Error()
+	} else if e.capturing.Load() {
+		gs.Ready, gs.NotReady = false, "graphs are required and background capture has not made every bucket live yet"
+	}
 	runners := e.Runners()
 	names := make([]string, 0, len(runners))
 	for n := range runners {

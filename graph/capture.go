@@ -341,6 +341,7 @@ func (r *Runner) bucketFailed(k BucketKey, err error) error {
 	}
 	r.mu.Lock()
 	r.dropped = append(r.dropped, k)
+	r.unreplayed[k] = "capture dropped: " + err.Error()
 	r.mu.Unlock()
 	r.log.Error("accelerator graph bucket dropped; it will run eager", "runner", r.name, "bucket", k.String(), "reason", err.Error())
 	return fmt.Errorf("graph: %s: %v dropped: %w", r.name, k, err)

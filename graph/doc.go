@@ -15,15 +15,16 @@
 //     SizeLent, WarmedOutputs and AgreePlan (measure and plan
 //     with Plan, all ranks together), Capture (the planned buckets, all
 //     ranks together), Close.
-//   - Background (one rank, between steps): WarmNext, CaptureBucket,
-//     ReleaseWarmed, ReleasePadding.
+//   - Background (one rank, between steps): WarmNext, LeaveOut (what the
+//     plan did not choose), CaptureBucket, ReleaseWarmed, ReleasePadding.
 //   - Per step: LeaseSlot (a LeaseRequest), PadInputs, DeclareInputsFor,
 //     StepIDs, StepMetadata, RunForward or RunRegion, then Release (the step
 //     ran) or Discard (it will not); NoteEager for a step that ran eager.
 //     PlanStream and Stream are the streams plans and replays go on.
 //   - Inspection: Buckets, SelectBucket, SelectBatchedBucket, CapturesWalk,
 //     MaxBatchSizeFor, Specs, Configs, NumSlots, Pool, PoolMemory,
-//     OutsideMemory, Telemetry.
+//     OutsideMemory, Telemetry, Unreplayed (every declared bucket that will
+//     not replay, and why).
 //
 // Invariants:
 //   - Every runner claims its static buffers (Prepare) before any runner
@@ -39,7 +40,8 @@
 //   - A failed capture (error or panic) drops only its bucket, leaves the
 //     stream and the pool usable, and is logged at ERROR by name.
 //     Options.RequireGraphs (REPRISE_REQUIRE_ACCELERATOR_GRAPHS=1 on the
-//     command line) makes any drop a start-up error.
+//     command line) makes Capture fail, naming every declared bucket that
+//     will not replay: blocked walks, buckets the plan left out, drops.
 //   - Padding rows have negative handles (below -1, which means unset), stable
 //     per (prefix, key, index), so they never collide with a request id (>= 0).
 //     Their capture-time storage is released after capture; replays pad with

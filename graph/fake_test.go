@@ -67,6 +67,11 @@ type fakeNode struct {
 	// onCapture, if set, is called (without the node's lock) from each
 	// forward run inside a capture.
 	onCapture func(SlotSpec)
+
+	// blockedWalks, if it has the config's walk, is what Blocked answers
+	// for it (else blocked): the resources of that walk's step that cannot
+	// be captured.
+	blockedWalks map[string][]string
 }
 
 const fakeSlots = 16384
@@ -114,7 +119,12 @@ func newFakeNode(t testing.TB, double bool) *fakeNode {
 
 func (n *fakeNode) DoubleBuffer() bool { return n.double }
 
-func (n *fakeNode) Blocked(cfg *Config) []string { return n.blocked }
+func (n *fakeNode) Blocked(cfg *Config) []string {
+	if b, ok := n.blockedWalks[cfg.Walk]; ok {
+		return b
+	}
+	return n.blocked
+}
 
 func (n *fakeNode) BuildGraphBuffers(specs []SlotSpec) error {
 	n.mu.Lock()

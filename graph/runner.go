@@ -17,8 +17,35 @@ import (
 // NumWarmup is the number of eager runs before each capture.
 const NumWarmup = 2
 
-// ErrGraphsRequired: a bucket was dropped and Options.RequireGraphs is set.
+// ErrGraphsRequired: a declared bucket will not replay (its walk is
+// blocked, the plan left it out, or its capture was dropped) and
+// Options.RequireGraphs is set.
 var ErrGraphsRequired = errors.New("accelerator graphs required")
+
+// Unreplayed is a declared bucket that will not replay, and why: its step
+// uses a resource that cannot be captured, the capture plan left it out, or
+// its capture was dropped. Steps of its shape run eager.
+type Unreplayed struct {
+	Runner string
+	Bucket BucketKey
+	Reason string
+}
+
+func (u Unreplayed) String() string { return fmt.Sprintf("%s %v (%s)", u.Runner, u.Bucket, u.Reason) }
+
+// RequiredError is the one error that names every bucket in missing and why
+// (ErrGraphsRequired), or nil when missing is empty: what a deployment that
+// requires graphs gets instead of serving at eager latency.
+func RequiredError(missing []Unreplayed) error {
+	if len(missing) == 0 {
+		return nil
+	}
+	parts := make([]string, len(missing))
+	for i, u := range missing {
+		parts[i] = u.String()
+	}
+	return fmt.Errorf("graph: %d declared bucket(s) will not replay: %s: %w", len(missing), strings.Join(parts, "; "), ErrGraphsRequired)
+}
 
 // Options configure a Runner.
 type Options struct {
@@ -42,9 +69,11 @@ type Options struct {
 	// Deterministic (relative; default 1e-3). Deterministic devices compare
 	// bit for bit.
 	Tolerance float64
-	// RequireGraphs makes a dropped bucket a Capture error
-	// (ErrGraphsRequired) instead of a bucket served eager. The command
-	// line sets it from REPRISE_REQUIRE_ACCELERATOR_GRAPHS.
+	// RequireGraphs makes Capture fail (ErrGraphsRequired, one error naming
+	// each) when any declared bucket will not replay: a walk blocked by a
+	// resource that cannot be captured, a bucket the plan left out, a
+	// dropped capture (see Unreplayed). The command line sets it from
+	// REPRISE_REQUIRE_ACCELERATOR_GRAPHS.
 	RequireGraphs bool
 	// Progress, if set, is called after each capture with the number done,
 	// the total, and the capture just finished (for progress bars and logs).
@@ -106,13 +135,15 @@ type Runner struct {
 	warmIdx     int                 // next spec WarmNext warms
 	warmFailed  map[BucketKey]bool
 
-	mu       sync.Mutex
-	buckets  map[BucketKey]*Bucket // by capture key
-	byWalk   map[string][]*Bucket  // by every walk that may replay them
-	dropped  []BucketKey
-	counters map[BucketKey]int
-	declare  map[SlotKey][]Row
-	tele     telemetry
+	mu      sync.Mutex
+	buckets map[BucketKey]*Bucket // by capture key
+	byWalk  map[string][]*Bucket  // by every walk that may replay them
+	dropped []BucketKey
+	// unreplayed: every declared bucket that will not replay, and why.
+	unreplayed map[BucketKey]string
+	counters   map[BucketKey]int
+	declare    map[SlotKey][]Row
+	tele       telemetry
 }
 
 // New makes a runner for node's configs on dev. It refuses (before any buffer
@@ -137,7 +168,8 @@ func New(dev accel.Device, node Node, configs []*Config, opts Options) (*Runner,
 	r := &Runner{name: opts.Name, dev: dev, node: node, group: opts.Group, log: opts.Logger, opts: opts,
 		eager: map[string][]string{}, static: map[staticKey]*staticBuf{}, buckets: map[BucketKey]*Bucket{},
 		warmedSpecs: map[specKey]*warmed{}, warmFailed: map[BucketKey]bool{},
-		byWalk: map[string][]*Bucket{}, counters: map[BucketKey]int{}, declare: map[SlotKey][]Row{}}
+		byWalk: map[string][]*Bucket{}, counters: map[BucketKey]int{}, declare: map[SlotKey][]Row{},
+		unreplayed: map[BucketKey]string{}}
 	r.nslots = 1
 	if node.DoubleBuffer() {
 		r.nslots = 2
@@ -148,6 +180,10 @@ func New(dev accel.Device, node Node, configs []*Config, opts Options) (*Runner,
 		}
 		if blocked := node.Blocked(c); len(blocked) > 0 {
 			r.eager[c.Walk] = blocked
+			for _, sh := range c.shapes() {
+				k := BucketKey{Walk: c.Walk, BatchSize: sh[0], Tokens: sh[1], Key: c.KeyInfo}
+				r.unreplayed[k] = "its step uses resources that cannot be captured: " + strings.Join(blocked, ",")
+			}
 			r.log.Warn("walk runs eager: its step uses resources that cannot be captured",
 				"runner", r.name, "walk", c.Walk, "resources", strings.Join(blocked, ","))
 			continue
@@ -261,6 +297,7 @@ func (r *Runner) Capture(ctx context.Context, planned map[BucketKey]bool) error 
 		for _, sh := range c.shapes() {
 			k := BucketKey{Walk: c.Walk, BatchSize: sh[0], Tokens: sh[1], Key: c.KeyInfo}
 			if planned != nil && !planned[k] {
+				r.LeaveOut(planned, nil)
 				continue
 			}
 			if _, dup := results[k]; dup {
@@ -345,18 +382,73 @@ func (r *Runner) Capture(ctx context.Context, planned map[BucketKey]bool) error 
 			}
 		}
 		r.dropped = append(r.dropped, k)
+		r.unreplayed[k] = "capture dropped: " + why
 		dropped = append(dropped, k.String())
 		r.log.Error("accelerator graph bucket dropped; it will run eager", "runner", r.name, "bucket", k.String(), "reason", why)
 	}
 	r.mu.Unlock()
 	if len(dropped) > 0 {
 		r.log.Error("accelerator graph buckets dropped", "runner", r.name, "count", len(dropped), "buckets", strings.Join(dropped, " "))
-		if r.opts.RequireGraphs {
-			return fmt.Errorf("graph: %s: %d bucket(s) dropped (%s): %w",
-				r.name, len(dropped), strings.Join(dropped, ", "), ErrGraphsRequired)
-		}
+	}
+	if r.opts.RequireGraphs {
+		return RequiredError(r.Unreplayed())
 	}
 	return nil
+}
+
+// leftOut is why a bucket the capture plan did not choose will not replay.
+const leftOut = "left out by the capture plan: the memory budget does not hold it"
+
+// LeaveOut records that a plan chose only planned: every other declared
+// bucket will not replay (Unreplayed), for the reason why gives (the plan's
+// CapturePlan.Why; nil or missing: the budget did not hold it). Capture does
+// this itself; background capture, which captures bucket by bucket, calls it
+// once it has planned. A reason already recorded stays.
+func (r *Runner) LeaveOut(planned map[BucketKey]bool, why map[BucketKey]string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, sp := range r.specs {
+		k := sp.Bucket
+		if _, live := r.buckets[k]; live || planned[k] {
+			continue
+		}
+		if _, known := r.unreplayed[k]; known {
+			continue
+		}
+		r.unreplayed[k] = leftOut
+		if w := why[k]; w != "" {
+			r.unreplayed[k] = "left out by the capture plan: " + w
+		}
+	}
+}
+
+// Unreplayed lists every declared bucket that will not replay, and why,
+// sorted by walk, then largest first. A bucket not captured yet (background
+// capture still to come to it) is not listed.
+func (r *Runner) Unreplayed() []Unreplayed {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]Unreplayed, 0, len(r.unreplayed))
+	for k, why := range r.unreplayed {
+		out = append(out, Unreplayed{Runner: r.name, Bucket: k, Reason: why})
+	}
+	slices.SortFunc(out, func(a, b Unreplayed) int { return byWalkLargest(a.Bucket, b.Bucket) })
+	return out
+}
+
+// byWalkLargest orders buckets by walk, then largest first (batch size,
+// tokens, key info).
+func byWalkLargest(a, b BucketKey) int {
+	if a.Walk != b.Walk {
+		return strings.Compare(a.Walk, b.Walk)
+	}
+	if a.BatchSize != b.BatchSize {
+		return b.BatchSize - a.BatchSize
+	}
+	if a.Tokens != b.Tokens {
+		return b.Tokens - a.Tokens
+	}
+	return strings.Compare(a.Key, b.Key)
 }
 
 // register makes a captured bucket leasable under its capture walk and every
@@ -430,15 +522,7 @@ func (r *Runner) Buckets() []BucketKey {
 	for k := range r.buckets {
 		ks = append(ks, k)
 	}
-	slices.SortFunc(ks, func(a, b BucketKey) int {
-		if a.Walk != b.Walk {
-			return strings.Compare(a.Walk, b.Walk)
-		}
-		if a.BatchSize != b.BatchSize {
-			return b.BatchSize - a.BatchSize
-		}
-		return b.Tokens - a.Tokens
-	})
+	slices.SortFunc(ks, byWalkLargest)
 	return ks
 }
 

@@ -17,7 +17,10 @@
 //     "chat_template_kwargs": {...}} gives {"tokens": [...], "count": N,
 //     "max_model_len": M}; {"tokens": [...]} gives {"prompt": TEXT}.
 //   - GET /health: 200 {"status": "ok", ...} while serving, 503
-//     {"status": "draining"} after Drain.
+//     {"status": "draining"} after Drain, 503 {"status": "not_ready",
+//     "reason": ...} while graphs are required
+//     (REPRISE_REQUIRE_ACCELERATOR_GRAPHS=1) and background capture has
+//     buckets still to make live, or once the engine stopped on its own.
 //   - GET /metrics: Prometheus metrics (text, OpenMetrics or protobuf, as
 //     the scraper asks): vLLM's set under reprise_ names with a model_name
 //     label (time to first token, inter-token latency, time per output

@@ -15,6 +15,7 @@ import (
 
 	"github.com/reprise-ml/reprise/accel"
 	"github.com/reprise-ml/reprise/engine"
+	"github.com/reprise-ml/reprise/graph"
 	"github.com/reprise-ml/reprise/internal/failpoint"
 	"github.com/reprise-ml/reprise/serve"
 )
@@ -238,4 +239,38 @@ func TestFailpointStreamStall(t *testing.T) {
 	}
 	checkOutcomes(t, burst(t, v.ts.URL, 8, 24), false)
 	checkHealthy(t, v)
+}
+
+// With graphs required, a bucket background capture drops (an allocation
+// fails during its capture) stops the engine loudly: its Err wraps
+// graph.ErrGraphsRequired and names the bucket, Done closes (reprise serve
+// then exits non-zero with the reason), and /health is 503 not_ready (issue
+// 19, item 3). It used to serve on, eager.
+func TestFailpointRequiredGraphDroppedInTheBackground(t *testing.T) {
+	defer failpoint.Reset()
+	hook, fired := failpoint.FailNth(3, failpoint.PhaseCapture, errInjectedOOM)
+	failpoint.Enable(failpoint.Alloc, hook)
+	v, err := newEnv(engine.Options{Graphs: true, BackgroundCapture: true, NoPlan: true, PlanCache: "off",
+		Runner: graph.Options{RequireGraphs: true}}, serve.Options{}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(v.close)
+	select {
+	case <-v.e.Done():
+	case <-time.After(time.Minute):
+		t.Fatal("the engine still runs a minute after start")
+	}
+	failpoint.Reset()
+	if !fired() {
+		t.Fatal("no allocation failed during capture")
+	}
+	err = v.e.Err()
+	if !errors.Is(err, graph.ErrGraphsRequired) || !strings.Contains(err.Error(), "capture dropped") {
+		t.Fatalf("Err: %v, want ErrGraphsRequired naming the dropped bucket", err)
+	}
+	code, _, body := get(t, v.ts.URL, "/health")
+	if code != http.StatusServiceUnavailable || !strings.Contains(string(body), "not_ready") {
+		t.Fatalf("health after the engine stopped: %d %s", code, body)
+	}
 }

@@ -383,9 +383,12 @@ func (s *Server) modelNotFound(name string) *apiError {
 }
 
 // handleHealth answers 200 {"status": "ok", ...} while the server takes
-// requests, and 503 {"status": "draining", ...} once Drain was called. The
-// body also carries the model's name, whether graphs are on and how many
-// buckets are live, and the engine's queue, running requests and KV pages.
+// requests, 503 {"status": "draining", ...} once Drain was called, and 503
+// {"status": "not_ready", "reason": ...} while the engine cannot serve as
+// asked (graphs required and background capture still making buckets live,
+// or the engine stopped: engine.GraphStats.Ready). The body also carries the
+// model's name, whether graphs are on and how many buckets are live, and the
+// engine's queue, running requests and KV pages.
 func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
 	st, gs := s.eng.Stats(), s.eng.GraphStats()
 	body := map[string]any{"status": "ok", "model": s.opts.ModelName, "graphs": len(gs.Runners) > 0,
@@ -393,8 +396,11 @@ func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
 		"kv_pages_used": st.KVPagesUsed, "kv_pages_free": st.KVPagesFree}
 
 	code := http.StatusOK
-	if s.draining.Load() {
+	switch {
+	case s.draining.Load():
 		body["status"], code = "draining", http.StatusServiceUnavailable
+	case !gs.Ready:
+		body["status"], body["reason"], code = "not_ready", gs.NotReady, http.StatusServiceUnavailable
 	}
 	writeJSON(w, code, body)
 }

@@ -337,6 +337,18 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	case <-ctx.Done():
 	case err := <-served:
 		return fmt.Errorf("serving: %w", err)
+	case <-e.Done():
+		// The engine stopped on its own: with graphs required, a bucket
+		// background capture left out or dropped. The process exits
+		// non-zero with the reason rather than serve eager; requests in
+		// flight were sent the error.
+		srv.Abort()
+		hs.Close()
+		err := e.Err()
+		if err == nil {
+			err = engine.ErrClosed
+		}
+		return fmt.Errorf("engine stopped: %w", err)
 	}
 
 	// Graceful shutdown: stop accepting, let requests in flight finish up to
