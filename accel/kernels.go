@@ -90,6 +90,20 @@ const (
 	// 1..K; T1 ids[R,K] I32 their tokens. Equal lp are ordered by token,
 	// lower first. I0 is K (1 <= K <= V).
 	OpLogProbs
+	// OpPenalize processes logits before sampling, as vLLM does: min_tokens,
+	// logit_bias, the repetition, frequency and presence penalties, then
+	// min_p. T0 out[R,V] F32 (may be T1), T1 logits[R,V] F32, T2 counts[N,V]
+	// I32 and T3 bias[N,V] F32 (per-request rows of a pool), T4 rows[R,2]
+	// I32 (each row's pool row, outside [0,N): none; its flags), T5
+	// params[R,4] F32 (repetition, presence, frequency, min_p), T6
+	// temperature (R, F32). See PenaltyCountMask for the counts' layout
+	// and Penalize for the arithmetic.
+	OpPenalize
+	// OpCountTokens counts sampled tokens into the pool OpPenalize reads:
+	// T0 counts[N,V] I32 gets 1 added at [T1 rows[r,0], T2 tokens[r]] for
+	// each row r whose pool row is in [0,N) and token in [0,V). Rows with
+	// a pool row must each have their own.
+	OpCountTokens
 	numOps
 )
 
@@ -113,21 +127,23 @@ type opSpec struct {
 }
 
 var opSpecs = [numOps]opSpec{
-	OpFill:       {name: "fill", tensors: 1, writeIdx: []int{0}, check: checkFill},
-	OpEmbed:      {name: "embed", tensors: 3, writeIdx: []int{0}, check: checkEmbed},
-	OpRMSNorm:    {name: "rmsnorm", tensors: 3, writeIdx: []int{0}, check: checkRMSNorm},
-	OpMatMul:     {name: "matmul", tensors: 3, writeIdx: []int{0}, check: checkMatMul},
-	OpRoPE:       {name: "rope", tensors: 3, writeIdx: []int{0, 1}, check: checkRoPE},
-	OpKVWrite:    {name: "kv_write", tensors: 5, writeIdx: []int{0, 1}, check: checkKVWrite},
-	OpAttention:  {name: "attention", tensors: 7, writeIdx: []int{0}, check: checkAttention},
-	OpSiLUMul:    {name: "silu_mul", tensors: 3, writeIdx: []int{0}, check: checkElementwise},
-	OpAdd:        {name: "add", tensors: 3, writeIdx: []int{0}, check: checkElementwise},
-	OpGatherRows: {name: "gather_rows", tensors: 3, writeIdx: []int{0}, check: checkGatherRows},
-	OpArgmax:     {name: "argmax", tensors: 2, writeIdx: []int{0}, check: checkArgmax},
-	OpSample:     {name: "sample", tensors: 7, writeIdx: []int{0}, check: checkSample},
-	OpRoPETable:  {name: "rope_table", tensors: 4, writeIdx: []int{0, 1}, check: checkRoPETable},
-	OpAddRow:     {name: "add_row", tensors: 3, writeIdx: []int{0}, check: checkAddRow},
-	OpLogProbs:   {name: "logprobs", tensors: 4, writeIdx: []int{0, 1}, check: checkLogProbs},
+	OpFill:        {name: "fill", tensors: 1, writeIdx: []int{0}, check: checkFill},
+	OpEmbed:       {name: "embed", tensors: 3, writeIdx: []int{0}, check: checkEmbed},
+	OpRMSNorm:     {name: "rmsnorm", tensors: 3, writeIdx: []int{0}, check: checkRMSNorm},
+	OpMatMul:      {name: "matmul", tensors: 3, writeIdx: []int{0}, check: checkMatMul},
+	OpRoPE:        {name: "rope", tensors: 3, writeIdx: []int{0, 1}, check: checkRoPE},
+	OpKVWrite:     {name: "kv_write", tensors: 5, writeIdx: []int{0, 1}, check: checkKVWrite},
+	OpAttention:   {name: "attention", tensors: 7, writeIdx: []int{0}, check: checkAttention},
+	OpSiLUMul:     {name: "silu_mul", tensors: 3, writeIdx: []int{0}, check: checkElementwise},
+	OpAdd:         {name: "add", tensors: 3, writeIdx: []int{0}, check: checkElementwise},
+	OpGatherRows:  {name: "gather_rows", tensors: 3, writeIdx: []int{0}, check: checkGatherRows},
+	OpArgmax:      {name: "argmax", tensors: 2, writeIdx: []int{0}, check: checkArgmax},
+	OpSample:      {name: "sample", tensors: 7, writeIdx: []int{0}, check: checkSample},
+	OpRoPETable:   {name: "rope_table", tensors: 4, writeIdx: []int{0, 1}, check: checkRoPETable},
+	OpAddRow:      {name: "add_row", tensors: 3, writeIdx: []int{0}, check: checkAddRow},
+	OpLogProbs:    {name: "logprobs", tensors: 4, writeIdx: []int{0, 1}, check: checkLogProbs},
+	OpPenalize:    {name: "penalize", tensors: 7, writeIdx: []int{0}, check: checkPenalize},
+	OpCountTokens: {name: "count_tokens", tensors: 3, writeIdx: []int{0}, check: checkCountTokens},
 }
 
 func (o Op) String() string {

@@ -94,6 +94,8 @@ type Request struct {
 	// (at most MaxTopLogProbs) most likely tokens' with it.
 	LogProbs    bool
 	TopLogProbs int
+	// Penalties process the logits before sampling (KeyPenalties).
+	Penalties Penalties
 }
 
 // Output is one event of a request: a token, or the end.
@@ -156,6 +158,7 @@ type Engine struct {
 	kv     *kvCache
 	pos    *positionsResource
 	samp   *Sampler
+	pen    *penaltyPool
 	node   *node
 	runner *graph.Runner
 	stream accel.Stream
@@ -248,8 +251,8 @@ func New(dev accel.Device, m Model, opts Options) (*Engine, error) {
 	if e.kv, err = newKVCache(dev, kvConfig{Layers: info.Layers, KVDim: kvdim, PageSize: opts.PageSize, Pages: pages, MaxLen: info.MaxSeq}); err != nil {
 		return nil, err
 	}
-	e.pos, e.samp = newPositions(dev), NewSampler(dev)
-	if e.sr, err = newStepRunner(e.kv, e.pos, e.samp); err != nil {
+	e.pos, e.samp, e.pen = newPositions(dev), NewSampler(dev), newPenaltyPool(dev, info.Vocab, opts.MaxBatch)
+	if e.sr, err = newStepRunner(e.kv, e.pos, e.samp, e.pen); err != nil {
 		return nil, err
 	}
 	if sm, ok := m.(StepModel); ok {
@@ -363,6 +366,7 @@ func (e *Engine) Close() {
 	e.kv.Close(e.dev)
 	e.pos.Close()
 	e.samp.Close()
+	e.pen.Close()
 }
 
 // Done is closed once the engine's loop has ended: after Close, once the
@@ -425,6 +429,9 @@ func (e *Engine) Validate(req Request) error {
 	}
 	if req.TopLogProbs < 0 || req.TopLogProbs > MaxTopLogProbs || (req.TopLogProbs > 0 && !req.LogProbs) {
 		return fmt.Errorf("%w: %d top log probabilities (0 to %d, with LogProbs)", ErrInvalidRequest, req.TopLogProbs, MaxTopLogProbs)
+	}
+	if err := req.Penalties.validate(e.info.Vocab, req.MaxTokens); err != nil {
+		return err
 	}
 	s := req.Sampling
 	if s.Temperature < 0 || s.TopK < 0 || s.TopP < 0 || s.TopP > 1 {

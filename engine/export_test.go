@@ -92,13 +92,13 @@ func (e *Engine) UnrestPadding(ids []int64, n int) error {
 }
 
 // SlotBufferKeys lists, by resource name (KVName, PositionsName,
-// SamplerName), the per-slot keys each resource has built graph buffers for.
+// SamplerName, PenaltiesName), the per-slot keys each resource has built graph buffers for.
 // Call it from the goroutine that owns the resources: OnLoop once started,
 // or a forward the graph runners call during Start (warm-ups and captures
 // run on Start's goroutine).
 func (e *Engine) SlotBufferKeys() map[string][]graph.SlotKey {
 	out := map[string][]graph.SlotKey{}
-	for name, st := range map[string]*slotTensors{KVName: e.kv.slots, PositionsName: e.pos.slots, SamplerName: e.samp.slots} {
+	for name, st := range map[string]*slotTensors{KVName: e.kv.slots, PositionsName: e.pos.slots, SamplerName: e.samp.slots, PenaltiesName: e.pen.slots} {
 		out[name] = []graph.SlotKey{}
 		for k := range st.bufs {
 			out[name] = append(out[name], k)

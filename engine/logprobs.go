@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/reprise-ml/reprise/accel"
 )
@@ -32,14 +33,43 @@ type TokenLogProb struct {
 	LogProb float32
 }
 
-// samplingKey is the graph key info a step of these requests needs.
+// KeyLogProbsPenalties is the key info of a step whose rows ask for both.
+const KeyLogProbsPenalties = KeyLogProbs + "+" + KeyPenalties
+
+// samplingKey is the graph key info a step of these requests needs: the
+// sampling variants any of them asks for, in KeyHas's form.
 func samplingKey(reqs []*request) string {
+	var lp, pen bool
 	for _, r := range reqs {
-		if r.req.LogProbs {
-			return KeyLogProbs
-		}
+		lp = lp || r.req.LogProbs
+		pen = pen || r.req.Penalties.On()
+	}
+	switch {
+	case lp && pen:
+		return KeyLogProbsPenalties
+	case lp:
+		return KeyLogProbs
+	case pen:
+		return KeyPenalties
 	}
 	return ""
+}
+
+// KeyHas reports whether graph key info key has the variant v: key is
+// the variants a step needs, joined by "+" in a fixed order (KeyLogProbs,
+// KeyPenalties, KeyLogProbsPenalties).
+func KeyHas(key, v string) bool {
+	for len(key) > 0 {
+		i := strings.IndexByte(key, '+')
+		if i < 0 {
+			return key == v
+		}
+		if key[:i] == v {
+			return true
+		}
+		key = key[i+1:]
+	}
+	return false
 }
 
 // stepScores are the last step's log probabilities, by request: loop-owned.
@@ -54,7 +84,7 @@ type stepScores struct {
 // forgets the last step's otherwise).
 func (e *Engine) readScores(s accel.Stream, key string, outs map[string]accel.Tensor, reqs []*request, n int) error {
 	e.scores.row = nil
-	if key != KeyLogProbs {
+	if !KeyHas(key, KeyLogProbs) {
 		return nil
 	}
 	vt, it := outs[OutLogProbs], outs[OutLogProbIDs]

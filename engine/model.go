@@ -56,8 +56,9 @@ type StepModel interface {
 // Batch is what a forward reads: its static inputs and the resources' plans.
 type Batch struct {
 	Walk string
-	// Key is the step's graph key info: the sampling variant (KeyLogProbs:
-	// the forward also writes OutLogProbs and OutLogProbIDs).
+	// Key is the step's graph key info: the sampling variants (KeyHas
+	// KeyLogProbs: the forward also writes OutLogProbs and OutLogProbIDs;
+	// KeyPenalties: it processes the logits with Penalties).
 	Key    string
 	Lease  *graph.Lease
 	Rows   int // rows in the tensors (the bucket's batch size on a lease)
@@ -66,6 +67,9 @@ type Batch struct {
 	Pos    accel.Tensor // [1, Tokens] I32
 	KV     *KVPlan
 	Sample accel.SampleParams
+	// Penalties is a KeyPenalties step's logit processing (OpPenalize
+	// before sampling, OpCountTokens of the sampled tokens after).
+	Penalties accel.PenaltyParams
 
 	region func(l *accel.Launcher, label string, in map[string]accel.Tensor) (*RegionResult, error)
 }
@@ -75,10 +79,11 @@ type Batch struct {
 // a plan of the wrong type is an error.
 func batchFor(step *Step, in map[string]accel.Tensor) (*Batch, error) {
 	b := &Batch{Walk: step.Walk, Key: step.Key, Lease: step.Lease, Rows: step.BatchSize(), Tokens: step.Tokens, In: in}
-	var errs [3]error
+	var errs [4]error
 	b.Pos, _, errs[0] = PositionsPlan.Lookup(step)
 	b.KV, _, errs[1] = KVCachePlan.Lookup(step)
 	b.Sample, _, errs[2] = SamplerPlan.Lookup(step)
+	b.Penalties, _, errs[3] = PenaltiesPlan.Lookup(step)
 	return b, errors.Join(errs[:]...)
 }
 

@@ -56,6 +56,11 @@ type requestInfo struct {
 	// generated tokens).
 	MaxLen   int
 	Sampling Sampling
+	// Prompt, Penalties and Stops (what min_tokens masks) are for the
+	// penalties resource.
+	Prompt    []int32
+	Penalties Penalties
+	Stops     []int32
 }
 
 // Step is one step of a node: rows (real ones first, then padding rows on a

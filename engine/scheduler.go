@@ -97,7 +97,7 @@ func (e *Engine) admit() []*request {
 		if !admitHead(e.limits(), e.kv, len(e.running), len(batch), tokens, len(r.req.Prompt), r.maxLen) {
 			break
 		}
-		if err := e.sr.Ingest(r.id, requestInfo{MaxLen: r.maxLen, Sampling: r.req.Sampling}); err != nil {
+		if err := e.sr.Ingest(r.id, e.requestInfo(r)); err != nil {
 			if errors.Is(err, errKVFull) {
 				break
 			}

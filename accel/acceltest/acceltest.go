@@ -35,6 +35,7 @@ func Run(t *testing.T, backend string, expect ...Expect) {
 	}
 	t.Run("Devices", func(t *testing.T) { testDevices(t, backend) })
 	t.Run("Kernels", func(t *testing.T) { testKernels(t, backend) })
+	t.Run("Penalties", func(t *testing.T) { testPenalties(t, backend) })
 	t.Run("ArchKernels", func(t *testing.T) { testArchKernels(t, backend) })
 	t.Run("ChainReplayEqualsEager", func(t *testing.T) { testChain(t, backend) })
 	t.Run("FailedCaptureRecovery", func(t *testing.T) { testFailedCapture(t, backend) })

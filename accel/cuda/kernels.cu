@@ -928,3 +928,55 @@ extern "C" __global__ void __launch_bounds__(256) k_logprobs(float* vals, int* i
 		pi = bi;
 	}
 }
+
+// ---------------------------------------------------------------------------
+// OpPenalize: one block per row, each thread its strided logits:
+// accel.Penalize on every logit of a row with a pool row (a copy otherwise),
+// then min_p against the processed row's maximum (block_max over what each
+// thread wrote itself, so no other barrier is needed).
+
+extern "C" __global__ void __launch_bounds__(256) k_penalize(float* out, const float* x, const int* counts, const float* bias,
+                                                             const int* rows, const float* params, const float* temp, int nrows,
+                                                             int v, int n) {
+	__shared__ float redf[32];
+	i64 r = blockIdx.x;
+	if (r >= nrows) return;
+	const float* lg = x + r * v;
+	float* y = out + r * v;
+	const float* p = params + 4 * r;
+	int pr = rows[2 * r];
+	if (pr >= 0 && pr < n) {
+		const int* cr = counts + (i64)pr * v;
+		const float* br = bias + (i64)pr * v;
+		int mask = rows[2 * r + 1] & 1;
+		float rep = p[0], pres = p[1], freq = p[2];
+		for (int j = threadIdx.x; j < v; j += blockDim.x) {
+			float z = lg[j];
+			int c = cr[j], cnt = c & 0x1fffffff;
+			if (mask && (c & 0x20000000)) z = NEG_INF;
+			z += br[j];
+			if (cnt > 0 || (c & 0x40000000)) z = z > 0.0f ? z / rep : z * rep;
+			z -= freq * (float)cnt;
+			if (cnt > 0) z -= pres;
+			y[j] = z;
+		}
+	} else if (y != lg) {
+		for (int j = threadIdx.x; j < v; j += blockDim.x) y[j] = lg[j];
+	}
+	float minp = p[3], t = temp[r];
+	if (!(minp > 0.0f) || !(t > 0.0f)) return;
+	float m = NEG_INF;
+	for (int j = threadIdx.x; j < v; j += blockDim.x) m = fmaxf(m, y[j]);
+	m = block_max(m, redf);
+	for (int j = threadIdx.x; j < v; j += blockDim.x)
+		if (expf((y[j] - m) / t) < minp) y[j] = NEG_INF;
+}
+
+// OpCountTokens: one thread per row (rows with a pool row each have their
+// own, so no two threads write one count).
+extern "C" __global__ void k_count_tokens(int* counts, const int* rows, const int* toks, int nrows, int v, int n) {
+	i64 r = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+	if (r >= nrows) return;
+	int pr = rows[2 * r], t = toks[r];
+	if (pr >= 0 && pr < n && t >= 0 && t < v) counts[(i64)pr * v + t] += 1;
+}

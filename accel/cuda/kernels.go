@@ -75,6 +75,8 @@ const (
 	kArgmax
 	kSample
 	kLogProbs
+	kPenalize
+	kCountTokens
 	kTestUniform
 	kRoPETable
 	kAddRow
@@ -134,6 +136,8 @@ var kernelSpecs = [numKernels]kernelSpec{
 	kArgmax:      {"k_argmax", []argKind{aPtr, aPtr, aI32, aI32}},
 	kSample:      {"k_sample", []argKind{aPtr, aPtr, aPtr, aPtr, aPtr, aPtr, aPtr, aI32, aI32}},
 	kLogProbs:    {"k_logprobs", []argKind{aPtr, aPtr, aPtr, aPtr, aI32, aI32, aI32}},
+	kPenalize:    {"k_penalize", []argKind{aPtr, aPtr, aPtr, aPtr, aPtr, aPtr, aPtr, aI32, aI32, aI32}},
+	kCountTokens: {"k_count_tokens", []argKind{aPtr, aPtr, aPtr, aI32, aI32, aI32}},
 	kTestUniform: {"k_test_uniform", []argKind{aPtr, aPtr, aPtr, aI32}},
 	kRoPETable:   {"k_rope_table", []argKind{aPtr, aPtr, aPtr, aPtr, aI32, aI32, aI32, aI32, aI32}},
 	kAddRow:      {"k_add_row", []argKind{aPtr, aPtr, aPtr, aI64, aI64}},
@@ -429,6 +433,17 @@ func prepare(c *accel.Call, ptrOf resolver, useBLAS bool) (*klaunch, error) {
 		ptrs(t[0], t[1], t[2], t[3])
 		ints(t[2].Rows, t[2].Cols, c.I[0])
 		blocks(t[2].Rows)
+	case accel.OpPenalize:
+		kl.k = kPenalize
+		ptrs(t[0], t[1], t[2], t[3], t[4], t[5], t[6])
+		ints(t[1].Rows, t[1].Cols, t[2].Rows)
+		blocks(t[1].Rows)
+	case accel.OpCountTokens:
+		kl.k = kCountTokens
+		ptrs(t[0], t[1], t[2])
+		ints(t[1].Rows, t[0].Cols, t[0].Rows)
+		kl.setGrid(gridFor(int64(t[1].Rows)))
+		kl.noWork = t[1].Rows == 0
 	default:
 		return nil, fmt.Errorf("cuda: no kernel for %v: %w", c.Op, accel.ErrUnsupported)
 	}

@@ -166,6 +166,9 @@ func calls() []accel.Call {
 	c = mk(accel.OpLogProbs, a.tensor(f, R, 21), a.tensor(i, R, 20), a.tensor(f, R, V), a.tensor(i, 1, R))
 	c.I[0] = 20
 	cs = append(cs, c)
+	cs = append(cs, mk(accel.OpPenalize, a.tensor(f, R, V), a.tensor(f, R, V), a.tensor(i, R, V), a.tensor(f, R, V),
+		a.tensor(i, R, 2), a.tensor(f, R, 4), a.tensor(f, 1, R)))
+	cs = append(cs, mk(accel.OpCountTokens, a.tensor(i, R, V), a.tensor(i, R, 2), a.tensor(i, 1, R)))
 	return cs
 }
 

@@ -586,3 +586,51 @@ __kernel void k_test_uniform(__global uint* out, ulong oo, __global const uint* 
 	out[oo + 3 * i + 1] = (uint)(z >> 43);
 	out[oo + 3 * i + 2] = as_uint(uniform_float(z));
 }
+
+// k_penalize: accel.OpPenalize, one work-item per row: accel.Penalize on
+// every logit of a row with a pool row (a copy otherwise), then min_p
+// against the processed row's maximum.
+__kernel void k_penalize(__global float* out, ulong oo, __global const float* x, ulong xo, __global const int* counts, ulong co,
+                         __global const float* bias, ulong bo, __global const int* rows, ulong ro, __global const float* params, ulong po,
+                         __global const float* temp, ulong tpo, int r, int v, int n) {
+	size_t row = get_global_id(0);
+	if (row >= (size_t)r) return;
+	__global const float* lg = x + xo + row * (size_t)v;
+	__global float* y = out + oo + row * (size_t)v;
+	__global const float* p = params + po + 4 * row;
+	int pr = rows[ro + 2 * row];
+	if (pr >= 0 && pr < n) {
+		__global const int* cr = counts + co + (size_t)pr * v;
+		__global const float* br = bias + bo + (size_t)pr * v;
+		int mask = rows[ro + 2 * row + 1] & 1;
+		float rep = p[0], pres = p[1], freq = p[2];
+		for (int j = 0; j < v; j++) {
+			float z = lg[j];
+			int c = cr[j], cnt = c & 0x1fffffff;
+			if (mask && (c & 0x20000000)) z = -INFINITY;
+			z += br[j];
+			if (cnt > 0 || (c & 0x40000000)) z = z > 0.0f ? z / rep : z * rep;
+			z -= freq * (float)cnt;
+			if (cnt > 0) z -= pres;
+			y[j] = z;
+		}
+	} else if (y != lg) {
+		for (int j = 0; j < v; j++) y[j] = lg[j];
+	}
+	float minp = p[3], t = temp[tpo + row];
+	if (!(minp > 0.0f) || !(t > 0.0f)) return;
+	float m = y[0];
+	for (int j = 1; j < v; j++) m = fmax(m, y[j]);
+	for (int j = 0; j < v; j++)
+		if (exp((y[j] - m) / t) < minp) y[j] = -INFINITY;
+}
+
+// k_count_tokens: accel.OpCountTokens, one work-item per row (rows with a
+// pool row each have their own).
+__kernel void k_count_tokens(__global int* counts, ulong co, __global const int* rows, ulong ro, __global const int* toks, ulong to,
+                             int r, int v, int n) {
+	size_t row = get_global_id(0);
+	if (row >= (size_t)r) return;
+	int pr = rows[ro + 2 * row], t = toks[to + row];
+	if (pr >= 0 && pr < n && t >= 0 && t < v) counts[co + (size_t)pr * v + t] += 1;
+}

@@ -30,6 +30,8 @@ const (
 	kArgmax
 	kSample
 	kLogProbs
+	kPenalize
+	kCountTokens
 	kCopyU32
 	kCopyU8
 	kTestUniform
@@ -43,7 +45,7 @@ var kernelNames = [numKernels]string{
 	kMatMulF32: "k_matmul_f32", kMatMulBF16: "k_matmul_bf16", kMatMulQ8_0: "k_matmul_q8_0", kMatMulQ4_0: "k_matmul_q4_0",
 	kMatMulQ4_K: "k_matmul_q4_k", kMatMulQ6_K: "k_matmul_q6_k", kRoPE: "k_rope", kKVWrite: "k_kv_write",
 	kAttention: "k_attention", kSiLUMul: "k_silu_mul", kAdd: "k_add", kArgmax: "k_argmax",
-	kSample: "k_sample", kLogProbs: "k_logprobs", kCopyU32: "k_copy_u32", kCopyU8: "k_copy_u8", kTestUniform: "k_test_uniform",
+	kSample: "k_sample", kLogProbs: "k_logprobs", kPenalize: "k_penalize", kCountTokens: "k_count_tokens", kCopyU32: "k_copy_u32", kCopyU8: "k_copy_u8", kTestUniform: "k_test_uniform",
 	kRoPETable: "k_rope_table", kAddRow: "k_add_row",
 }
 
@@ -228,6 +230,16 @@ func (d *Device) prepare(c *accel.Call) (*klaunch, error) {
 		tensors(t[0], t[1], t[2], t[3])
 		ints(t[2].Rows, t[2].Cols, c.I[0])
 		kl.n = uint64(t[2].Rows)
+	case accel.OpPenalize:
+		kl.k = kPenalize
+		tensors(t[0], t[1], t[2], t[3], t[4], t[5], t[6])
+		ints(t[1].Rows, t[1].Cols, t[2].Rows)
+		kl.n = uint64(t[1].Rows)
+	case accel.OpCountTokens:
+		kl.k = kCountTokens
+		tensors(t[0], t[1], t[2])
+		ints(t[1].Rows, t[0].Cols, t[0].Rows)
+		kl.n = uint64(t[1].Rows)
 	default:
 		return nil, fmt.Errorf("opencl: no kernel for %v: %w", c.Op, accel.ErrUnsupported)
 	}

@@ -40,6 +40,11 @@ type Options struct {
 	// probabilities replay too; without it they run eager (a second family
 	// of buckets costs capture time and memory, so it is asked for).
 	LogProbGraphs bool
+	// PenaltyGraphs also captures the engine.KeyPenalties variant (and,
+	// with LogProbGraphs, engine.KeyLogProbsPenalties), for steps with
+	// penalties, a logit bias, min_p or min_tokens; without it they run
+	// eager.
+	PenaltyGraphs bool
 	// Prefill is how prefill steps may be captured: PrefillPiecewise (the
 	// default: the block loop is a region captured per (prompts, tokens)
 	// bucket; the embedding and the logits stay eager), PrefillWhole (the
@@ -361,14 +366,22 @@ func (m *Model) graphConfigs() []*graph.Config {
 	if prefillBS == nil {
 		prefillBS = []int{1, 2, 4, 8}
 	}
-	var cs []*graph.Config
-	cs = append(cs, &graph.Config{Walk: engine.WalkDecode, Batched: &graph.Batched{TokensPerRow: 1},
-		BatchSizes: m.opts.DecodeBatchSizes, CapEagerBatch: true})
+	// The sampling variants asked for: batches that ask for log
+	// probabilities or penalties replay theirs, the others the plain graph.
+	keys := []string{""}
 	if m.opts.LogProbGraphs {
-		// The variant that also scores tokens: batches that ask for log
-		// probabilities replay it, the others the plain graph above.
-		cs = append(cs, &graph.Config{Walk: engine.WalkDecode, KeyInfo: engine.KeyLogProbs, Batched: &graph.Batched{TokensPerRow: 1},
-			BatchSizes: m.opts.DecodeBatchSizes})
+		keys = append(keys, engine.KeyLogProbs)
+	}
+	if m.opts.PenaltyGraphs {
+		keys = append(keys, engine.KeyPenalties)
+		if m.opts.LogProbGraphs {
+			keys = append(keys, engine.KeyLogProbsPenalties)
+		}
+	}
+	var cs []*graph.Config
+	for _, k := range keys {
+		cs = append(cs, &graph.Config{Walk: engine.WalkDecode, KeyInfo: k, Batched: &graph.Batched{TokensPerRow: 1},
+			BatchSizes: m.opts.DecodeBatchSizes, CapEagerBatch: k == ""})
 	}
 	if len(lengths) == 0 || len(prefillBS) == 0 {
 		return cs
@@ -377,10 +390,8 @@ func (m *Model) graphConfigs() []*graph.Config {
 	case PrefillWhole:
 		// "last" holds one index per row, so it follows the batch size, not
 		// the token count: its sequence axis is declared.
-		cs = append(cs, &graph.Config{Walk: engine.WalkPrefill, Packed: &graph.Packed{TokenLengths: lengths},
-			BatchSizes: prefillBS, SeqAxis: map[string]int{"last": 1}})
-		if m.opts.LogProbGraphs {
-			cs = append(cs, &graph.Config{Walk: engine.WalkPrefill, KeyInfo: engine.KeyLogProbs, Packed: &graph.Packed{TokenLengths: lengths},
+		for _, k := range keys {
+			cs = append(cs, &graph.Config{Walk: engine.WalkPrefill, KeyInfo: k, Packed: &graph.Packed{TokenLengths: lengths},
 				BatchSizes: prefillBS, SeqAxis: map[string]int{"last": 1}})
 		}
 	case PrefillPiecewise:
@@ -475,10 +486,26 @@ func (m *Model) Forward(l *accel.Launcher, b *engine.Batch) (map[string]accel.Te
 	logits := l.Alloc(accel.F32, R, c.Vocab)
 	l.MatMul(logits, lx, m.cls)
 	next := l.Alloc(accel.I32, 1, R)
-	l.Sample(next, logits, b.Sample)
+	logprobs := engine.KeyHas(b.Key, engine.KeyLogProbs)
+	if engine.KeyHas(b.Key, engine.KeyPenalties) {
+		// Log probabilities and the logits output are the raw ones (as
+		// vLLM reports by default): process a copy when they are asked.
+		proc := logits
+		if logprobs || m.opts.Logits {
+			proc = l.Alloc(accel.F32, R, c.Vocab)
+		}
+		l.Penalize(proc, logits, b.Penalties)
+		l.Sample(next, proc, b.Sample)
+		l.CountTokens(b.Penalties.Counts, b.Penalties.Rows, next)
+		if proc != logits {
+			l.Free(proc)
+		}
+	} else {
+		l.Sample(next, logits, b.Sample)
+	}
 	l.Free(x, lx)
 	out := map[string]accel.Tensor{engine.OutputNext: next}
-	if b.Key == engine.KeyLogProbs {
+	if logprobs {
 		k := min(engine.MaxTopLogProbs, c.Vocab)
 		vals, ids := l.Alloc(accel.F32, R, k+1), l.Alloc(accel.I32, R, k)
 		l.LogProbs(vals, ids, logits, next, k)
