@@ -8,16 +8,19 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/reprise-ml/reprise/model/llama2c"
 	"github.com/reprise-ml/reprise/model/safetensors"
+	"github.com/reprise-ml/reprise/tokenizer"
 )
 
 // WriteHF writes a model as a Hugging Face directory in LlamaForCausalLM's
 // layout: config.json, and the weights as safetensors of dtype (F32 or
 // BF16), in shards files (1: model.safetensors; more: numbered shards and
 // model.safetensors.index.json), q and k rows permuted into Hugging Face's
-// rotate-half order, as its conversion script stores them. The tokenizer is
-// not written.
-func WriteHF(dir string, ws Weights, dtype safetensors.DType, shards int) error {
+// rotate-half order, as its conversion script stores them; and, when tok
+// is not nil, its tokenizer as tokenizer.json and tokenizer_config.json
+// (tokenizer.ToHF of Llama2cVocab) with a generation_config.json.
+func WriteHF(dir string, ws Weights, tok *llama2c.Tokenizer, dtype safetensors.DType, shards int) error {
 	cfg := ws.Config()
 	if cfg.QKVBias || cfg.QKNorm || cfg.RopeScaling != nil {
 		return fmt.Errorf("llama: WriteHF writes Llama configurations only")
@@ -43,6 +46,22 @@ func WriteHF(dir string, ws Weights, dtype safetensors.DType, shards int) error 
 	}
 	if err := os.WriteFile(filepath.Join(dir, "config.json"), js, 0o644); err != nil {
 		return err
+	}
+	if tok != nil {
+		if tok.Vocab() != cfg.Vocab {
+			return fmt.Errorf("llama: WriteHF: the tokenizer has %d tokens, the model %d", tok.Vocab(), cfg.Vocab)
+		}
+		files, err := tokenizer.ToHF(Llama2cVocab(tok), tokenizer.HFOptions{})
+		if err != nil {
+			return fmt.Errorf("llama: WriteHF: %w", err)
+		}
+		if err := tokenizer.WriteHFDir(dir, files); err != nil {
+			return err
+		}
+		gen := fmt.Sprintf("{\n  \"bos_token_id\": %d,\n  \"eos_token_id\": %d\n}\n", llama2c.BOS, llama2c.EOS)
+		if err := os.WriteFile(filepath.Join(dir, "generation_config.json"), []byte(gen), 0o644); err != nil {
+			return err
+		}
 	}
 	type item struct {
 		role  string
