@@ -13,6 +13,7 @@ import (
 	"github.com/reprise-ml/reprise/internal/bounded"
 	"github.com/reprise-ml/reprise/model/safetensors"
 	"github.com/reprise-ml/reprise/model/stories260k"
+	"github.com/reprise-ml/reprise/tokenizer"
 )
 
 const tok512 = "../stories260k/tok512.bin"
@@ -30,11 +31,12 @@ func writeStoriesHFTok(t *testing.T, dtype safetensors.DType, shards int, withTo
 	t.Helper()
 	ck, tok, err := Default()
 	must(t, err)
-	if !withTokenizer {
-		tok = nil
+	var vocab *tokenizer.Vocab
+	if withTokenizer {
+		vocab = Llama2cVocab(tok)
 	}
 	dir := filepath.Join(t.TempDir(), "stories260K-hf")
-	must(t, WriteHF(dir, CheckpointWeights(ck), tok, dtype, shards))
+	must(t, WriteHF(dir, CheckpointWeights(ck), vocab, dtype, shards))
 	return dir
 }
 
