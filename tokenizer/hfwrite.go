@@ -109,13 +109,13 @@ func ToHF(v *Vocab, opts HFOptions) (Files, error) {
 	}
 
 	// Added tokens.
-	var added []hfAddedOut
+	var added []hfAdded
 	for i := range n {
 		switch typ(i) {
 		case TypeControl, TypeUnknown:
-			added = append(added, hfAddedOut{ID: i, Content: v.Tokens[i], Special: true})
+			added = append(added, hfAdded{ID: &i, Content: v.Tokens[i], Special: true})
 		case TypeUserDefined:
-			added = append(added, hfAddedOut{ID: i, Content: v.Tokens[i]})
+			added = append(added, hfAdded{ID: &i, Content: v.Tokens[i]})
 		}
 	}
 	token := func(id int) *string {
@@ -230,25 +230,15 @@ func postProcessor(v *Vocab, addBOS, addEOS bool) any {
 
 // The parts of tokenizer.json ToHF writes, in Hugging Face's field order.
 type hfDoc struct {
-	Version       string       `json:"version"`
-	Truncation    any          `json:"truncation"`
-	Padding       any          `json:"padding"`
-	AddedTokens   []hfAddedOut `json:"added_tokens"`
-	Normalizer    hfSeq        `json:"normalizer"`
-	PreTokenizer  any          `json:"pre_tokenizer"`
-	PostProcessor any          `json:"post_processor"`
-	Decoder       hfSeq        `json:"decoder"`
-	Model         hfBPEOut     `json:"model"`
-}
-
-type hfAddedOut struct {
-	ID         int    `json:"id"`
-	Content    string `json:"content"`
-	SingleWord bool   `json:"single_word"`
-	LStrip     bool   `json:"lstrip"`
-	RStrip     bool   `json:"rstrip"`
-	Normalized bool   `json:"normalized"`
-	Special    bool   `json:"special"`
+	Version       string    `json:"version"`
+	Truncation    any       `json:"truncation"`
+	Padding       any       `json:"padding"`
+	AddedTokens   []hfAdded `json:"added_tokens"`
+	Normalizer    hfSeq     `json:"normalizer"`
+	PreTokenizer  any       `json:"pre_tokenizer"`
+	PostProcessor any       `json:"post_processor"`
+	Decoder       hfSeq     `json:"decoder"`
+	Model         hfBPEOut  `json:"model"`
 }
 
 type hfSeq struct {
