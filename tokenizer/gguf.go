@@ -118,18 +118,7 @@ func FromVocab(v *Vocab, source string) (*Model, error) {
 		return nil, formatErr(source, "tokenizer.ggml.token_type", "%d types for %d tokens", len(v.Types), n)
 	}
 	if v.Model == "llama" {
-		// llama.cpp's defaults for a SentencePiece vocabulary whose file
-		// does not name them: BOS 1, EOS 2, unknown 0 (where they exist).
-		c := *v
-		for _, d := range []struct {
-			id  *int
-			def int
-		}{{&c.BOS, 1}, {&c.EOS, 2}, {&c.UNK, 0}} {
-			if *d.id == NoToken && d.def < n {
-				*d.id = d.def
-			}
-		}
-		v = &c
+		v = llamaDefaults(v)
 	}
 	types := v.Types
 	if types == nil {

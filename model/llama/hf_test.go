@@ -13,6 +13,7 @@ import (
 	"github.com/reprise-ml/reprise/internal/bounded"
 	"github.com/reprise-ml/reprise/model/safetensors"
 	"github.com/reprise-ml/reprise/model/stories260k"
+	"github.com/reprise-ml/reprise/tokenizer"
 )
 
 const tok512 = "../stories260k/tok512.bin"
@@ -21,42 +22,60 @@ const tok512 = "../stories260k/tok512.bin"
 // directory.
 func writeStoriesHF(t *testing.T, dtype safetensors.DType, shards int) string {
 	t.Helper()
-	ck, _, err := Default()
+	return writeStoriesHFTok(t, dtype, shards, false)
+}
+
+// writeStoriesHFTok is writeStoriesHF with the tokenizer files when
+// withTokenizer.
+func writeStoriesHFTok(t *testing.T, dtype safetensors.DType, shards int, withTokenizer bool) string {
+	t.Helper()
+	ck, tok, err := Default()
 	must(t, err)
+	var vocab *tokenizer.Vocab
+	if withTokenizer {
+		vocab = Llama2cVocab(tok)
+	}
 	dir := filepath.Join(t.TempDir(), "stories260K-hf")
-	must(t, WriteHF(dir, CheckpointWeights(ck), dtype, shards))
+	must(t, WriteHF(dir, CheckpointWeights(ck), vocab, dtype, shards))
 	return dir
 }
 
 // TestHFStories260K: the project's Hugging Face export of stories260K (q and
-// k in rotate-half order) generates the reference text, from one file and
-// from shards.
+// k in rotate-half order, its tokenizer as tokenizer.json) generates the
+// reference text with the directory's own tokenizer, from one file and
+// from shards, replayed and eager.
 func TestHFStories260K(t *testing.T) {
 	dev := cpuDevice(t)
-	want, _ := stories260k.Reference("Once upon a time")
 	prompt := []int32{1, 403, 407, 261, 378, 100, 7, 300, 511}
 	embedded := prefillLogits(t, dev, Source{}, prompt)
 	for _, shards := range []int{1, 3} {
-		dir := writeStoriesHF(t, safetensors.F32, shards)
+		dir := writeStoriesHFTok(t, safetensors.F32, shards, true)
 		if f, err := Detect(dir); f != FormatHuggingFace || err != nil {
 			t.Fatalf("Detect: %q %v", f, err)
 		}
-		l, err := OpenSource(Source{Model: dir, Tokenizer: tok512})
+		l, err := OpenSource(Source{Model: dir})
 		must(t, err)
 		if l.Name != "stories260K-hf" || l.Weights.Config().SeqLen != 512 {
 			t.Fatalf("name %q, %v", l.Name, l.Weights.Config())
 		}
+		if l.Vocab == nil || l.Tokenizer != nil {
+			t.Fatalf("the directory's own tokenizer.json was not used (vocab %v, llama2.c tokenizer %v)", l.Vocab != nil, l.Tokenizer != nil)
+		}
 		l.Close()
 		// The export's logits are the embedded model's, bit for bit.
-		got := prefillLogits(t, dev, Source{Model: dir, Tokenizer: tok512}, prompt)
+		got := prefillLogits(t, dev, Source{Model: dir}, prompt)
 		for i := range got {
 			if math.Float32bits(got[i]) != math.Float32bits(embedded[i]) {
 				t.Fatalf("shards %d: logit %d is %v, the embedded model's %v", shards, i, got[i], embedded[i])
 			}
 		}
-		if shards == 3 {
-			if got := generateText(t, dev, Source{Model: dir, Tokenizer: tok512}, true, "Once upon a time", stories260k.ReferenceSteps); got != want {
-				t.Errorf("shards %d:\ngot  %q\nwant %q", shards, got, want)
+		for _, c := range []struct {
+			prompt string
+			graphs bool
+		}{{"Once upon a time", shards == 3}, {"The little dog", shards == 1}} {
+			want, _ := stories260k.Reference(c.prompt)
+			if got := generateText(t, dev, Source{Model: dir}, c.graphs, c.prompt, stories260k.ReferenceSteps); got != want {
+				t.Errorf("shards %d, %q, graphs %v:\ngot  %q\nwant %q", shards, c.prompt, c.graphs, got, want)
 			}
 		}
 	}

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 
 	"github.com/reprise-ml/reprise/model/gguf"
 	"github.com/reprise-ml/reprise/model/llama2c"
@@ -80,6 +82,44 @@ func hfTokenizer(dir string) (tokenizer.Tokenizer, error) {
 		return nil, fmt.Errorf("llama: %w", err)
 	}
 	return t, nil
+}
+
+// Llama2cVocab is a llama2.c tokenizer as a SentencePiece vocabulary
+// (tokenizer.Vocab, what a GGUF file holds): spaces back to "▁", the
+// control tokens <unk> (0), <s> (BOS) and </s> (EOS) under the names
+// SentencePiece gives them (llama2.c's export writes BOS and EOS as
+// "\n<s>\n" and "\n</s>\n"), the <0xHH> pieces as byte tokens, the scores as
+// they are. BOS is added to an encoded text, EOS is not.
+func Llama2cVocab(tok *llama2c.Tokenizer) *tokenizer.Vocab {
+	n := tok.Vocab()
+	v := &tokenizer.Vocab{Model: "llama", Tokens: make([]string, n), Scores: make([]float32, n), Types: make([]int32, n),
+		BOS: llama2c.BOS, EOS: llama2c.EOS, UNK: 0, EOT: tokenizer.NoToken, EOM: tokenizer.NoToken, PAD: tokenizer.NoToken,
+		AddBOS: new(bool), AddEOS: new(bool)}
+	*v.AddBOS = true
+	for id := range n {
+		p, score := tok.Token(id)
+		piece := strings.ReplaceAll(string(p), " ", "▁")
+		typ := int32(tokenizer.TypeNormal)
+		switch {
+		case id == 0:
+			typ = tokenizer.TypeUnknown
+		case id == llama2c.BOS || id == llama2c.EOS:
+			typ, piece = tokenizer.TypeControl, strings.TrimSpace(string(p))
+		case isBytePiece(piece):
+			typ = tokenizer.TypeByte
+		}
+		v.Tokens[id], v.Scores[id], v.Types[id] = piece, score, typ
+	}
+	return v
+}
+
+// isBytePiece reports whether p is a byte token's piece, <0xHH>.
+func isBytePiece(p string) bool {
+	if len(p) != 6 || !strings.HasPrefix(p, "<0x") || p[5] != '>' {
+		return false
+	}
+	_, err := strconv.ParseUint(p[3:5], 16, 8)
+	return err == nil
 }
 
 var _ TextTokenizer = (*llama2c.Tokenizer)(nil)

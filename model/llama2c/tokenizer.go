@@ -121,6 +121,15 @@ func LoadTokenizer(path string, vocab int) (*Tokenizer, error) {
 // Vocab returns the number of tokens.
 func (t *Tokenizer) Vocab() int { return len(t.pieces) }
 
+// Token returns token id's vocabulary string (a copy, with spaces as the
+// file has them) and merge score; nil and 0 for an id out of range.
+func (t *Tokenizer) Token(id int) (piece []byte, score float32) {
+	if id < 0 || id >= len(t.pieces) {
+		return nil, 0
+	}
+	return bytes.Clone(t.pieces[id]), t.scores[id]
+}
+
 // lookup returns the id of the token whose string is s, or -1.
 func (t *Tokenizer) lookup(s []byte) int {
 	if id, ok := t.ids[string(s)]; ok {
