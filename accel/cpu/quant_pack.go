@@ -29,10 +29,15 @@ func putF32(b []byte, v float32) { binary.LittleEndian.PutUint32(b, math.Float32
 //     as int16 (sub-block s: 16 int16 each), then for each pair of
 //     sub-blocks (2c, 2c+1) 8 vectors: vector g's low nibbles are inputs
 //     4g..4g+3 of sub-block 2c, its high nibbles those of sub-block 2c+1.
-//   - Q6_K: d (16 float32), the sixteen int8 scales as int16 (16 per
-//     sub-block of 16 inputs), then 64 vectors of the unsigned 6-bit values
-//     (0..63; the -32 is taken out with the sums of x), vector g holding
-//     inputs 4g..4g+3.
+//   - Q6_K: d (16 float32), the sixteen int8 scales (16 bytes per
+//     sub-block of 16 inputs, one per output), then the unsigned 6-bit
+//     values (0..63; the -32 is taken out with the sums of x) as ggml keeps
+//     them, four low bits and two high ones: 32 vectors of low bits, vector
+//     g's low nibbles inputs 4g..4g+3 and its high nibbles inputs
+//     128+4g..128+4g+3; then 16 vectors of high bits, vector k's byte for
+//     input 4k+j (j = 0..3) holding in bits 0-1 input 4k+j's, in bits 2-3
+//     input 128+4k+j's, in bits 4-5 input 64+4k+j's and in bits 6-7 input
+//     192+4k+j's. 212 bytes per output and super-block (ggml: 210).
 //
 // A partial last panel's missing outputs are zero scales and values.
 
@@ -49,7 +54,7 @@ func quantBlockBytes(dt accel.DType) uintptr {
 	case accel.Q4_K:
 		return 2*64 + 2*8*32 + 32*64
 	case accel.Q6_K:
-		return 64 + 16*32 + 64*64
+		return 64 + 16*16 + 32*64 + 16*64
 	}
 	return 0
 }
@@ -117,7 +122,7 @@ func packQuant(w operand, p *packed) {
 				blk := row[b*210 : b*210+210]
 				putF32(dst[4*lane:], f16at(blk[208:]))
 				for sb := 0; sb < 16; sb++ {
-					putI16(dst[64+32*sb+2*lane:], int(int8(blk[192+sb])))
+					dst[64+16*sb+lane] = blk[192+sb]
 				}
 				ql, qh := blk[0:128], blk[128:192]
 				for e := 0; e < 256; e++ {
@@ -127,7 +132,20 @@ func packQuant(w operand, p *packed) {
 						lo >>= 4
 					}
 					v := lo&0xf | ((qh[32*n+l]>>(2*kq))&3)<<4
-					dst[576+64*(e/4)+4*lane+e%4] = v
+					// Its nibble vector and shift, its high-bit field.
+					g, nsh, hsh := (e%128)/4, 4*uint(e/128), uint(0)
+					switch {
+					case e < 64:
+					case e < 128:
+						hsh = 4
+					case e < 192:
+						hsh = 2
+					default:
+						hsh = 6
+					}
+					kk := e % 4
+					dst[320+64*g+4*lane+kk] |= (v & 0xf) << nsh
+					dst[2368+64*(g%16)+4*lane+kk] |= (v >> 4) << hsh
 				}
 			}
 		}
