@@ -201,15 +201,15 @@ func mmQ4_K(y, qx, dx, sx, w unsafe.Pointer, nb int) {
 	fours := archsimd.BroadcastUint32x8(4)
 	ones := archsimd.BroadcastInt16x16(1)
 	for b := 0; b < nb; b++ {
-		wb := unsafe.Add(w, uintptr(b)*2688)
+		wb := unsafe.Add(w, uintptr(b)*2432)
 		xb := unsafe.Add(qx, uintptr(b)*256)
 		sb := unsafe.Add(sx, uintptr(b)*64)
 		var a0, a1, m0, m1 archsimd.Int32x8
 		for c := uintptr(0); c < 4; c++ {
 			var l0, h0, l1, h1 archsimd.Int16x16
 			for g := uintptr(0); g < 8; g++ {
-				u0 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 640+(8*c+g)*64)))
-				u1 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 640+(8*c+g)*64+32)))
+				u0 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 384+(8*c+g)*64)))
+				u1 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 384+(8*c+g)*64+32)))
 				xl := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(xb, 64*c+4*g))).AsInt8x32()
 				xh := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(xb, 64*c+32+4*g))).AsInt8x32()
 				l0 = l0.Add(u0.And(m0f).DotProductPairsSaturated(xl))
@@ -217,17 +217,17 @@ func mmQ4_K(y, qx, dx, sx, w unsafe.Pointer, nb int) {
 				l1 = l1.Add(u1.And(m0f).DotProductPairsSaturated(xl))
 				h1 = h1.Add(u1.AsUint32x8().ShiftRight(fours).AsUint8x32().And(m0f).DotProductPairsSaturated(xh))
 			}
-			sl := unsafe.Add(wb, 128+32*2*c)
-			sh := unsafe.Add(wb, 128+32*(2*c+1))
-			a0 = a0.Add(l0.DotProductPairs(ones).Mul(archsimd.LoadInt16x8((*[8]int16)(sl)).ExtendToInt32()))
-			a0 = a0.Add(h0.DotProductPairs(ones).Mul(archsimd.LoadInt16x8((*[8]int16)(sh)).ExtendToInt32()))
-			a1 = a1.Add(l1.DotProductPairs(ones).Mul(archsimd.LoadInt16x8((*[8]int16)(unsafe.Add(sl, 16))).ExtendToInt32()))
-			a1 = a1.Add(h1.DotProductPairs(ones).Mul(archsimd.LoadInt16x8((*[8]int16)(unsafe.Add(sh, 16))).ExtendToInt32()))
+			sl := unsafe.Add(wb, 128+16*2*c)
+			sh := unsafe.Add(wb, 128+16*(2*c+1))
+			a0 = a0.Add(l0.DotProductPairs(ones).Mul(archsimd.LoadInt8x16((*[16]int8)(sl)).ExtendLo8ToInt32()))
+			a0 = a0.Add(h0.DotProductPairs(ones).Mul(archsimd.LoadInt8x16((*[16]int8)(sh)).ExtendLo8ToInt32()))
+			a1 = a1.Add(l1.DotProductPairs(ones).Mul(archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(sl, 8))).ExtendLo8ToInt32()))
+			a1 = a1.Add(h1.DotProductPairs(ones).Mul(archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(sh, 8))).ExtendLo8ToInt32()))
 			for s := 2 * c; s < 2*c+2; s++ {
-				ml := unsafe.Add(wb, 384+32*s)
+				ml := unsafe.Add(wb, 256+16*s)
 				bs := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sb, 8*s)) + *(*int32)(unsafe.Add(sb, 8*s+4)))
-				m0 = m0.Add(archsimd.LoadInt16x8((*[8]int16)(ml)).ExtendToInt32().Mul(bs))
-				m1 = m1.Add(archsimd.LoadInt16x8((*[8]int16)(unsafe.Add(ml, 16))).ExtendToInt32().Mul(bs))
+				m0 = m0.Add(archsimd.LoadInt8x16((*[16]int8)(ml)).ExtendLo8ToInt32().Mul(bs))
+				m1 = m1.Add(archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(ml, 8))).ExtendLo8ToInt32().Mul(bs))
 			}
 		}
 		dxv := archsimd.BroadcastFloat32x8(*(*float32)(unsafe.Add(dx, uintptr(b)*4)))

@@ -26,7 +26,8 @@ func putF32(b []byte, v float32) { binary.LittleEndian.PutUint32(b, math.Float32
 //
 // The K-quants' blocks are super-blocks of 256 inputs:
 //   - Q4_K: d and dmin (16 float32 each), the eight 6-bit scales and mins
-//     as int16 (sub-block s: 16 int16 each), then for each pair of
+//     as bytes (sub-block s: 16 each, one per output; 152 bytes per output
+//     and super-block, ggml 144), then for each pair of
 //     sub-blocks (2c, 2c+1) 8 vectors: vector g's low nibbles are inputs
 //     4g..4g+3 of sub-block 2c, its high nibbles those of sub-block 2c+1.
 //   - Q6_K: d (16 float32), the sixteen int8 scales (16 bytes per
@@ -52,7 +53,7 @@ func quantBlockBytes(dt accel.DType) uintptr {
 	case accel.Q8_0:
 		return 64 + 8*64
 	case accel.Q4_K:
-		return 2*64 + 2*8*32 + 32*64
+		return 2*64 + 2*8*16 + 32*64
 	case accel.Q6_K:
 		return 64 + 16*16 + 32*64 + 16*64
 	}
@@ -62,8 +63,6 @@ func quantBlockBytes(dt accel.DType) uintptr {
 func quantPanelBytes(dt accel.DType, in int) uintptr {
 	return uintptr(in/dt.BlockSize()) * quantBlockBytes(dt)
 }
-
-func putI16(b []byte, v int) { binary.LittleEndian.PutUint16(b, uint16(int16(v))) }
 
 // packQuant fills p's panels from W's ggml blocks.
 //
@@ -105,8 +104,7 @@ func packQuant(w operand, p *packed) {
 				putF32(dst[64+4*lane:], f16at(blk[2:]))
 				for sb := 0; sb < 8; sb++ {
 					sc, m := quant.ScaleMinK4(sb, blk[4:16])
-					putI16(dst[128+32*sb+2*lane:], int(sc))
-					putI16(dst[128+256+32*sb+2*lane:], int(m))
+					dst[128+16*sb+lane], dst[256+16*sb+lane] = sc, m
 				}
 				q := blk[16:144]
 				for c := 0; c < 4; c++ {
@@ -114,7 +112,7 @@ func packQuant(w operand, p *packed) {
 						for kk := 0; kk < 4; kk++ {
 							// ggml: byte 32c+l holds input l of sub-block 2c (low
 							// nibble) and of 2c+1 (high): the same pairing.
-							dst[640+64*(8*c+g)+4*lane+kk] = q[32*c+4*g+kk]
+							dst[384+64*(8*c+g)+4*lane+kk] = q[32*c+4*g+kk]
 						}
 					}
 				}
