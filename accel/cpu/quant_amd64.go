@@ -201,15 +201,15 @@ func mmQ4_K(y, qx, dx, sx, w unsafe.Pointer, nb int) {
 	fours := archsimd.BroadcastUint32x8(4)
 	ones := archsimd.BroadcastInt16x16(1)
 	for b := 0; b < nb; b++ {
-		wb := unsafe.Add(w, uintptr(b)*2688)
+		wb := unsafe.Add(w, uintptr(b)*2432)
 		xb := unsafe.Add(qx, uintptr(b)*256)
 		sb := unsafe.Add(sx, uintptr(b)*64)
 		var a0, a1, m0, m1 archsimd.Int32x8
 		for c := uintptr(0); c < 4; c++ {
 			var l0, h0, l1, h1 archsimd.Int16x16
 			for g := uintptr(0); g < 8; g++ {
-				u0 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 640+(8*c+g)*64)))
-				u1 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 640+(8*c+g)*64+32)))
+				u0 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 384+(8*c+g)*64)))
+				u1 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 384+(8*c+g)*64+32)))
 				xl := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(xb, 64*c+4*g))).AsInt8x32()
 				xh := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(xb, 64*c+32+4*g))).AsInt8x32()
 				l0 = l0.Add(u0.And(m0f).DotProductPairsSaturated(xl))
@@ -217,17 +217,17 @@ func mmQ4_K(y, qx, dx, sx, w unsafe.Pointer, nb int) {
 				l1 = l1.Add(u1.And(m0f).DotProductPairsSaturated(xl))
 				h1 = h1.Add(u1.AsUint32x8().ShiftRight(fours).AsUint8x32().And(m0f).DotProductPairsSaturated(xh))
 			}
-			sl := unsafe.Add(wb, 128+32*2*c)
-			sh := unsafe.Add(wb, 128+32*(2*c+1))
-			a0 = a0.Add(l0.DotProductPairs(ones).Mul(archsimd.LoadInt16x8((*[8]int16)(sl)).ExtendToInt32()))
-			a0 = a0.Add(h0.DotProductPairs(ones).Mul(archsimd.LoadInt16x8((*[8]int16)(sh)).ExtendToInt32()))
-			a1 = a1.Add(l1.DotProductPairs(ones).Mul(archsimd.LoadInt16x8((*[8]int16)(unsafe.Add(sl, 16))).ExtendToInt32()))
-			a1 = a1.Add(h1.DotProductPairs(ones).Mul(archsimd.LoadInt16x8((*[8]int16)(unsafe.Add(sh, 16))).ExtendToInt32()))
+			sl := unsafe.Add(wb, 128+16*2*c)
+			sh := unsafe.Add(wb, 128+16*(2*c+1))
+			a0 = a0.Add(l0.DotProductPairs(ones).Mul(archsimd.LoadInt8x16((*[16]int8)(sl)).ExtendLo8ToInt32()))
+			a0 = a0.Add(h0.DotProductPairs(ones).Mul(archsimd.LoadInt8x16((*[16]int8)(sh)).ExtendLo8ToInt32()))
+			a1 = a1.Add(l1.DotProductPairs(ones).Mul(archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(sl, 8))).ExtendLo8ToInt32()))
+			a1 = a1.Add(h1.DotProductPairs(ones).Mul(archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(sh, 8))).ExtendLo8ToInt32()))
 			for s := 2 * c; s < 2*c+2; s++ {
-				ml := unsafe.Add(wb, 384+32*s)
+				ml := unsafe.Add(wb, 256+16*s)
 				bs := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sb, 8*s)) + *(*int32)(unsafe.Add(sb, 8*s+4)))
-				m0 = m0.Add(archsimd.LoadInt16x8((*[8]int16)(ml)).ExtendToInt32().Mul(bs))
-				m1 = m1.Add(archsimd.LoadInt16x8((*[8]int16)(unsafe.Add(ml, 16))).ExtendToInt32().Mul(bs))
+				m0 = m0.Add(archsimd.LoadInt8x16((*[16]int8)(ml)).ExtendLo8ToInt32().Mul(bs))
+				m1 = m1.Add(archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(ml, 8))).ExtendLo8ToInt32().Mul(bs))
 			}
 		}
 		dxv := archsimd.BroadcastFloat32x8(*(*float32)(unsafe.Add(dx, uintptr(b)*4)))
@@ -243,51 +243,66 @@ func mmQ4_K(y, qx, dx, sx, w unsafe.Pointer, nb int) {
 	archsimd.ClearAVXUpperBits()
 }
 
-// mmQ6_K: one row by one Q6_K panel. Per sub-block of 16: the unsigned
-// 6-bit values against x in two int16 sums of two groups each (63·127·2·2
-// < 2^15), folded to int32, less 32·Σx, times the sub-block's scale into
-// A; then (d·dx)·A added to the output's float32 sum.
+// mmQ6_K: one row by one Q6_K panel, one 8-output half at a time. Per
+// super-block, for each group of four inputs k (0..15) the nibble vectors
+// k and k+16 and high-bit vector k give the values of inputs 4k, 64+4k,
+// 128+4k and 192+4k (a nibble or'ed with its two high bits); each against
+// x by VPMADDUBSW, two groups summed in int16 (63·127·2·2 < 2^15), folded
+// to int32 per sub-block of 16, less 32·Σx, times the sub-block's scale
+// into A; then (d·dx)·A added to the output's float32 sum.
 //
 //go:noinline
 //go:norace
 //go:nocheckptr
 func mmQ6_K(y, qx, dx, sx, w unsafe.Pointer, nb int) {
-	var acc0, acc1 archsimd.Float32x8
-	ones := archsimd.BroadcastInt16x16(1)
-	for b := 0; b < nb; b++ {
-		wb := unsafe.Add(w, uintptr(b)*4672)
-		xb := unsafe.Add(qx, uintptr(b)*256)
-		sb := unsafe.Add(sx, uintptr(b)*64)
-		var a0, a1 archsimd.Int32x8
-		for s := uintptr(0); s < 16; s++ {
-			var p0, q0, p1, q1 archsimd.Int16x16
-			for g := uintptr(0); g < 4; g++ {
-				v := unsafe.Add(wb, 576+(4*s+g)*64)
-				u0 := archsimd.LoadUint8x32((*[32]uint8)(v))
-				u1 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(v, 32)))
-				xg := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(xb, 16*s+4*g))).AsInt8x32()
-				if g < 2 {
-					p0 = p0.Add(u0.DotProductPairsSaturated(xg))
-					p1 = p1.Add(u1.DotProductPairsSaturated(xg))
-				} else {
-					q0 = q0.Add(u0.DotProductPairsSaturated(xg))
-					q1 = q1.Add(u1.DotProductPairsSaturated(xg))
+	m0f := archsimd.BroadcastUint8x32(0x0f)
+	m30 := archsimd.BroadcastUint8x32(0x30)
+	// Per-lane shifts (VPSRLVD, VPSLLVD), as in mmQ4_0.
+	fours := archsimd.BroadcastUint32x8(4)
+	twos := archsimd.BroadcastUint32x8(2)
+	for h := uintptr(0); h < 2; h++ {
+		var acc archsimd.Float32x8
+		for b := 0; b < nb; b++ {
+			wb := unsafe.Add(w, uintptr(b)*3392+32*h)
+			xb := unsafe.Add(qx, uintptr(b)*256)
+			sb := unsafe.Add(sx, uintptr(b)*64)
+			var A archsimd.Int32x8
+			for sp := uintptr(0); sp < 4; sp++ {
+				var i1, i2, i3, i4 archsimd.Int32x8
+				for j := uintptr(0); j < 2; j++ {
+					var t1, t2, t3, t4 archsimd.Int16x16
+					for kk := uintptr(0); kk < 2; kk++ {
+						k := 4*sp + 2*j + kk
+						hb := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2368+64*k))).AsUint32x8()
+						na := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 320+64*k)))
+						nc := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 320+64*(k+16))))
+						v1 := na.And(m0f).Or(hb.ShiftLeft(fours).AsUint8x32().And(m30))
+						v2 := na.AsUint32x8().ShiftRight(fours).AsUint8x32().And(m0f).Or(hb.ShiftLeft(twos).AsUint8x32().And(m30))
+						v3 := nc.And(m0f).Or(hb.AsUint8x32().And(m30))
+						v4 := nc.AsUint32x8().ShiftRight(fours).AsUint8x32().And(m0f).Or(hb.ShiftRight(twos).AsUint8x32().And(m30))
+						t1 = t1.Add(v1.DotProductPairsSaturated(archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(xb, 4*k))).AsInt8x32()))
+						t2 = t2.Add(v2.DotProductPairsSaturated(archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(xb, 128+4*k))).AsInt8x32()))
+						t3 = t3.Add(v3.DotProductPairsSaturated(archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(xb, 64+4*k))).AsInt8x32()))
+						t4 = t4.Add(v4.DotProductPairsSaturated(archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(xb, 192+4*k))).AsInt8x32()))
+					}
+					ones := archsimd.BroadcastInt16x16(1)
+					i1 = i1.Add(t1.DotProductPairs(ones))
+					i2 = i2.Add(t2.DotProductPairs(ones))
+					i3 = i3.Add(t3.DotProductPairs(ones))
+					i4 = i4.Add(t4.DotProductPairs(ones))
 				}
+				// Sub-blocks sp, 8+sp, 4+sp and 12+sp.
+				sc := unsafe.Add(wb, 64-32*h+8*h)
+				A = A.Add(i1.Sub(archsimd.BroadcastInt32x8(32 * *(*int32)(unsafe.Add(sb, 4*sp)))).Mul(archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(sc, 16*sp))).ExtendLo8ToInt32()))
+				A = A.Add(i2.Sub(archsimd.BroadcastInt32x8(32 * *(*int32)(unsafe.Add(sb, 4*(8+sp))))).Mul(archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(sc, 16*(8+sp)))).ExtendLo8ToInt32()))
+				A = A.Add(i3.Sub(archsimd.BroadcastInt32x8(32 * *(*int32)(unsafe.Add(sb, 4*(4+sp))))).Mul(archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(sc, 16*(4+sp)))).ExtendLo8ToInt32()))
+				A = A.Add(i4.Sub(archsimd.BroadcastInt32x8(32 * *(*int32)(unsafe.Add(sb, 4*(12+sp))))).Mul(archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(sc, 16*(12+sp)))).ExtendLo8ToInt32()))
 			}
-			off := archsimd.BroadcastInt32x8(32 * *(*int32)(unsafe.Add(sb, 4*s)))
-			sc := unsafe.Add(wb, 64+32*s)
-			i0 := p0.DotProductPairs(ones).Add(q0.DotProductPairs(ones)).Sub(off)
-			i1 := p1.DotProductPairs(ones).Add(q1.DotProductPairs(ones)).Sub(off)
-			a0 = a0.Add(i0.Mul(archsimd.LoadInt16x8((*[8]int16)(sc)).ExtendToInt32()))
-			a1 = a1.Add(i1.Mul(archsimd.LoadInt16x8((*[8]int16)(unsafe.Add(sc, 16))).ExtendToInt32()))
+			dxv := archsimd.BroadcastFloat32x8(*(*float32)(unsafe.Add(dx, uintptr(b)*4)))
+			d := archsimd.LoadFloat32x8((*[8]float32)(wb)).Mul(dxv)
+			acc = acc.Add(d.Mul(A.ConvertToFloat32()))
 		}
-		dxv := archsimd.BroadcastFloat32x8(*(*float32)(unsafe.Add(dx, uintptr(b)*4)))
-		d0 := archsimd.LoadFloat32x8((*[8]float32)(wb)).Mul(dxv)
-		d1 := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(wb, 32))).Mul(dxv)
-		acc0 = acc0.Add(d0.Mul(a0.ConvertToFloat32()))
-		acc1 = acc1.Add(d1.Mul(a1.ConvertToFloat32()))
+		acc.Store((*[8]float32)(unsafe.Add(y, 32*h)))
 	}
-	acc0.Store((*[8]float32)(y))
-	acc1.Store((*[8]float32)(unsafe.Add(y, 32)))
 	archsimd.ClearAVXUpperBits()
 }

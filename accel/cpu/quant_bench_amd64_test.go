@@ -88,7 +88,7 @@ func BenchmarkQuantMatMulKernel(b *testing.B) {
 				b.Run(fmt.Sprintf("%s/%dx%d/T%d/int-avx2", dt, in, out, T), func(b *testing.B) {
 					cpu0 = processCPU()
 					for i := 0; i < b.N; i++ {
-						quantizeActs(&k.qa, c.o[1].f32(), in, 0, T, false)
+						quantizeActs(&k.qa, c.o[1].f32(), in, 0, T, kBlocks(dt))
 						runMatMulQuantVec(c, &k.qa, p, 0, units, 0, T, k)
 					}
 					report(b)

@@ -26,13 +26,19 @@ func putF32(b []byte, v float32) { binary.LittleEndian.PutUint32(b, math.Float32
 //
 // The K-quants' blocks are super-blocks of 256 inputs:
 //   - Q4_K: d and dmin (16 float32 each), the eight 6-bit scales and mins
-//     as int16 (sub-block s: 16 int16 each), then for each pair of
+//     as bytes (sub-block s: 16 each, one per output; 152 bytes per output
+//     and super-block, ggml 144), then for each pair of
 //     sub-blocks (2c, 2c+1) 8 vectors: vector g's low nibbles are inputs
 //     4g..4g+3 of sub-block 2c, its high nibbles those of sub-block 2c+1.
-//   - Q6_K: d (16 float32), the sixteen int8 scales as int16 (16 per
-//     sub-block of 16 inputs), then 64 vectors of the unsigned 6-bit values
-//     (0..63; the -32 is taken out with the sums of x), vector g holding
-//     inputs 4g..4g+3.
+//   - Q6_K: d (16 float32), the sixteen int8 scales (16 bytes per
+//     sub-block of 16 inputs, one per output), then the unsigned 6-bit
+//     values (0..63; the -32 is taken out with the sums of x) as ggml keeps
+//     them, four low bits and two high ones: 32 vectors of low bits, vector
+//     g's low nibbles inputs 4g..4g+3 and its high nibbles inputs
+//     128+4g..128+4g+3; then 16 vectors of high bits, vector k's byte for
+//     input 4k+j (j = 0..3) holding in bits 0-1 input 4k+j's, in bits 2-3
+//     input 128+4k+j's, in bits 4-5 input 64+4k+j's and in bits 6-7 input
+//     192+4k+j's. 212 bytes per output and super-block (ggml: 210).
 //
 // A partial last panel's missing outputs are zero scales and values.
 
@@ -47,9 +53,9 @@ func quantBlockBytes(dt accel.DType) uintptr {
 	case accel.Q8_0:
 		return 64 + 8*64
 	case accel.Q4_K:
-		return 2*64 + 2*8*32 + 32*64
+		return 2*64 + 2*8*16 + 32*64
 	case accel.Q6_K:
-		return 64 + 16*32 + 64*64
+		return 64 + 16*16 + 32*64 + 16*64
 	}
 	return 0
 }
@@ -57,8 +63,6 @@ func quantBlockBytes(dt accel.DType) uintptr {
 func quantPanelBytes(dt accel.DType, in int) uintptr {
 	return uintptr(in/dt.BlockSize()) * quantBlockBytes(dt)
 }
-
-func putI16(b []byte, v int) { binary.LittleEndian.PutUint16(b, uint16(int16(v))) }
 
 // packQuant fills p's panels from W's ggml blocks.
 //
@@ -100,8 +104,7 @@ func packQuant(w operand, p *packed) {
 				putF32(dst[64+4*lane:], f16at(blk[2:]))
 				for sb := 0; sb < 8; sb++ {
 					sc, m := quant.ScaleMinK4(sb, blk[4:16])
-					putI16(dst[128+32*sb+2*lane:], int(sc))
-					putI16(dst[128+256+32*sb+2*lane:], int(m))
+					dst[128+16*sb+lane], dst[256+16*sb+lane] = sc, m
 				}
 				q := blk[16:144]
 				for c := 0; c < 4; c++ {
@@ -109,7 +112,7 @@ func packQuant(w operand, p *packed) {
 						for kk := 0; kk < 4; kk++ {
 							// ggml: byte 32c+l holds input l of sub-block 2c (low
 							// nibble) and of 2c+1 (high): the same pairing.
-							dst[640+64*(8*c+g)+4*lane+kk] = q[32*c+4*g+kk]
+							dst[384+64*(8*c+g)+4*lane+kk] = q[32*c+4*g+kk]
 						}
 					}
 				}
@@ -117,7 +120,7 @@ func packQuant(w operand, p *packed) {
 				blk := row[b*210 : b*210+210]
 				putF32(dst[4*lane:], f16at(blk[208:]))
 				for sb := 0; sb < 16; sb++ {
-					putI16(dst[64+32*sb+2*lane:], int(int8(blk[192+sb])))
+					dst[64+16*sb+lane] = blk[192+sb]
 				}
 				ql, qh := blk[0:128], blk[128:192]
 				for e := 0; e < 256; e++ {
@@ -127,7 +130,20 @@ func packQuant(w operand, p *packed) {
 						lo >>= 4
 					}
 					v := lo&0xf | ((qh[32*n+l]>>(2*kq))&3)<<4
-					dst[576+64*(e/4)+4*lane+e%4] = v
+					// Its nibble vector and shift, its high-bit field.
+					g, nsh, hsh := (e%128)/4, 4*uint(e/128), uint(0)
+					switch {
+					case e < 64:
+					case e < 128:
+						hsh = 4
+					case e < 192:
+						hsh = 2
+					default:
+						hsh = 6
+					}
+					kk := e % 4
+					dst[320+64*g+4*lane+kk] |= (v & 0xf) << nsh
+					dst[2368+64*(g%16)+4*lane+kk] |= (v >> 4) << hsh
 				}
 			}
 		}
