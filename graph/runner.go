@@ -92,7 +92,6 @@ type Slot struct {
 	inputKeys []string
 	outputs   map[string]accel.Tensor
 	padIDs    []int64
-	padMeta   map[int64]any
 	configIdx int
 }
 
