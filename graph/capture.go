@@ -258,6 +258,11 @@ func (r *Runner) goldenCheck(spec SlotSpec, slot *Slot, golden map[string][]byte
 	return nil
 }
 
+// WarmDeferred reports whether the last WarmNext left its spec for a later
+// call because the step's resources refused it for now (ErrNotAdmitted): a
+// caller backs off before it asks again.
+func (r *Runner) WarmDeferred() bool { return r.warmDeferred }
+
 // ErrNotAdmitted marks a Node.Prepare failure that is only backpressure (its
 // resources are busy with real requests): a capture that meets it is tried
 // again later rather than dropped.
