@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/reprise-ml/reprise/engine"
+	"github.com/reprise-ml/reprise/model/llama"
 )
 
 // A stale pre-plan is undone: decode step N+1, pre-planned while step N
@@ -183,7 +184,7 @@ func TestStalePrePlanIsUndone(t *testing.T) {
 // slot's padding rows), as the seed's engine does, instead of building rows
 // afresh each step (issue 19, item 5).
 func TestPrePlanUsesDeclareRows(t *testing.T) {
-	s := start(t, true, engine.Options{}, testModel)
+	s := start(t, true, engine.Options{}, llama.Options{DecodeBatchSizes: []int{1, 2, 4}, PrefillLengths: []int{16}, PrefillBatchSizes: []int{1, 4}})
 	e := s.e
 	ctx := context.Background()
 	var hs []*engine.Handle
