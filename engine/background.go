@@ -24,10 +24,14 @@ type background struct {
 	tries   map[bgItem]int // refusals for memory so far
 	retry   map[bgItem]backoff
 	units   int // background units run: the clock back-off counts in
-	total   int
-	done    int
-	started time.Time
-	spent   time.Duration // in background units so far
+	// warmWait, if set, is when the warm-up refused for memory is tried
+	// again; warmTries counts its refusals.
+	warmWait  *backoff
+	warmTries int
+	total     int
+	done      int
+	started   time.Time
+	spent     time.Duration // in background units so far
 }
 
 // bgShare is the share of the loop's time background capture may take while
@@ -73,7 +77,13 @@ func backoffFor(n int) int {
 // over, or memory released since its refusal.
 func (bg *background) ready(it bgItem, released uint64) bool {
 	b, ok := bg.retry[it]
-	return !ok || bg.units >= b.at || released != b.released
+	return !ok || bg.due(b, released)
+}
+
+// due reports whether a back-off is over: its unit came, or memory was
+// released since.
+func (bg *background) due(b backoff, released uint64) bool {
+	return bg.units >= b.at || released != b.released
 }
 
 // want records that a step of this shape ran eager: the bucket that would
@@ -118,18 +128,33 @@ func (e *Engine) backgroundStep(ctx context.Context) bool {
 
 func (e *Engine) backgroundUnit(ctx context.Context) bool {
 	bg := e.bg
-	// A capture uses the forward's stream and buffers: no pre-plan may be in
-	// flight.
-	e.discardPrePlan()
+	bg.units++
 	switch bg.phase {
 	case bgWarm:
-		if _, more := bg.pools[bg.warm].runner.WarmNext(); !more {
+		// A warm-up refused for memory backs off as a capture does.
+		released := e.sr.Released()
+		if w := bg.warmWait; w != nil && !bg.due(*w, released) {
+			return false
+		}
+		r := bg.pools[bg.warm].runner
+		// A warm-up uses the forward's stream and buffers too.
+		e.discardPrePlan()
+		_, more := r.WarmNext()
+		if r.WarmDeferred() {
+			bg.warmTries++
+			bg.warmWait = &backoff{at: bg.units + backoffFor(bg.warmTries), released: released}
+			return true
+		}
+		bg.warmWait, bg.warmTries = nil, 0
+		if !more {
 			bg.warm++
 			if bg.warm == len(bg.pools) {
 				bg.phase = bgPlan
 			}
 		}
 	case bgPlan:
+		// Sizing captures on the forward's stream.
+		e.discardPrePlan()
 		planned := map[*graph.Runner]map[graph.BucketKey]bool{}
 		if e.opts.NoPlan {
 			for _, p := range bg.pools {
@@ -176,7 +201,6 @@ func (e *Engine) backgroundUnit(ctx context.Context) bool {
 		}
 		e.refreshBatchCap()
 	case bgCapture:
-		bg.units++
 		if len(bg.pending) == 0 {
 			for _, p := range bg.pools {
 				_ = p.runner.ReleasePadding()
@@ -202,6 +226,9 @@ func (e *Engine) backgroundUnit(ctx context.Context) bool {
 			return false // every bucket waits for memory to free
 		}
 		it := bg.pending[bi]
+		// A capture uses the forward's stream and buffers: no pre-plan may
+		// be in flight.
+		e.discardPrePlan()
 		err := it.r.CaptureBucket(it.k)
 		if errors.Is(err, graph.ErrNotAdmitted) {
 			// Real requests hold the memory; they will release it when

@@ -113,3 +113,35 @@ func TestBackgroundRefusalsBackOff(t *testing.T) {
 		t.Fatalf("ERROR lines: %q", errs)
 	}
 }
+
+// A warm-up refused for memory backs off too, rather than being tried (and
+// logged) at every unit: a few tries in hundreds of units while a request
+// holds every page, then, once it releases them, the warm-ups, the plan
+// and the captures go through (issue 19, item 4).
+func TestBackgroundWarmUpRefusalsBackOff(t *testing.T) {
+	logs := &logCounter{}
+	e := bgEngine(t, engine.Options{}, logs)
+	ctx := context.Background()
+	release, err := e.HoldPages(1<<40, 5*16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const units = 400
+	for i := 0; i < units; i++ {
+		if capturing, _, over := e.BackgroundUnit(ctx); capturing || over {
+			t.Fatal("warm-ups passed while a request held every page")
+		}
+	}
+	const deferred = "accelerator graph warm-up deferred: resources busy"
+	if n, most := logs.count(deferred), 7+(units-127)/engine.MaxBackoff+1; n == 0 || n > most {
+		t.Fatalf("%d deferred warm-ups in %d units, want 1 to %d (back-off)", n, units, most)
+	}
+	release()
+	over := false
+	for i := 0; !over && i < 100; i++ {
+		_, _, over = e.BackgroundUnit(ctx)
+	}
+	if !over || e.LiveBuckets() != 3 || e.Stats().BackgroundDropped != 0 {
+		t.Fatalf("after the pages were released: over %v, %d buckets live, %d dropped; want all 3 live", over, e.LiveBuckets(), e.Stats().BackgroundDropped)
+	}
+}

@@ -30,6 +30,29 @@ func (e *Engine) PrePlanned() []int64 {
 	return slices.Clone(e.pre.ids)
 }
 
+// PrePlanRows is the ids of the pre-planned step's rows (real, then
+// padding) and whether every row's tokens are the runner's declare-only
+// template rows for its lease (DeclareInputsFor), shared rather than built
+// again. Call it from OnLoop.
+func (e *Engine) PrePlanRows() ([]int64, bool) {
+	if e.pre == nil {
+		return nil, false
+	}
+	tmpl, err := e.runner.DeclareInputsFor(e.pre.lease)
+	if err != nil || len(tmpl) != len(e.pre.step.Rows) {
+		return nil, false
+	}
+	var ids []int64
+	shared := true
+	for i, r := range e.pre.step.Rows {
+		ids = append(ids, r.ID)
+		if len(r.Tokens) == 0 || &r.Tokens[0] != &tmpl[i].Tokens[0] {
+			shared = false
+		}
+	}
+	return ids, shared
+}
+
 // PaddingRow is a padding row's state in each of the engine's resources; -1
 // where the resource does not hold the row.
 type PaddingRow struct {

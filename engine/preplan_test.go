@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/reprise-ml/reprise/engine"
+	"github.com/reprise-ml/reprise/model/llama"
 )
 
 // A stale pre-plan is undone: decode step N+1, pre-planned while step N
@@ -175,5 +176,46 @@ func TestStalePrePlanIsUndone(t *testing.T) {
 	}
 	if st.PrePlanHits == 0 {
 		t.Errorf("no pre-planned step was ever used: %+v", st)
+	}
+}
+
+// Pre-plan declares its step on the bucket's cached template rows
+// (DeclareInputsFor) addressed by StepIDs (the real requests, then the
+// slot's padding rows), as the seed's engine does, instead of building rows
+// afresh each step (issue 19, item 5).
+func TestPrePlanUsesDeclareRows(t *testing.T) {
+	s := start(t, true, engine.Options{}, llama.Options{DecodeBatchSizes: []int{1, 2, 4}, PrefillLengths: []int{16}, PrefillBatchSizes: []int{1, 4}})
+	e := s.e
+	ctx := context.Background()
+	var hs []*engine.Handle
+	for _, p := range []string{"Once upon a time", "The little dog", "A big red ball"} {
+		h, err := e.Submit(ctx, engine.Request{Prompt: tokens(s.tok, p), MaxTokens: 60})
+		if err != nil {
+			t.Fatal(err)
+		}
+		hs = append(hs, h)
+	}
+	for try := 0; ; try++ {
+		var ids []int64
+		var shared bool
+		if err := e.OnLoop(ctx, func() { ids, shared = e.PrePlanRows() }); err != nil {
+			t.Fatal(err)
+		}
+		if ids != nil {
+			want := []int64{hs[0].ID(), hs[1].ID(), hs[2].ID()}
+			if len(ids) != 4 || !slices.Equal(ids[:3], want) || ids[3] >= -1 {
+				t.Fatalf("pre-plan rows %v, want %v then one padding row", ids, want)
+			}
+			if !shared {
+				t.Fatal("the pre-plan built its rows instead of using the bucket's declare rows")
+			}
+			break
+		}
+		if try == 200 {
+			t.Fatal("no pre-plan after 200 steps")
+		}
+	}
+	for _, h := range hs {
+		h.Cancel()
 	}
 }

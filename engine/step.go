@@ -70,7 +70,7 @@ func (e *Engine) runStep(walk string, rows []graph.Row, reqs, next []*request) (
 	var outs map[string]accel.Tensor
 	var err error
 	if lease != nil {
-		outs, err = e.runner.RunForward(lease, in, planDone, nil)
+		outs, err = e.runner.RunForward(lease, in, planDone)
 	} else {
 		outs, err = e.eagerForward(s, step, in)
 	}
@@ -221,13 +221,21 @@ func (e *Engine) prePlanNext(batch []*request) {
 	if lease == nil {
 		return
 	}
-	rows := make([]graph.Row, len(ids))
-	for i, id := range ids {
-		rows[i] = graph.Row{ID: id, Tokens: make([]int32, 1)}
-	}
-	padded, err := e.runner.PadInputs(lease, rows)
+	// A declare-only step: the bucket's cached template rows (their tokens
+	// are placeholders, never written; the replay stages the real ones)
+	// addressed by the step's ids, real ones first, then the slot's padding
+	// rows. Building fresh rows each step is what DeclareInputsFor saves.
+	tmpl, err := e.runner.DeclareInputsFor(lease)
 	if err != nil {
 		return
+	}
+	stepIDs, err := e.runner.StepIDs(lease, ids)
+	if err != nil {
+		return
+	}
+	padded := make([]graph.Row, len(tmpl))
+	for i := range tmpl {
+		padded[i] = graph.Row{ID: stepIDs[i], Tokens: tmpl[i].Tokens}
 	}
 	step := newStep(WalkDecode, key, padded, len(ids), lease)
 	ps := e.runner.PlanStream()

@@ -91,9 +91,6 @@ func (r *Runner) warm(spec SlotSpec) (w *warmed, err error) {
 		w.peak = max(w.peak, r.dev.Allocator().Stats().PeakAllocated-base)
 		if i == NumWarmup-1 {
 			w.slot = &Slot{static: w.static, inputKeys: w.keys, padIDs: w.ids, configIdx: spec.ConfigIdx, outputs: map[string]accel.Tensor{}}
-			if spec.Config.DummyMetadata != nil {
-				w.slot.padMeta = spec.Config.DummyMetadata(w.ids)
-			}
 			if w.golden, err = r.keepOutputs(w.slot, outs); err != nil {
 				r.freeOutputs(w.slot)
 				return nil, err
@@ -153,7 +150,7 @@ func (r *Runner) captureWarmed(w *warmed, pool accel.Pool) (slot *Slot, mem acce
 	if err := r.stream.Synchronize(); err != nil {
 		return nil, mem, err
 	}
-	slot = &Slot{static: w.static, inputKeys: w.keys, padIDs: w.ids, padMeta: w.slot.padMeta,
+	slot = &Slot{static: w.static, inputKeys: w.keys, padIDs: w.ids,
 		configIdx: w.spec.ConfigIdx, outputs: w.slot.outputs}
 	g, err := accel.Capture(r.stream, pool, func() error {
 		l := accel.On(r.stream)
@@ -260,6 +257,11 @@ func (r *Runner) goldenCheck(spec SlotSpec, slot *Slot, golden map[string][]byte
 	}
 	return nil
 }
+
+// WarmDeferred reports whether the last WarmNext left its spec for a later
+// call because the step's resources refused it for now (ErrNotAdmitted): a
+// caller backs off before it asks again.
+func (r *Runner) WarmDeferred() bool { return r.warmDeferred }
 
 // ErrNotAdmitted marks a Node.Prepare failure that is only backpressure (its
 // resources are busy with real requests): a capture that meets it is tried

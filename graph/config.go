@@ -34,9 +34,6 @@ type Config struct {
 	// named static inputs; others are detected on the largest capture as the
 	// first axis whose size equals the bucket's token count.
 	SeqAxis map[string]int
-	// DummyMetadata is the stand-in request info of padding rows, if the
-	// engine keeps per-request info (StepMetadata). Optional.
-	DummyMetadata func(ids []int64) map[int64]any
 }
 
 // Batched is a config whose rows all carry TokensPerRow tokens; a step of bs

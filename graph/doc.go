@@ -15,10 +15,10 @@
 //     SizeLent, WarmedOutputs and AgreePlan (measure and plan
 //     with Plan, all ranks together), Capture (the planned buckets, all
 //     ranks together), Close.
-//   - Background (one rank, between steps): WarmNext, LeaveOut (what the
-//     plan did not choose), CaptureBucket, ReleaseWarmed, ReleasePadding.
+//   - Background (one rank, between steps): WarmNext (WarmDeferred: it was
+//     refused for now), LeaveOut (what the plan did not choose), CaptureBucket, ReleaseWarmed, ReleasePadding.
 //   - Per step: LeaseSlot (a LeaseRequest), PadInputs, DeclareInputsFor,
-//     StepIDs, StepMetadata, RunForward or RunRegion, then Release (the step
+//     StepIDs, RunForward or RunRegion, then Release (the step
 //     ran) or Discard (it will not); NoteEager for a step that ran eager.
 //     PlanStream and Stream are the streams plans and replays go on.
 //   - Inspection: Buckets, SelectBucket, SelectBatchedBucket, CapturesWalk,

@@ -414,7 +414,7 @@ func replayRows(t *testing.T, r *Runner, n *fakeNode, l *Lease, rows []Row) map[
 	if err != nil {
 		t.Fatal(err)
 	}
-	outs, err := r.RunForward(l, in, nil, nil)
+	outs, err := r.RunForward(l, in, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

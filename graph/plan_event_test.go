@@ -120,7 +120,7 @@ func TestReplayWaitsOnPlanEvent(t *testing.T) {
 		// a loaded machine's run.
 		t.Log("the gate finished before the replay was launched: the wait is not exercised this run")
 	}
-	if outs, err = r.RunForward(lb, in, planDone, nil); err != nil {
+	if outs, err = r.RunForward(lb, in, planDone); err != nil {
 		t.Fatal(err)
 	}
 	gotY, err := accel.DownloadF32(r.Stream(), outs["y"])

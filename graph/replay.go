@@ -176,23 +176,6 @@ func (r *Runner) StepIDs(l *Lease, ids []int64) ([]int64, error) {
 	return append(append(make([]int64, 0, l.Bucket.BatchSize), ids...), s.padIDs[len(ids):]...), nil
 }
 
-// StepMetadata merges the real rows' info with the slot's padding rows' stored
-// stand-in info.
-func (r *Runner) StepMetadata(l *Lease, ids []int64, info map[int64]any) (map[int64]any, error) {
-	s, err := r.slotFor(l)
-	if err != nil {
-		return nil, err
-	}
-	out := make(map[int64]any, l.Bucket.BatchSize)
-	for _, id := range ids {
-		out[id] = info[id]
-	}
-	for _, id := range s.padIDs[min(len(ids), len(s.padIDs)):] {
-		out[id] = s.padMeta[id]
-	}
-	return out, nil
-}
-
 // DeclareInputsFor is the template rows of a declare-only call (pre-plan) for
 // the lease's bucket and slot, cached per (bucket, slot): a bucket's shape is
 // fixed, each slot has its own padding rows, and
@@ -218,11 +201,9 @@ func (r *Runner) DeclareInputsFor(l *Lease) ([]Row, error) {
 // RunForward stages a step's preprocessed inputs into the lease's slot and
 // replays it on the runner's stream. The replay waits on planDone (the
 // pre-plan's event: it wrote this slot's plan buffers on the plan stream).
-// launchStarted, if set, is called right before the replay is launched, after
-// staging, which is the part that needs the caller's inputs. It returns the
-// slot's static outputs, valid until the slot's next replay; read them after
-// synchronising the stream (or an event recorded on it).
-func (r *Runner) RunForward(l *Lease, in Inputs, planDone accel.Event, launchStarted func()) (map[string]accel.Tensor, error) {
+// It returns the slot's static outputs, valid until the slot's next replay;
+// read them after synchronising the stream (or an event recorded on it).
+func (r *Runner) RunForward(l *Lease, in Inputs, planDone accel.Event) (map[string]accel.Tensor, error) {
 	t0 := time.Now()
 	s, err := r.slotFor(l)
 	if err != nil {
@@ -241,9 +222,6 @@ func (r *Runner) RunForward(l *Lease, in Inputs, planDone accel.Event, launchSta
 		if err := r.stream.Wait(planDone); err != nil {
 			return nil, err
 		}
-	}
-	if launchStarted != nil {
-		launchStarted()
 	}
 	if err := failpoint.Inject(failpoint.Replay); err != nil {
 		return nil, err

@@ -92,7 +92,6 @@ type Slot struct {
 	inputKeys []string
 	outputs   map[string]accel.Tensor
 	padIDs    []int64
-	padMeta   map[int64]any
 	configIdx int
 }
 
@@ -133,7 +132,9 @@ type Runner struct {
 	prepared    bool
 	warmedSpecs map[specKey]*warmed // warmed by sizing, not yet captured
 	warmIdx     int                 // next spec WarmNext warms
-	warmFailed  map[BucketKey]bool
+	// warmDeferred: the last WarmNext left its spec for later (WarmDeferred)
+	warmDeferred bool
+	warmFailed   map[BucketKey]bool
 
 	mu      sync.Mutex
 	buckets map[BucketKey]*Bucket // by capture key

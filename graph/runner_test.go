@@ -369,16 +369,9 @@ func TestPaddingHandles(t *testing.T) {
 	}
 }
 
-func TestMetadataAndDeclareInputs(t *testing.T) {
+func TestStepIDsAndDeclareInputs(t *testing.T) {
 	n := newFakeNode(t, true)
 	c := small()
-	c.DummyMetadata = func(ids []int64) map[int64]any {
-		m := map[int64]any{}
-		for _, id := range ids {
-			m[id] = "padding"
-		}
-		return m
-	}
 	r := newRunner(t, n, []*Config{c}, Options{})
 	if err := r.Capture(context.Background(), nil); err != nil {
 		t.Fatal(err)
@@ -390,13 +383,6 @@ func TestMetadataAndDeclareInputs(t *testing.T) {
 	}
 	if len(ids) != 4 || ids[0] != 7 || ids[2] != 9 || !IsPadding(ids[3]) {
 		t.Fatalf("step ids %v", ids)
-	}
-	md, err := r.StepMetadata(l, []int64{7, 8, 9}, map[int64]any{7: "a", 8: "b", 9: "c"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if md[7] != "a" || md[ids[3]] != "padding" || len(md) != 4 {
-		t.Fatalf("metadata %v", md)
 	}
 	rows, _ := r.DeclareInputsFor(l)
 	again, _ := r.DeclareInputsFor(l)

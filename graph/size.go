@@ -81,6 +81,7 @@ func (r *Runner) Size(ctx context.Context) (map[BucketKey]CaptureCost, error) {
 func (r *Runner) WarmNext() (spec SlotSpec, more bool) { return r.warmNext(true) }
 
 func (r *Runner) warmNext(retry bool) (spec SlotSpec, more bool) {
+	r.warmDeferred = false
 	for r.warmIdx < len(r.specs) {
 		spec = r.specs[r.warmIdx]
 		r.warmIdx++
@@ -93,6 +94,7 @@ func (r *Runner) warmNext(retry bool) (spec SlotSpec, more bool) {
 		w, err := r.warm(spec)
 		if retry && errors.Is(err, ErrNotAdmitted) {
 			r.warmIdx--
+			r.warmDeferred = true
 			r.log.Info("accelerator graph warm-up deferred: resources busy", "runner", r.name,
 				"bucket", spec.Bucket.String(), "slot", spec.Slot)
 			return spec, true
