@@ -120,6 +120,9 @@ func (s *Server) prepare(ctx context.Context, p *genParams) (*job, *apiError) {
 		}
 		stops = append(stops, int32(t))
 	}
+	if err := s.checkPenalties(p, n); err != nil {
+		return nil, err
+	}
 	choices := max(p.n, 1)
 	reqs := make([]engine.Request, choices)
 	for i := range reqs {
@@ -130,7 +133,7 @@ func (s *Server) prepare(ctx context.Context, p *genParams) (*job, *apiError) {
 			seed = uint64(p.seed) + uint64(i)
 		}
 		reqs[i] = engine.Request{Prompt: prompt, MaxTokens: n, StopTokens: stops, IgnoreEOS: p.ignoreEOS,
-			LogProbs: p.logprobs, TopLogProbs: p.topLogprobs,
+			LogProbs: p.logprobs, TopLogProbs: p.topLogprobs, Penalties: p.pen,
 			Sampling: engine.Sampling{Temperature: float32(temp), TopK: p.topK, TopP: float32(p.topP), Seed: seed}}
 		if err := s.eng.Validate(reqs[i]); err != nil {
 			return nil, badRequest("", codeInvalidValue, "%s", strings.TrimPrefix(err.Error(), engine.ErrInvalidRequest.Error()+": "))

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"github.com/reprise-ml/reprise/engine"
 	"math"
 	"slices"
 	"strings"
@@ -48,6 +49,8 @@ type genParams struct {
 	// for the most likely alternatives'.
 	logprobs    bool
 	topLogprobs int
+	// pen is the logit processing (penalties.go).
+	pen engine.Penalties
 }
 
 // maxChoices caps n: each choice is a request of its own in the engine.
@@ -60,21 +63,24 @@ type fieldFunc func(p *genParams, name string, raw json.RawMessage) *apiError
 
 // Parameters both endpoints take.
 var commonFields = map[string]fieldFunc{
-	"model":             parseModel,
-	"max_tokens":        parseMaxTokens,
-	"temperature":       parseTemperature,
-	"top_p":             parseTopP,
-	"top_k":             parseTopK,
-	"seed":              parseSeed,
-	"stop":              parseStop,
-	"stream":            parseStream,
-	"stream_options":    parseStreamOptions,
-	"n":                 parseN,
-	"stop_token_ids":    parseStopTokenIDs,
-	"ignore_eos":        parseIgnoreEOS,
-	"presence_penalty":  mustBeZero,
-	"frequency_penalty": mustBeZero,
-	"logit_bias":        mustBeEmptyObject,
+	"model":              parseModel,
+	"max_tokens":         parseMaxTokens,
+	"temperature":        parseTemperature,
+	"top_p":              parseTopP,
+	"top_k":              parseTopK,
+	"seed":               parseSeed,
+	"stop":               parseStop,
+	"stream":             parseStream,
+	"stream_options":     parseStreamOptions,
+	"n":                  parseN,
+	"stop_token_ids":     parseStopTokenIDs,
+	"ignore_eos":         parseIgnoreEOS,
+	"presence_penalty":   parsePresence,
+	"frequency_penalty":  parseFrequency,
+	"repetition_penalty": parseRepetition,
+	"logit_bias":         parseLogitBias,
+	"min_p":              parseMinP,
+	"min_tokens":         parseMinTokens,
 	// Harmless: they do not change what is generated.
 	"user":                   ignoreString,
 	"metadata":               ignoreObject,
@@ -624,17 +630,6 @@ func mustEqualInt(want int64, why string) fieldFunc {
 	}
 }
 
-func mustBeZero(_ *genParams, name string, raw json.RawMessage) *apiError {
-	f, err := asNumber(name, raw)
-	if err != nil {
-		return err
-	}
-	if f != 0 {
-		return badRequest(name, codeUnsupported, "'%s' is not supported: it must be 0, not %g", name, f)
-	}
-	return nil
-}
-
 func mustBeFalse(why string) fieldFunc {
 	return func(_ *genParams, name string, raw json.RawMessage) *apiError {
 		b, err := asBool(name, raw)
@@ -654,17 +649,6 @@ func mustBeEmptyString(_ *genParams, name string, raw json.RawMessage) *apiError
 		return err
 	}
 	if s != "" {
-		return badRequest(name, codeUnsupported, "'%s' is not supported", name)
-	}
-	return nil
-}
-
-func mustBeEmptyObject(_ *genParams, name string, raw json.RawMessage) *apiError {
-	var obj map[string]json.RawMessage
-	if jsonKind(raw) != "an object" || json.Unmarshal(raw, &obj) != nil {
-		return typeError(name, "an object", raw)
-	}
-	if len(obj) > 0 {
 		return badRequest(name, codeUnsupported, "'%s' is not supported", name)
 	}
 	return nil
