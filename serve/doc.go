@@ -47,7 +47,7 @@
 // decoded text; the match is not returned, finish_reason is "stop", and the
 // request is cancelled so its KV pages free at once), stop_token_ids and
 // ignore_eos (vLLM's), n (1 to 16 choices, choice i seeded with seed+i),
-// best_of (only equal to n), echo, logprobs and top_logprobs (OpenAI's
+// best_of (at least n: the n of the highest cumulative log-probability), echo, logprobs and top_logprobs (OpenAI's
 // shapes, streamed too), presence_penalty, frequency_penalty, logit_bias,
 // and vLLM's repetition_penalty, min_p and min_tokens (engine.Penalties),
 // stream and stream_options. Parameters that would

@@ -39,7 +39,9 @@ type genParams struct {
 	promptIDs []int
 	// n is the number of choices (0: not given, 1).
 	n int
-	// bestOf is best_of (0: not given).
+	// bestOf is best_of (0: not given): with more than n, that many
+	// candidates run and the n of the highest cumulative log-probability
+	// are returned (bestof.go).
 	bestOf int
 	echo   bool
 	// stopTokens end a choice when sampled (stop_token_ids).
@@ -194,10 +196,11 @@ func parseRequest(body []byte, chat bool) (*genParams, *apiError) {
 	if chat && p.topLogprobs > 0 && !p.logprobs {
 		return nil, badRequest("top_logprobs", codeInvalidValue, "'top_logprobs' needs 'logprobs' to be true")
 	}
-	if p.bestOf > 0 && p.bestOf != max(p.n, 1) {
-		return nil, badRequest("best_of", codeUnsupported,
-			"'best_of' (%d) must equal 'n' (%d): ranking more candidates than are returned needs log probabilities, which this server does not compute",
-			p.bestOf, max(p.n, 1))
+	if p.bestOf > 0 && p.bestOf < max(p.n, 1) {
+		return nil, badRequest("best_of", codeInvalidValue, "'best_of' (%d) must be at least 'n' (%d)", p.bestOf, max(p.n, 1))
+	}
+	if p.bestOf > max(p.n, 1) && p.stream {
+		return nil, badRequest("best_of", codeInvalidValue, "'best_of' greater than 'n' cannot be streamed: the best are known only at the end")
 	}
 	if p.streamOpts && !p.stream {
 		return nil, badRequest("stream_options", codeInvalidValue, "'stream_options' is only allowed when 'stream' is true")
