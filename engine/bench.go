@@ -27,7 +27,7 @@ type DecodeBench struct {
 func (e *Engine) BenchDecode(ctx context.Context, bs, warmup, steps int, maxTime time.Duration, eager bool) (DecodeBench, error) {
 	var res DecodeBench
 	var ferr error
-	err := e.do(ctx, func() { res, ferr = e.benchDecode(bs, warmup, steps, maxTime, eager, false) })
+	err := e.do(ctx, func() { res, ferr = e.benchDecode(bs, warmup, steps, maxTime, eager, BenchVariant{}) })
 	if err != nil {
 		return res, err
 	}
@@ -39,14 +39,38 @@ func (e *Engine) BenchDecode(ctx context.Context, bs, warmup, steps int, maxTime
 func (e *Engine) BenchDecodeLogProbs(ctx context.Context, bs, warmup, steps int, maxTime time.Duration) (DecodeBench, error) {
 	var res DecodeBench
 	var ferr error
-	err := e.do(ctx, func() { res, ferr = e.benchDecode(bs, warmup, steps, maxTime, false, true) })
+	err := e.do(ctx, func() { res, ferr = e.benchDecode(bs, warmup, steps, maxTime, false, BenchVariant{LogProbs: true}) })
 	if err != nil {
 		return res, err
 	}
 	return res, ferr
 }
 
-func (e *Engine) benchDecode(bs, warmup, steps int, maxTime time.Duration, eager, logprobs bool) (DecodeBench, error) {
+// BenchVariant is what every request of a BenchDecodeVariant asks for.
+type BenchVariant struct {
+	// LogProbs asks for log probabilities and 5 alternatives.
+	LogProbs bool
+	// Penalties asks for a repetition, presence and frequency penalty, a
+	// logit bias of 8 tokens, min_p (with Temperature) and min_tokens.
+	Penalties bool
+	// Temperature samples (seeded per request); 0 is greedy.
+	Temperature float32
+}
+
+// BenchDecodeVariant is BenchDecode (replayed) with every request asking
+// for v.
+func (e *Engine) BenchDecodeVariant(ctx context.Context, bs, warmup, steps int, maxTime time.Duration, v BenchVariant) (DecodeBench, error) {
+	var res DecodeBench
+	var ferr error
+	err := e.do(ctx, func() { res, ferr = e.benchDecode(bs, warmup, steps, maxTime, false, v) })
+	if err != nil {
+		return res, err
+	}
+	return res, ferr
+}
+
+func (e *Engine) benchDecode(bs, warmup, steps int, maxTime time.Duration, eager bool, v BenchVariant) (DecodeBench, error) {
+	logprobs := v.LogProbs
 	res := DecodeBench{BatchSize: bs}
 	e.discardPrePlan()
 	need := 2 + warmup + steps
@@ -63,9 +87,17 @@ func (e *Engine) benchDecode(bs, warmup, steps int, maxTime time.Duration, eager
 		id := e.nextID
 		e.nextID++
 		e.mu.Unlock()
-		r := &request{id: id, req: Request{Prompt: []int32{1, int32(3 + i%200)}, MaxTokens: need, LogProbs: logprobs, TopLogProbs: top}, maxLen: need + 1,
+		r := &request{id: id, req: Request{Prompt: []int32{1, int32(3 + i%200)}, MaxTokens: need, LogProbs: logprobs, TopLogProbs: top,
+			Sampling: Sampling{Temperature: v.Temperature, TopP: 1, Seed: uint64(i)}}, maxLen: need + 1,
 			out: make(chan Output, 1), wake: func() {}}
-		if err := e.sr.Ingest(id, requestInfo{MaxLen: need + 1}); err != nil {
+		if v.Penalties {
+			bias := map[int32]float32{}
+			for k := range 8 {
+				bias[int32((i*8+k)%e.info.Vocab)] = float32(k) - 4
+			}
+			r.req.Penalties = Penalties{Repetition: 1.1, Presence: 0.3, Frequency: 0.2, LogitBias: bias, MinP: 0.05, MinTokens: 2}
+		}
+		if err := e.sr.Ingest(id, e.requestInfo(r)); err != nil {
 			e.benchCleanup(reqs[:i])
 			return res, fmt.Errorf("engine: bench batch %d: %w", bs, err)
 		}
@@ -112,7 +144,7 @@ func (e *Engine) benchDecode(bs, warmup, steps int, maxTime time.Duration, eager
 	e.discardPrePlan()
 	slices.Sort(times)
 	res.Steps, res.Median, res.Min = len(times), times[len(times)/2], times[0]
-	res.Replay = !eager && e.runner != nil && e.runner.SelectBatchedBucket(WalkDecode, bs, "") != nil
+	res.Replay = !eager && e.runner != nil && e.runner.SelectBatchedBucket(WalkDecode, bs, samplingKey(reqs)) != nil
 	return res, nil
 }
 

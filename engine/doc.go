@@ -3,8 +3,9 @@
 // graphs (package graph) where a bucket fits.
 //
 // A step is declare -> admit -> plan -> forward -> commit. Resources hold
-// per-request state: the paged KV cache (kvCache), positions (positionsResource) and
-// sampler state (Sampler); a stepRunner sweeps them in dependency order. A
+// per-request state: the paged KV cache (kvCache), positions (positionsResource),
+// sampler state (Sampler) and the penalties' device pool (penaltyPool, planned
+// only into steps of the KeyPenalties variant); a stepRunner sweeps them in dependency order. A
 // step with a graph lease plans into the lease's per-slot buffers and
 // replays; a step without one plans into stream-ordered scratch and runs the
 // model eagerly. While decode step N replays, step N+1 is admitted and

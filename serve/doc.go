@@ -50,11 +50,12 @@
 // decoded text; the match is not returned, finish_reason is "stop", and the
 // request is cancelled so its KV pages free at once), stop_token_ids and
 // ignore_eos (vLLM's), n (1 to 16 choices, choice i seeded with seed+i),
-// best_of (only equal to n), echo, logprobs and top_logprobs (OpenAI's
-// shapes, streamed too), stream and stream_options. Parameters that would
+// best_of (at least n: the n of the highest cumulative log-probability), echo, logprobs and top_logprobs (OpenAI's
+// shapes, streamed too), presence_penalty, frequency_penalty, logit_bias,
+// and vLLM's repetition_penalty, min_p and min_tokens (engine.Penalties),
+// stream and stream_options. Parameters that would
 // change results in a way the server does not implement are refused with
-// 400: presence_penalty and frequency_penalty other
-// than 0, logit_bias not empty, suffix, tools, functions, tool_choice other
+// 400: suffix, tools, functions, tool_choice other
 // than "none" or "auto", response_format other than {"type": "text"},
 // audio, prediction, modalities other than ["text"], reasoning_effort,
 // verbosity, web_search_options, and any parameter the server does not

@@ -28,7 +28,7 @@ import (
 
 // testModel captures few prefill buckets, to keep the race-instrumented
 // suite quick.
-var testModel = llama.Options{PrefillLengths: []int{16, 32, 64}, PrefillBatchSizes: []int{1, 8}, LogProbGraphs: true}
+var testModel = llama.Options{PrefillLengths: []int{16, 32, 64}, PrefillBatchSizes: []int{1, 8}, LogProbGraphs: true, PenaltyGraphs: true}
 
 // env is a real engine on the CPU device, with graphs, running the embedded
 // model, and a server over it.

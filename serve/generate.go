@@ -120,7 +120,10 @@ func (s *Server) prepare(ctx context.Context, p *genParams) (*job, *apiError) {
 		}
 		stops = append(stops, int32(t))
 	}
-	choices := max(p.n, 1)
+	if err := s.checkPenalties(p, n); err != nil {
+		return nil, err
+	}
+	choices := max(p.n, p.bestOf, 1)
 	reqs := make([]engine.Request, choices)
 	for i := range reqs {
 		// Choice i of a seeded request uses seed+i: it equals the same
@@ -130,7 +133,7 @@ func (s *Server) prepare(ctx context.Context, p *genParams) (*job, *apiError) {
 			seed = uint64(p.seed) + uint64(i)
 		}
 		reqs[i] = engine.Request{Prompt: prompt, MaxTokens: n, StopTokens: stops, IgnoreEOS: p.ignoreEOS,
-			LogProbs: p.logprobs, TopLogProbs: p.topLogprobs,
+			LogProbs: p.logprobs || choices > max(p.n, 1), TopLogProbs: p.topLogprobs, Penalties: p.pen,
 			Sampling: engine.Sampling{Temperature: float32(temp), TopK: p.topK, TopP: float32(p.topP), Seed: seed}}
 		if err := s.eng.Validate(reqs[i]); err != nil {
 			return nil, badRequest("", codeInvalidValue, "%s", strings.TrimPrefix(err.Error(), engine.ErrInvalidRequest.Error()+": "))
@@ -346,6 +349,8 @@ type choice struct {
 	// how many a stream has sent.
 	lp   []tokenLP
 	sent int
+	// cum is the sum of the tokens' log probabilities (best_of's rank).
+	cum float64
 }
 
 // output is a choice's engine output, fanned in.
@@ -484,6 +489,7 @@ func (g *generation) run() {
 		c.tokens++
 		if o.HasLogProb {
 			c.lp = append(c.lp, g.tokenLP(c.prev, o))
+			c.cum += float64(o.LogProb)
 		}
 		text, matched := c.stop.add(g.s.tok.SafePiece(c.prev, int(o.Token)))
 		c.prev = int(o.Token)
@@ -509,8 +515,9 @@ func (g *generation) run() {
 		g.failed(failure)
 		return
 	}
-	reason := g.choices[0].reason
 	g.s.metrics.completionTokens.Add(float64(g.tokens()))
+	g.choices = g.best(max(p.n, 1))
+	reason := g.choices[0].reason
 	g.s.metrics.finish(g.endpoint, reason, time.Since(g.arrived))
 	g.end(reason)
 	u := usage{PromptTokens: len(g.j.prompt), CompletionTokens: g.tokens(), TotalTokens: len(g.j.prompt) + g.tokens()}

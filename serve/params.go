@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"github.com/reprise-ml/reprise/engine"
 	"math"
 	"slices"
 	"strings"
@@ -38,7 +39,9 @@ type genParams struct {
 	promptIDs []int
 	// n is the number of choices (0: not given, 1).
 	n int
-	// bestOf is best_of (0: not given).
+	// bestOf is best_of (0: not given): with more than n, that many
+	// candidates run and the n of the highest cumulative log-probability
+	// are returned (bestof.go).
 	bestOf int
 	echo   bool
 	// stopTokens end a choice when sampled (stop_token_ids).
@@ -48,6 +51,8 @@ type genParams struct {
 	// for the most likely alternatives'.
 	logprobs    bool
 	topLogprobs int
+	// pen is the logit processing (penalties.go).
+	pen engine.Penalties
 }
 
 // maxChoices caps n: each choice is a request of its own in the engine.
@@ -60,21 +65,24 @@ type fieldFunc func(p *genParams, name string, raw json.RawMessage) *apiError
 
 // Parameters both endpoints take.
 var commonFields = map[string]fieldFunc{
-	"model":             parseModel,
-	"max_tokens":        parseMaxTokens,
-	"temperature":       parseTemperature,
-	"top_p":             parseTopP,
-	"top_k":             parseTopK,
-	"seed":              parseSeed,
-	"stop":              parseStop,
-	"stream":            parseStream,
-	"stream_options":    parseStreamOptions,
-	"n":                 parseN,
-	"stop_token_ids":    parseStopTokenIDs,
-	"ignore_eos":        parseIgnoreEOS,
-	"presence_penalty":  mustBeZero,
-	"frequency_penalty": mustBeZero,
-	"logit_bias":        mustBeEmptyObject,
+	"model":              parseModel,
+	"max_tokens":         parseMaxTokens,
+	"temperature":        parseTemperature,
+	"top_p":              parseTopP,
+	"top_k":              parseTopK,
+	"seed":               parseSeed,
+	"stop":               parseStop,
+	"stream":             parseStream,
+	"stream_options":     parseStreamOptions,
+	"n":                  parseN,
+	"stop_token_ids":     parseStopTokenIDs,
+	"ignore_eos":         parseIgnoreEOS,
+	"presence_penalty":   parsePresence,
+	"frequency_penalty":  parseFrequency,
+	"repetition_penalty": parseRepetition,
+	"logit_bias":         parseLogitBias,
+	"min_p":              parseMinP,
+	"min_tokens":         parseMinTokens,
 	// Harmless: they do not change what is generated.
 	"user":                   ignoreString,
 	"metadata":               ignoreObject,
@@ -188,10 +196,11 @@ func parseRequest(body []byte, chat bool) (*genParams, *apiError) {
 	if chat && p.topLogprobs > 0 && !p.logprobs {
 		return nil, badRequest("top_logprobs", codeInvalidValue, "'top_logprobs' needs 'logprobs' to be true")
 	}
-	if p.bestOf > 0 && p.bestOf != max(p.n, 1) {
-		return nil, badRequest("best_of", codeUnsupported,
-			"'best_of' (%d) must equal 'n' (%d): ranking more candidates than are returned needs log probabilities, which this server does not compute",
-			p.bestOf, max(p.n, 1))
+	if p.bestOf > 0 && p.bestOf < max(p.n, 1) {
+		return nil, badRequest("best_of", codeInvalidValue, "'best_of' (%d) must be at least 'n' (%d)", p.bestOf, max(p.n, 1))
+	}
+	if p.bestOf > max(p.n, 1) && p.stream {
+		return nil, badRequest("best_of", codeInvalidValue, "'best_of' greater than 'n' cannot be streamed: the best are known only at the end")
 	}
 	if p.streamOpts && !p.stream {
 		return nil, badRequest("stream_options", codeInvalidValue, "'stream_options' is only allowed when 'stream' is true")
@@ -624,17 +633,6 @@ func mustEqualInt(want int64, why string) fieldFunc {
 	}
 }
 
-func mustBeZero(_ *genParams, name string, raw json.RawMessage) *apiError {
-	f, err := asNumber(name, raw)
-	if err != nil {
-		return err
-	}
-	if f != 0 {
-		return badRequest(name, codeUnsupported, "'%s' is not supported: it must be 0, not %g", name, f)
-	}
-	return nil
-}
-
 func mustBeFalse(why string) fieldFunc {
 	return func(_ *genParams, name string, raw json.RawMessage) *apiError {
 		b, err := asBool(name, raw)
@@ -654,17 +652,6 @@ func mustBeEmptyString(_ *genParams, name string, raw json.RawMessage) *apiError
 		return err
 	}
 	if s != "" {
-		return badRequest(name, codeUnsupported, "'%s' is not supported", name)
-	}
-	return nil
-}
-
-func mustBeEmptyObject(_ *genParams, name string, raw json.RawMessage) *apiError {
-	var obj map[string]json.RawMessage
-	if jsonKind(raw) != "an object" || json.Unmarshal(raw, &obj) != nil {
-		return typeError(name, "an object", raw)
-	}
-	if len(obj) > 0 {
 		return badRequest(name, codeUnsupported, "'%s' is not supported", name)
 	}
 	return nil

@@ -263,7 +263,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	sess, err := f.df.openSession(stderr, func(mo *llama.Options) {
 		mo.Name = name
 		mo.DecodeBatchSizes = decodeSizes(f.maxBatch)
-		mo.LogProbGraphs = true
+		mo.LogProbGraphs, mo.PenaltyGraphs = true, true
 	}, eo)
 	if err != nil {
 		return err
