@@ -21,14 +21,15 @@
 # an output name that starts with digits for a numeric type.)
 #
 # Per file and repetition, in this order (reversed on even repetitions):
-#   - llama-bench -t T -p 512 -n 64 -r 3: pp512 and tg64 (batch-1 decode);
+#   - llama-bench -t T -p 512 -n 64 -r 2: pp512 and tg64 (batch-1 decode);
 #   - reprise bench --batch-sizes 1,64 --prefill-lengths 512: the replayed
 #     batch-1 decode step, the piecewise 512-token prefill (eager where no
 #     region shape fits) and the replayed batch-64 decode step, with
 #     --max-model-len 1024 since the file declares 128 positions;
-#   - llama-batched-bench -npl 64 -npp 4 -ntg 64: 64 sequences of a 4-token
+#   - llama-batched-bench -npl 64 -npp 4 -ntg $NTG: 64 sequences of a 4-token
 #     prompt each, S_TG (aggregate decode tokens/s), against reprise's batch
-#     64 (64 requests of a 2-token prompt, decode steps at positions 2-70).
+#     64 (64 requests of a 2-token prompt, decode steps from position 2 on,
+#     at least 3 timed, fewer than 64 when --max-time 3s runs out).
 # With REPS > 1 each side's best repetition is reported. Every run's
 # 1-minute load average (uptime) is printed: the figures are only as good
 # as the machine was quiet.
@@ -42,6 +43,8 @@
 #   THREADS       threads for both programs [2]
 #   REPS          repetitions per file [1]
 #   BATCHED       1: run the 64-sequence comparison, 0: skip it [1]
+#   NTG           tokens each of llama-batched-bench's 64 sequences decodes [32]
+#   PREFILL_RUNS  reprise's 512-token prefills timed per mode [2]
 #   REMAKE        1: make the files again [0]
 # The table goes to stdout (and $WORK/table.md); progress to stderr.
 set -euo pipefail
@@ -54,6 +57,8 @@ TYPES=${TYPES:-f32 Q8_0 Q4_0 Q4_K_M}
 THREADS=${THREADS:-2}
 REPS=${REPS:-1}
 BATCHED=${BATCHED:-1}
+NTG=${NTG:-32}
+PREFILL_RUNS=${PREFILL_RUNS:-2}
 REMAKE=${REMAKE:-0}
 for t in llama-bench llama-batched-bench llama-quantize llama-convert-llama2c-to-ggml; do
 	[[ -x $LLAMACPP_BIN/$t ]] || { echo "vs-llamacpp: $LLAMACPP_BIN/$t: not found or not executable" >&2; exit 2; }
@@ -101,7 +106,7 @@ run_llama_bench() {
 	local f=$1 name=$2 l out
 	l=$(load1)
 	out=$WORK/llama-bench-$name.jsonl
-	"$LLAMACPP_BIN/llama-bench" -m "$f" -t "$THREADS" -p 512 -n 64 -r 3 -o jsonl >"$out" 2>"$WORK/llama-bench-$name.err" ||
+	"$LLAMACPP_BIN/llama-bench" -m "$f" -t "$THREADS" -p 512 -n 64 -r 2 -o jsonl >"$out" 2>"$WORK/llama-bench-$name.err" ||
 		{ log "llama-bench $name failed: $WORK/llama-bench-$name.err"; return; }
 	python3 - "$out" "$name" "$l" >>"$res" <<'EOF'
 import json, sys
@@ -121,7 +126,7 @@ run_reprise() {
 	l=$(load1)
 	out=$WORK/reprise-$name.json
 	REPRISE_CPU_THREADS=$THREADS "$REPRISE" bench --model "$f" --batch-sizes "$sizes" --prefill-lengths 512 \
-		--prefill-runs 3 --max-model-len 1024 --json >"$out" 2>"$WORK/reprise-$name.err" ||
+		--prefill-runs "$PREFILL_RUNS" --max-model-len 1024 --json >"$out" 2>"$WORK/reprise-$name.err" ||
 		{ log "reprise bench $name failed: $WORK/reprise-$name.err"; return; }
 	python3 - "$out" "$name" "$l" >>"$res" <<'EOF'
 import json, sys
@@ -141,7 +146,7 @@ run_llama_batched() {
 	local f=$1 name=$2 l out
 	l=$(load1)
 	out=$WORK/llama-batched-bench-$name.jsonl
-	"$LLAMACPP_BIN/llama-batched-bench" -m "$f" -t "$THREADS" -tb "$THREADS" -c $((64 * 68)) -npp 4 -ntg 64 -npl 64 \
+	"$LLAMACPP_BIN/llama-batched-bench" -m "$f" -t "$THREADS" -tb "$THREADS" -c $((64 * (4 + NTG))) -npp 4 -ntg "$NTG" -npl 64 \
 		--output-format jsonl >"$out" 2>"$WORK/llama-batched-bench-$name.err" ||
 		{ log "llama-batched-bench $name failed: $WORK/llama-batched-bench-$name.err"; return; }
 	python3 - "$out" "$name" "$l" >>"$res" <<'EOF'
