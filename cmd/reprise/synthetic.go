@@ -57,6 +57,10 @@ func writeFileAtomic(path string, write func(io.Writer) error) error {
 		err = cerr
 	}
 	if err == nil {
+		// CreateTemp makes the file 0600; a model file is for others to read.
+		err = os.Chmod(f.Name(), 0o644)
+	}
+	if err == nil {
 		err = os.Rename(f.Name(), path)
 	}
 	if err != nil {
