@@ -41,6 +41,10 @@
 // vector kernels for them are AVX2 (quant_amd64.go: on any x86-64 CPU with
 // AVX2, AVX-512 ones included) over packed panels of the same shape
 // (quant_pack.go); the plain-Go kernels read ggml's blocks as they are.
+// x's quantization has AVX2 kernels too (quant_acts_amd64.go), and Q4_0 and
+// Q8_0 have four-row kernels that split each weight vector once for four
+// rows (quant_rows_amd64.go); both give the scalar code's bits, so a row's
+// result is the same in any batch.
 //
 // # Threads
 //
