@@ -12,7 +12,7 @@
 //
 // A Runner's methods, by phase:
 //   - Start-up: New, Prepare (claim every buffer before any capture), Size,
-//     SizeLent, WarmedOutputs and AgreePlan (measure and plan
+//     SizeLent, WarmedOutputs, ExecHeld and AgreePlan (measure and plan
 //     with Plan, all ranks together), Capture (the planned buckets, all
 //     ranks together), Close.
 //   - Background (one rank, between steps): WarmNext (WarmDeferred: it was
@@ -23,7 +23,7 @@
 //     PlanStream and Stream are the streams plans and replays go on.
 //   - Inspection: Buckets, SelectBucket, SelectBatchedBucket, CapturesWalk,
 //     MaxBatchSizeFor, Specs, Configs, NumSlots, Pool, PoolMemory,
-//     OutsideMemory, Telemetry, Unreplayed (every declared bucket that will
+//     OutsideMemory, ExecMemory, Telemetry, Unreplayed (every declared bucket that will
 //     not replay, and why).
 //
 // Invariants:
