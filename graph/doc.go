@@ -17,6 +17,8 @@
 //     ranks together), Close.
 //   - Background (one rank, between steps): WarmNext (WarmDeferred: it was
 //     refused for now), LeaveOut (what the plan did not choose), CaptureBucket, ReleaseWarmed, ReleasePadding.
+//   - New weights of the same shapes (between steps): Update re-records
+//     every slot and updates its executable in place.
 //   - Per step: LeaseSlot (a LeaseRequest), PadInputs, DeclareInputsFor,
 //     StepIDs, RunForward or RunRegion, then Release (the step
 //     ran) or Discard (it will not); NoteEager for a step that ran eager.
