@@ -14,6 +14,7 @@ import (
 	"github.com/reprise-ml/reprise/accel"
 	_ "github.com/reprise-ml/reprise/accel/cpu"
 	"github.com/reprise-ml/reprise/engine"
+	"github.com/reprise-ml/reprise/graph"
 	"github.com/reprise-ml/reprise/model/llama"
 	"github.com/reprise-ml/reprise/model/llama2c"
 )
@@ -338,14 +339,32 @@ func TestPlanning(t *testing.T) {
 	if rep == nil || len(rep.Pools) != 2 {
 		t.Fatalf("first start: %+v", rep)
 	}
+	// The region's runner captures into the forward's graph pool.
+	if rs := s.e.Runners(); len(rep.Plan.Predicted) != 1 || rep.Pools[1].Pool != "graphs" || rs["blocks"].Pool() != rs["graphs"].Pool() {
+		t.Fatalf("the region does not share the forward's pool: predicted %v", rep.Plan.Predicted)
+	}
+	outside := map[string]int64{}
 	for _, p := range rep.Pools {
 		if p.FromCache {
 			t.Fatalf("pool %s came from an empty cache", p.Name)
 		}
-		pred := rep.Plan.Predicted[p.Name]
+		pred := rep.Plan.Predicted[p.Pool]
 		if diff := math.Abs(float64(p.Actual-pred)) / float64(pred); diff > 0.01 {
-			t.Fatalf("pool %s predicted %d, capture took %d (%.1f%%)", p.Name, pred, p.Actual, 100*diff)
+			t.Fatalf("pool %s predicted %d, capture took %d (%.1f%%)", p.Pool, pred, p.Actual, 100*diff)
 		}
+		outside[p.Pool] += p.ActualOutside
+	}
+	// Outside the pool too: outputs as the allocator packs them,
+	// executables as measured.
+	for name, got := range outside {
+		if want := rep.Plan.Outside[name]; got != want {
+			t.Fatalf("pool %s: predicted %d outside, capture took %d", name, want, got)
+		}
+	}
+	// Sizing measured executables on copies it held until capture: the plan
+	// had them to reuse.
+	if rep.Reusable <= 0 {
+		t.Fatalf("reusable executable memory %d: the measured copies were not held for the plan", rep.Reusable)
 	}
 	if rep.Plan.Count() != rep.Buckets() {
 		t.Fatalf("with room for all, %d of %d planned: %v", rep.Plan.Count(), rep.Buckets(), rep.Why)
@@ -376,11 +395,13 @@ func TestPlanning(t *testing.T) {
 	}
 	defer m.Close()
 	fp := first.e.Plan().Plan
-	full := fp.Total() + fp.Floor
+	// Room for the floor, the rest of the outputs' segments and half the
+	// graphs.
+	half := fp.Floor + fp.Reserve + fp.Total()/2
 	mi := dev.MemInfo()
 	used := mi.Total - mi.Free + first.e.KV().Bytes() // the engine's KV cache is allocated before it plans
 	tight, err := engine.New(dev, m, engine.Options{Graphs: true, PlanCache: "off",
-		MemoryFraction: float64(used+full/2) / float64(mi.Total)})
+		MemoryFraction: float64(used+half) / float64(mi.Total)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -392,8 +413,11 @@ func TestPlanning(t *testing.T) {
 	if n := tp.Plan.Count(); n == 0 || n >= tp.Buckets() {
 		t.Fatalf("a fraction with room for half the graphs planned %d of %d", n, tp.Buckets())
 	}
-	if tp.Plan.Total()+tp.Plan.Floor > tp.Plan.Free {
-		t.Fatalf("the plan (%d) and floor (%d) exceed the budget %d", tp.Plan.Total(), tp.Plan.Floor, tp.Plan.Free)
+	// Executable memory the plan reuses from the measured copies is held
+	// already, outside the budget.
+	if tp.Plan.Total()+tp.Plan.Floor+tp.Plan.Reserve-tp.Reusable > tp.Plan.Free {
+		t.Fatalf("the plan (%d), floor (%d) and reserve (%d) less what it reuses (%d) exceed the budget %d",
+			tp.Plan.Total(), tp.Plan.Floor, tp.Plan.Reserve, tp.Reusable, tp.Plan.Free)
 	}
 }
 
@@ -498,8 +522,15 @@ func TestPiecewisePrefillLogits(t *testing.T) {
 	}
 	// Dropped or not, no shape was left unaccounted: every planned region
 	// bucket is live.
-	if d := s.e.Plan(); d == nil || len(d.Plan.Buckets["blocks"]) != 8 {
-		t.Fatalf("region buckets planned: %v", d.Plan.Buckets["blocks"])
+	d := s.e.Plan()
+	region := 0
+	for _, k := range d.Plan.Buckets["graphs"] {
+		if k.Walk == s.e.Runners()["blocks"].Configs()[0].Walk {
+			region++
+		}
+	}
+	if region != 8 {
+		t.Fatalf("region buckets planned: %v", d.Plan.Buckets)
 	}
 }
 
@@ -536,5 +567,81 @@ func TestContextEndThenClose(t *testing.T) {
 	e.Close()
 	if after := dev.Allocator().Stats().Allocated; after != before {
 		t.Fatalf("Close left %d bytes allocated", after-before)
+	}
+}
+
+// canLeaseModel is llama with its prefill region's CanLease set: a region
+// that refuses batches of more than two prompts.
+type canLeaseModel struct {
+	*llama.Model
+	asked *int
+}
+
+func (m canLeaseModel) Regions() []engine.Region {
+	rs := m.Model.Regions()
+	out := make([]engine.Region, len(rs))
+	for i, r := range rs {
+		r.CanLease = func(rows []graph.Row) bool {
+			*m.asked++
+			return len(rows) <= 2
+		}
+		out[i] = r
+	}
+	return out
+}
+
+// A region that leases before its step asks its CanLease when the step is
+// prepared: a batch it refuses runs the region eager though a shape fits,
+// one it accepts replays, and both give the eager logits bit for bit.
+func TestRegionCanLeaseBeforeStep(t *testing.T) {
+	dev := openCPU(t)
+	m, _, err := llama.Open(dev, llama.Source{}, llama.Options{Logits: true, PrefillLengths: []int{16, 32}, PrefillBatchSizes: []int{1, 4}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if rs := m.Regions(); len(rs) != 1 || !rs[0].LeaseBeforeStep {
+		t.Fatalf("llama's prefill region does not lease before its step: %+v", rs)
+	}
+	asked := 0
+	e, err := engine.New(dev, canLeaseModel{m, &asked}, engine.Options{Graphs: true, PlanCache: "off"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	if err := e.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		prompts int
+		replay  bool
+	}{{1, true}, {2, true}, {3, false}, {4, false}} {
+		var ps [][]int32
+		for i := range c.prompts {
+			ps = append(ps, []int32{1, int32(10 + i), int32(20 + 3*i), 7, 8})
+		}
+		before := asked
+		eager, err := e.Prefill(context.Background(), ps, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if asked != before {
+			t.Fatal("an eager step asked the region's CanLease")
+		}
+		pw, err := e.Prefill(context.Background(), ps, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if asked != before+1 {
+			t.Fatalf("%d prompts: CanLease asked %d times, want once", c.prompts, asked-before)
+		}
+		if pw.Replayed != c.replay {
+			t.Fatalf("%d prompts: replayed %v, want %v", c.prompts, pw.Replayed, c.replay)
+		}
+		for i := range ps {
+			if !slices.Equal(accel.F32Bytes(pw.Logits[i]), accel.F32Bytes(eager.Logits[i])) {
+				t.Fatalf("%d prompts: prompt %d's logits differ from eager", c.prompts, i)
+			}
+		}
 	}
 }

@@ -64,7 +64,12 @@ func (e *Engine) startGraphs(ctx context.Context, capture bool) error {
 	for _, label := range e.regionLabels() {
 		rr := e.regions[label]
 		rro := ro
-		rro.Name, rro.Stream = ro.Name+"/"+label, r.Stream()
+		// A region shares the forward's stream and its graph pool (its
+		// outputs live outside the pool, so one region's replay never
+		// overwrites another's outputs, DESIGN.md invariant 7): the
+		// graphs of a pool replay one at a time, on that stream, and
+		// share its scratch.
+		rro.Name, rro.Stream, rro.Pool = ro.Name+"/"+label, r.Stream(), r.Pool()
 		if rr.runner, err = graph.New(e.dev, rr.node, []*graph.Config{rr.reg.Config}, rro); err != nil {
 			return err
 		}
@@ -188,17 +193,20 @@ func (e *Engine) requireGraphs() error {
 	return nil
 }
 
-// pool is one graph runner and its pool's name in plans.
+// pool is one graph runner, its name in plans and the name of the graph
+// pool it captures into.
 type pool struct {
-	name   string
-	runner *graph.Runner
+	name      string
+	runner    *graph.Runner
+	graphPool string
 }
 
-// pools lists the engine's runners: the whole-step one, then the regions'.
+// pools lists the engine's runners: the whole-step one, then the regions'
+// (which share its graph pool).
 func (e *Engine) pools() []pool {
-	ps := []pool{{"graphs", e.runner}}
+	ps := []pool{{"graphs", e.runner, "graphs"}}
 	for _, label := range e.regionLabels() {
-		ps = append(ps, pool{label, e.regions[label].runner})
+		ps = append(ps, pool{label, e.regions[label].runner, "graphs"})
 	}
 	return ps
 }
@@ -246,9 +254,14 @@ func (e *Engine) liveBuckets() int {
 func (e *Engine) captureFinished(t0 time.Time) {
 	e.reportCapture()
 	var mem int64
+	seen := map[accel.Pool]bool{}
 	for _, p := range e.pools() {
 		if p.runner != nil {
-			mem += p.runner.PoolMemory() + p.runner.OutsideMemory()
+			if !seen[p.runner.Pool()] {
+				seen[p.runner.Pool()] = true
+				mem += p.runner.PoolMemory()
+			}
+			mem += p.runner.OutsideMemory()
 		}
 	}
 	e.log.Info("capture finished", "buckets_live", e.liveBuckets(), "seconds", fmt.Sprintf("%.2f", time.Since(t0).Seconds()),
@@ -265,7 +278,26 @@ func (e *Engine) reportCapture() {
 	for i := range rep.Pools {
 		p := &rep.Pools[i]
 		p.Actual, p.ActualOutside = p.runner.PoolMemory(), p.runner.OutsideMemory()
-		e.log.Info("capture memory, predicted against taken", "pool", p.Name, "predicted", rep.Plan.Predicted[p.Name],
-			"actual", p.Actual, "outside_predicted", rep.Plan.Outside[p.Name], "outside_actual", p.ActualOutside)
 	}
+	// Per graph pool: the runners sharing one are summed outside it.
+	for _, name := range sortedKeys(rep.Plan.Predicted) {
+		var actual, outside int64
+		for _, p := range rep.Pools {
+			if p.Pool == name {
+				actual = p.Actual
+				outside += p.ActualOutside
+			}
+		}
+		e.log.Info("capture memory, predicted against taken", "pool", name, "predicted", rep.Plan.Predicted[name],
+			"actual", actual, "outside_predicted", rep.Plan.Outside[name], "outside_actual", outside)
+	}
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	slices.Sort(ks)
+	return ks
 }

@@ -108,6 +108,14 @@ type Region struct {
 	// Inputs are a capture's dummy inputs for a step of the region's shape
 	// (host tensors with the region's input names).
 	Inputs func(step *Step) graph.Inputs
+	// CanLease, if set, says whether a step of these real rows may replay
+	// the region (false: it runs eager, though a shape fits); nil is yes.
+	CanLease func(rows []graph.Row) bool
+	// LeaseBeforeStep takes the region's slot and plans its resources when
+	// the step around it is prepared (declare, admit, plan), not inside the
+	// forward: so the region's plan is part of the step's, on the stream the
+	// step is prepared on, and the forward only stages and replays.
+	LeaseBeforeStep bool
 }
 
 // RegionModel is a model with regions. RegionForward runs a region on a

@@ -16,22 +16,31 @@ import (
 )
 
 // planCacheVersion changes whenever what is measured or how changes.
-const planCacheVersion = 1
+const planCacheVersion = 2
 
 // PlanReport is what planning decided, for logs and `reprise plan`.
 type PlanReport struct {
 	Plan  graph.CapturePlan `json:"plan"`
 	Pools []PoolReport      `json:"pools"`
 	Why   map[string]string `json:"why_not"`
+	// Reusable is the executable memory held by the copies sizing measured
+	// on, which the captured graphs' executables reuse (Plan's reusable).
+	Reusable int64 `json:"reusable"`
 }
 
 // PoolReport is one graph pool's costs and outcome.
 type PoolReport struct {
-	Name      string              `json:"pool"`
+	// Name is the runner's: "graphs" for the whole-step captures, a
+	// region's label for its.
+	Name string `json:"pool"`
+	// Pool is the graph pool the runner captures into, and the plan's key
+	// for it: the regions share the forward's ("graphs").
+	Pool      string              `json:"graph_pool"`
 	Costs     []graph.CaptureCost `json:"costs"`
 	FromCache bool                `json:"from_cache"`
 	CacheFile string              `json:"cache_file,omitempty"`
-	// Actual is the pool's memory after capture (0 before).
+	// Actual is the graph pool's memory after capture (0 before); runners
+	// sharing a pool each report all of it.
 	Actual int64 `json:"actual_pool"`
 	// ActualOutside is what the captured graphs hold outside the pool.
 	ActualOutside int64 `json:"actual_outside"`
@@ -81,7 +90,6 @@ func (e *Engine) planBudget() int64 {
 func (e *Engine) plan(ctx context.Context, pools []pool) (*PlanReport, error) {
 	rep := &PlanReport{Why: map[string]string{}}
 	costs := map[string]map[graph.BucketKey]graph.CaptureCost{}
-	budget := e.planBudget()
 	// Ranks use cached costs only if every rank has them: a rank that sizes
 	// meets barriers a rank reading its cache would not.
 	cached := make([]map[graph.BucketKey]graph.CaptureCost, len(pools))
@@ -101,7 +109,7 @@ func (e *Engine) plan(ctx context.Context, pools []pool) (*PlanReport, error) {
 		return nil, fmt.Errorf("engine: agree on the plan cache: %w", err)
 	}
 	for i, p := range pools {
-		pr := PoolReport{Name: p.name, runner: p.runner, key: e.planKey(p.runner)}
+		pr := PoolReport{Name: p.name, Pool: p.graphPool, runner: p.runner, key: e.planKey(p.runner)}
 		pr.CacheFile = e.planCacheFile(pr.key)
 		c, ok := cached[i], agreed[i] == 1
 		if hits[i] == 1 && !ok {
@@ -117,9 +125,19 @@ func (e *Engine) plan(ctx context.Context, pools []pool) (*PlanReport, error) {
 			}
 		}
 		costs[p.name] = c
-		budget += p.runner.WarmedOutputs()
 		rep.Pools = append(rep.Pools, pr)
 	}
+	// The budget is read once sizing is done, so that what it holds is
+	// seen: the warmed outputs (which the plan charges, so they are given
+	// back here) and the executables measured on, which the captured graphs'
+	// executables reuse once they are released (the reusable term).
+	budget := e.planBudget()
+	var reusable int64
+	for _, p := range pools {
+		budget += p.runner.WarmedOutputs()
+		reusable += p.runner.ExecHeld()
+	}
+	rep.Reusable = reusable
 	// The plan keeps its floor (the largest warmed step) free; the largest
 	// eager step Start measured may be larger still (its buckets' warm-ups
 	// may have failed, or no bucket is as large): keep that free too.
@@ -130,7 +148,7 @@ func (e *Engine) plan(ctx context.Context, pools []pool) (*PlanReport, error) {
 		}
 	}
 	budget -= max(0, e.floor-warmedFloor)
-	plan := graph.Plan(costs, budget, 0)
+	plan := graph.Plan(byPool(pools, costs), budget, reusable)
 	// When the plan leaves graphs out, buckets costed from a larger one are
 	// measured for their own cost and the plan is made again. Every rank
 	// calls SizeLent once per runner, wanting or not, so that the ranks size
@@ -139,7 +157,7 @@ func (e *Engine) plan(ctx context.Context, pools []pool) (*PlanReport, error) {
 	for i, p := range pools {
 		lent := false
 		for _, c := range costs[p.name] {
-			if c.Lender != nil && c.Plannable() && !plan.Chosen(p.name, c.Bucket) {
+			if c.Lender != nil && c.Plannable() && !plan.Chosen(p.graphPool, c.Bucket) {
 				lent = true
 			}
 		}
@@ -157,7 +175,7 @@ func (e *Engine) plan(ctx context.Context, pools []pool) (*PlanReport, error) {
 		}
 	}
 	if resized {
-		plan = graph.Plan(costs, budget, 0)
+		plan = graph.Plan(byPool(pools, costs), budget, reusable)
 	}
 	rep.Plan = plan
 	for k, why := range plan.Why {
@@ -165,8 +183,10 @@ func (e *Engine) plan(ctx context.Context, pools []pool) (*PlanReport, error) {
 	}
 	for i, p := range pools {
 		planned := map[graph.BucketKey]bool{}
-		for _, k := range plan.Buckets[p.name] {
-			planned[k] = true
+		for _, k := range plan.Buckets[p.graphPool] {
+			if _, ok := costs[p.name][k]; ok {
+				planned[k] = true
+			}
 		}
 		agreed, err := p.runner.AgreePlan(ctx, planned)
 		if err != nil {
@@ -189,6 +209,23 @@ func (e *Engine) plan(ctx context.Context, pools []pool) (*PlanReport, error) {
 		})
 	}
 	return rep, nil
+}
+
+// byPool merges the runners' costs by the graph pool they capture into: a
+// pool's graphs, whichever runner captures them, share its memory.
+func byPool(pools []pool, costs map[string]map[graph.BucketKey]graph.CaptureCost) map[string]map[graph.BucketKey]graph.CaptureCost {
+	out := map[string]map[graph.BucketKey]graph.CaptureCost{}
+	for _, p := range pools {
+		m := out[p.graphPool]
+		if m == nil {
+			m = map[graph.BucketKey]graph.CaptureCost{}
+			out[p.graphPool] = m
+		}
+		for k, c := range costs[p.name] {
+			m[k] = c
+		}
+	}
+	return out
 }
 
 // planKey is what the measured costs depend on: the model's shapes and

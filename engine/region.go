@@ -17,6 +17,71 @@ type regionRun struct {
 	runner *graph.Runner
 }
 
+// canLease is the region's CanLease for these real rows; true when it sets
+// none.
+func (rr *regionRun) canLease(rows []graph.Row) bool {
+	return rr.reg.CanLease == nil || rr.reg.CanLease(rows)
+}
+
+// leaseBeforeStep reports whether the region takes its slot ahead of the
+// forward, when the step around it is prepared.
+func (rr *regionRun) leaseBeforeStep() bool { return rr.reg.LeaseBeforeStep }
+
+// lease picks the region's bucket and slot for a step, or nil (eager).
+func (rr *regionRun) lease(e *Engine, step *Step) *graph.Lease {
+	if rr.runner == nil || e.forceEager {
+		return nil
+	}
+	real := step.Rows[:step.Real]
+	if !rr.canLease(real) {
+		rr.runner.NoteEager(rr.reg.Config.Walk, "the region's CanLease refused the batch")
+		return nil
+	}
+	lease := rr.runner.LeaseSlot(graph.LeaseRequest{Walk: rr.reg.Config.Walk, Rows: step.Real, Tokens: step.Tokens, Key: step.Key})
+	if lease == nil && e.bg != nil {
+		e.bg.want(rr.runner, rr.reg.Config.Walk, step.Real, step.Tokens)
+		rr.runner.NoteEager(rr.reg.Config.Walk, "bucket not captured yet")
+	} else if lease == nil {
+		rr.runner.NoteEager(rr.reg.Config.Walk, "no shape fits")
+	}
+	return lease
+}
+
+// regionStep is the region's own step inside step: the real rows only, on
+// the region's lease, sharing the step's admission.
+func regionStep(step *Step, lease *graph.Lease) *Step {
+	return &Step{Walk: lease.Bucket.Walk, Key: step.Key, Rows: step.Rows[:step.Real], Real: step.Real, Lease: lease,
+		Tokens: lease.Bucket.Tokens, plans: map[string]any{}, State: step.State}
+}
+
+// leaseRegionsBefore leases and plans, for an eager step just prepared on s,
+// every region of its walk that leases before the step: the region's plan
+// is then part of the step's, and its replay only stages and launches.
+func (e *Engine) leaseRegionsBefore(s accel.Stream, step *Step) error {
+	if step.Lease != nil {
+		return nil // a captured whole step runs its regions inline
+	}
+	for _, label := range e.regionLabels() {
+		rr := e.regions[label]
+		if rr.reg.Walk != step.Walk || !rr.leaseBeforeStep() {
+			continue
+		}
+		lease := rr.lease(e, step)
+		if lease == nil {
+			continue
+		}
+		rs := regionStep(step, lease)
+		if err := rr.sr.Plan(s, e.stager, rs); err != nil {
+			return fmt.Errorf("engine: region %s: plan before the step: %w", label, err)
+		}
+		if step.regions == nil {
+			step.regions = map[string]*Step{}
+		}
+		step.regions[label] = rs
+	}
+	return nil
+}
+
 // regionNode is a region's side of its graph runner: the region's step is
 // planned by the resources the region reads, into the lease's slot buffers.
 type regionNode struct {
@@ -114,22 +179,24 @@ func (e *Engine) regionFor(step *Step, outer *Batch) func(*accel.Launcher, strin
 		if rr == nil {
 			return nil, fmt.Errorf("engine: the model runs region %q it did not declare", label)
 		}
-		var lease *graph.Lease
-		if rr.runner != nil && !e.forceEager {
-			lease = rr.runner.LeaseSlot(graph.LeaseRequest{Walk: rr.reg.Config.Walk, Rows: step.Real, Tokens: step.Tokens, Key: step.Key})
-			if lease == nil && e.bg != nil {
-				e.bg.want(rr.runner, rr.reg.Config.Walk, step.Real, step.Tokens)
-				rr.runner.NoteEager(rr.reg.Config.Walk, "bucket not captured yet")
-			} else if lease == nil {
-				rr.runner.NoteEager(rr.reg.Config.Walk, "no shape fits")
+		// Leased and planned when the step was prepared, or now.
+		rs, planned := step.regions[label], true
+		if rs == nil {
+			planned = false
+			if rr.leaseBeforeStep() {
+				// It was asked when the step was prepared and refused.
+				return e.inlineRegion(outer)(l, label, in)
 			}
+			lease := rr.lease(e, step)
+			if lease == nil {
+				return e.inlineRegion(outer)(l, label, in)
+			}
+			rs = regionStep(step, lease)
 		}
-		if lease == nil {
-			return e.inlineRegion(outer)(l, label, in)
-		}
-		rs := &Step{Walk: lease.Bucket.Walk, Key: step.Key, Rows: step.Rows[:step.Real], Real: step.Real, Lease: lease,
-			Tokens: lease.Bucket.Tokens, plans: map[string]any{}, State: step.State}
-		out, err := rr.runner.RunRegion(lease, in, step.Tokens, func(s accel.Stream) error {
+		out, err := rr.runner.RunRegion(rs.Lease, in, step.Tokens, func(s accel.Stream) error {
+			if planned {
+				return nil
+			}
 			return rr.sr.Plan(s, e.stager, rs)
 		})
 		if err != nil {

@@ -86,6 +86,9 @@ type Step struct {
 	// eager plan buffers, freed by stepRunner.Finish
 	scratch []accel.Buffer
 	stream  accel.Stream
+	// regions are the region steps leased and planned with this one
+	// (Region.LeaseBeforeStep), by label.
+	regions map[string]*Step
 }
 
 // newStep makes a step of rows.

@@ -65,6 +65,10 @@ func (e *Engine) runStep(walk string, rows []graph.Row, reqs, next []*request) (
 			}
 			return nil, err
 		}
+		if err := e.leaseRegionsBefore(s, step); err != nil {
+			e.sr.Abort(step)
+			return nil, err
+		}
 	}
 	in := e.model.Preprocess(step)
 	var outs map[string]accel.Tensor

@@ -78,8 +78,16 @@ func (r *Runner) warm(spec SlotSpec) (w *warmed, err error) {
 		if err := r.stream.Synchronize(); err != nil {
 			return nil, err
 		}
+		if i == 0 {
+			// With no empty segment cached, the first warm-up's growth in
+			// reserved segments is what the step needs of the device:
+			// more than its bytes where its blocks do not fill their
+			// segments, or where a large block finds no free one its size.
+			r.dev.Allocator().EmptyCache()
+		}
 		r.dev.Allocator().ResetPeak()
-		base := r.dev.Allocator().Stats().Allocated
+		st0 := r.dev.Allocator().Stats()
+		base := st0.Allocated
 		l := accel.On(r.stream)
 		outs, err := r.node.Forward(l, w.lease, w.static)
 		if err == nil {
@@ -88,7 +96,11 @@ func (r *Runner) warm(spec SlotSpec) (w *warmed, err error) {
 		if err != nil {
 			return nil, fmt.Errorf("graph: %v: warm-up %d: %w", spec, i+1, err)
 		}
-		w.peak = max(w.peak, r.dev.Allocator().Stats().PeakAllocated-base)
+		st := r.dev.Allocator().Stats()
+		w.peak = max(w.peak, st.PeakAllocated-base)
+		if i == 0 {
+			w.peak = max(w.peak, st.PeakReserved-st0.Reserved)
+		}
 		if i == NumWarmup-1 {
 			w.slot = &Slot{static: w.static, inputKeys: w.keys, padIDs: w.ids, configIdx: spec.ConfigIdx, outputs: map[string]accel.Tensor{}}
 			if w.golden, err = r.keepOutputs(w.slot, outs); err != nil {
@@ -152,6 +164,32 @@ func (r *Runner) captureWarmed(w *warmed, pool accel.Pool) (slot *Slot, mem acce
 	}
 	slot = &Slot{static: w.static, inputKeys: w.keys, padIDs: w.ids,
 		configIdx: w.spec.ConfigIdx, outputs: w.slot.outputs}
+	g, err := r.record(w, slot.outputs, pool)
+	if err != nil {
+		return nil, mem, err
+	}
+	slot.graph = g
+	mem = g.Memory()
+	if slot.exec, err = g.Instantiate(); err != nil {
+		slot.destroy()
+		return nil, mem, fmt.Errorf("graph: %v: instantiate: %w", w.spec, err)
+	}
+	// What the executable takes is outside the allocator: by the walk's
+	// measured rate, or the backend's figure where none was measured.
+	slot.outside = r.execMem[w.spec.ConfigIdx].bytes(g.Nodes(), slot.exec)
+	mem.Outside = slot.outside
+	if !r.opts.NoGoldenCheck {
+		if err := r.goldenCheck(w.spec, slot, w.golden); err != nil {
+			slot.destroy()
+			return nil, mem, err
+		}
+	}
+	return slot, mem, nil
+}
+
+// record captures the prepared spec's forward into pool, its outputs copied
+// into the static outputs at the graph's end.
+func (r *Runner) record(w *warmed, outputs map[string]accel.Tensor, pool accel.Pool) (accel.Graph, error) {
 	g, err := accel.Capture(r.stream, pool, func() error {
 		l := accel.On(r.stream)
 		outs, err := r.node.Forward(l, w.lease, w.static)
@@ -159,7 +197,7 @@ func (r *Runner) captureWarmed(w *warmed, pool accel.Pool) (slot *Slot, mem acce
 			return err
 		}
 		for name, o := range outs {
-			dst, ok := slot.outputs[name]
+			dst, ok := outputs[name]
 			if !ok {
 				return fmt.Errorf("capture gave output %q the warm-up did not", name)
 			}
@@ -169,21 +207,9 @@ func (r *Runner) captureWarmed(w *warmed, pool accel.Pool) (slot *Slot, mem acce
 		return l.Err()
 	})
 	if err != nil {
-		return nil, mem, fmt.Errorf("graph: %v: capture: %w", w.spec, err)
+		return nil, fmt.Errorf("graph: %v: capture: %w", w.spec, err)
 	}
-	slot.graph = g
-	mem = g.Memory()
-	if slot.exec, err = g.Instantiate(); err != nil {
-		slot.destroy()
-		return nil, mem, fmt.Errorf("graph: %v: instantiate: %w", w.spec, err)
-	}
-	if !r.opts.NoGoldenCheck {
-		if err := r.goldenCheck(w.spec, slot, w.golden); err != nil {
-			slot.destroy()
-			return nil, mem, err
-		}
-	}
-	return slot, mem, nil
+	return g, nil
 }
 
 // captureSpec warms (unless sizing already did) and captures one slot into
@@ -219,7 +245,9 @@ func (r *Runner) freeOutputs(s *Slot) {
 // eager result the golden check compares a replay with). It frees outs.
 func (r *Runner) keepOutputs(slot *Slot, outs map[string]accel.Tensor) (map[string][]byte, error) {
 	golden := map[string][]byte{}
-	for name, o := range outs {
+	// In name order, so the allocator places them as Plan predicts.
+	for _, name := range sortedNames(outs) {
+		o := outs[name]
 		b, err := r.dev.Alloc(o.Bytes())
 		if err != nil {
 			return nil, fmt.Errorf("static output %q: %w", name, err)
@@ -285,6 +313,7 @@ func (r *Runner) CaptureBucket(k BucketKey) error {
 	if live {
 		return nil
 	}
+	r.releaseExecCopies()
 	var specs []SlotSpec
 	for _, sp := range r.specs {
 		if sp.Bucket == k {

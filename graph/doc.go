@@ -12,18 +12,20 @@
 //
 // A Runner's methods, by phase:
 //   - Start-up: New, Prepare (claim every buffer before any capture), Size,
-//     SizeLent, WarmedOutputs and AgreePlan (measure and plan
+//     SizeLent, WarmedOutputs, ExecHeld and AgreePlan (measure and plan
 //     with Plan, all ranks together), Capture (the planned buckets, all
 //     ranks together), Close.
 //   - Background (one rank, between steps): WarmNext (WarmDeferred: it was
 //     refused for now), LeaveOut (what the plan did not choose), CaptureBucket, ReleaseWarmed, ReleasePadding.
+//   - New weights of the same shapes (between steps): Update re-records
+//     every slot and updates its executable in place.
 //   - Per step: LeaseSlot (a LeaseRequest), PadInputs, DeclareInputsFor,
 //     StepIDs, RunForward or RunRegion, then Release (the step
 //     ran) or Discard (it will not); NoteEager for a step that ran eager.
 //     PlanStream and Stream are the streams plans and replays go on.
 //   - Inspection: Buckets, SelectBucket, SelectBatchedBucket, CapturesWalk,
 //     MaxBatchSizeFor, Specs, Configs, NumSlots, Pool, PoolMemory,
-//     OutsideMemory, Telemetry, Unreplayed (every declared bucket that will
+//     OutsideMemory, ExecMemory, Telemetry, Unreplayed (every declared bucket that will
 //     not replay, and why).
 //
 // Invariants:

@@ -93,6 +93,7 @@ type Slot struct {
 	outputs   map[string]accel.Tensor
 	padIDs    []int64
 	configIdx int
+	outside   int64 // the executable's memory outside the allocator
 }
 
 // Outputs are the slot's static output buffers (outside the graph pool),
@@ -135,6 +136,7 @@ type Runner struct {
 	// warmDeferred: the last WarmNext left its spec for later (WarmDeferred)
 	warmDeferred bool
 	warmFailed   map[BucketKey]bool
+	execMem      map[int]*ExecMemory // per config: measured on its first throwaway graph
 
 	mu      sync.Mutex
 	buckets map[BucketKey]*Bucket // by capture key
@@ -168,7 +170,7 @@ func New(dev accel.Device, node Node, configs []*Config, opts Options) (*Runner,
 	}
 	r := &Runner{name: opts.Name, dev: dev, node: node, group: opts.Group, log: opts.Logger, opts: opts,
 		eager: map[string][]string{}, static: map[staticKey]*staticBuf{}, buckets: map[BucketKey]*Bucket{},
-		warmedSpecs: map[specKey]*warmed{}, warmFailed: map[BucketKey]bool{},
+		warmedSpecs: map[specKey]*warmed{}, warmFailed: map[BucketKey]bool{}, execMem: map[int]*ExecMemory{},
 		byWalk: map[string][]*Bucket{}, counters: map[BucketKey]int{}, declare: map[SlotKey][]Row{},
 		unreplayed: map[BucketKey]string{}}
 	r.nslots = 1
@@ -285,6 +287,9 @@ func (r *Runner) Capture(ctx context.Context, planned map[BucketKey]bool) error 
 	if _, err := r.Prepare(); err != nil {
 		return err
 	}
+	// The executables measured on are given back now, for the captured
+	// graphs' executables to reuse.
+	r.releaseExecCopies()
 	type result struct {
 		slots []*Slot
 		ok    bool
@@ -486,12 +491,18 @@ func compareBytes(got, want []byte, dt accel.DType, exact bool, tol float64) (in
 	return 0, true
 }
 
-func mapValues(m map[string]accel.Tensor) []accel.Tensor {
+// sortedNames is a map's keys in order.
+func sortedNames(m map[string]accel.Tensor) []string {
 	names := make([]string, 0, len(m))
 	for n := range m {
 		names = append(names, n)
 	}
 	slices.Sort(names)
+	return names
+}
+
+func mapValues(m map[string]accel.Tensor) []accel.Tensor {
+	names := sortedNames(m)
 	out := make([]accel.Tensor, len(names))
 	for i, n := range names {
 		out[i] = m[n]
@@ -559,6 +570,7 @@ func (r *Runner) Close() {
 		r.freeOutputs(w.slot)
 		delete(r.warmedSpecs, k)
 	}
+	r.releaseExecCopies()
 	for k, sb := range r.static {
 		_ = r.dev.Free(sb.buf)
 		delete(r.static, k)

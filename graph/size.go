@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/reprise-ml/reprise/accel"
 	"github.com/reprise-ml/reprise/accel/alloc"
 	"github.com/reprise-ml/reprise/comm"
 )
@@ -26,9 +27,13 @@ type CaptureCost struct {
 	Kept int64 `json:"kept"`
 	// Slots is the bucket's double-buffer slots; a bucket adds all or none.
 	Slots int `json:"slots"`
-	// Outside is one slot's device memory outside the pool: its static
-	// outputs.
+	// Outside is one slot's device memory outside the pool: what its static
+	// outputs hold in the allocator, were they alone (Plan packs the chosen
+	// buckets' outputs together).
 	Outside int64 `json:"outside"`
+	// Outputs is one slot's static output sizes in bytes, in the order they
+	// are allocated: what Plan packs as the allocator will.
+	Outputs []int64 `json:"outputs,omitempty"`
 	// Executable is one slot's instantiated graph's memory outside any pool.
 	Executable int64 `json:"executable"`
 	// Lender is the larger bucket whose capture costed this one; nil when
@@ -121,7 +126,9 @@ func (r *Runner) measureCosts() map[BucketKey]CaptureCost {
 		c.Bucket, c.Slots = k, r.nslots
 		if w := r.warmedSpecs[spec.key()]; w != nil {
 			c.Peak = max(c.Peak, w.peak)
-			c.Outside = max(c.Outside, outputsCost(w.slot))
+			if o := outputsCost(w.slot); o >= c.Outside {
+				c.Outside, c.Outputs = o, outputSizes(w.slot)
+			}
 		}
 		costs[k] = c
 	}
@@ -189,9 +196,42 @@ func (r *Runner) throwaway(k BucketKey, c *CaptureCost) error {
 	if err != nil {
 		return err
 	}
-	c.Graph, c.Kept, c.Executable, c.Lender = mem.PoolGrowth, mem.Kept, slot.exec.Memory(), nil
+	if r.execMem[w.spec.ConfigIdx] == nil {
+		// The walk's first throwaway graph: its copies measure what an
+		// executable takes per node, and are held until capture.
+		r.execMem[w.spec.ConfigIdx] = measureExec(r.dev, slot.graph)
+		slot.outside = r.execMem[w.spec.ConfigIdx].bytes(slot.graph.Nodes(), slot.exec)
+	}
+	c.Graph, c.Kept, c.Executable, c.Lender = mem.PoolGrowth, mem.Kept, slot.outside, nil
 	slot.destroy()
 	return nil
+}
+
+// ExecHeld is the device memory the executables measured on hold until the
+// runner captures: what the captured graphs' executables may reuse (Plan's
+// reusable term).
+func (r *Runner) ExecHeld() int64 {
+	var n int64
+	for _, m := range r.execMem {
+		n += m.Held
+	}
+	return n
+}
+
+// ExecMemory is the executable memory measured for each config (by index)
+// that had a throwaway capture.
+func (r *Runner) ExecMemory() map[int]ExecMemory {
+	out := map[int]ExecMemory{}
+	for ci, m := range r.execMem {
+		out[ci] = ExecMemory{PerNode: m.PerNode, Measured: m.Measured, Held: m.Held}
+	}
+	return out
+}
+
+func (r *Runner) releaseExecCopies() {
+	for _, m := range r.execMem {
+		m.release()
+	}
 }
 
 // SizeLent captures every bucket a lender costed, thrown away, for its own
@@ -235,22 +275,25 @@ type Resized struct {
 	Resized bool
 }
 
-// outputsCost is what a slot's static outputs cost outside the pool: small
-// outputs together take a whole segment, a large one whole segments of its
-// own. It is an upper bound of what the allocator reserves for them.
+// outputSizes is a slot's static output sizes, in the order keepOutputs
+// allocates them (by name).
+func outputSizes(s *Slot) []int64 {
+	var ns []int64
+	for _, name := range sortedNames(s.outputs) {
+		ns = append(ns, s.outputs[name].Bytes())
+	}
+	return ns
+}
+
+// outputsCost is what a slot's static outputs hold in the allocator on their
+// own: small ones share segments at the allocator's granularity, a large one
+// holds its segments but for a remainder worth splitting off.
 func outputsCost(s *Slot) int64 {
-	var small, large int64
-	for _, o := range s.outputs {
-		if n := alloc.RoundUp(o.Bytes()); n <= alloc.SmallLimit {
-			small += n
-		} else {
-			large += alloc.SegmentFor(n)
-		}
+	var p alloc.Packer
+	for _, n := range outputSizes(s) {
+		p.Alloc(n)
 	}
-	if small > 0 {
-		small = alloc.SegmentFor(small)
-	}
-	return small + large
+	return p.Held()
 }
 
 // WarmedOutputs is the device memory the outputs of warmed, uncaptured specs
@@ -281,6 +324,10 @@ type CapturePlan struct {
 	Floor int64 `json:"floor"`
 	// Free is the memory the plan had to fit in.
 	Free int64 `json:"free"`
+	// Reserve is the rest of the segments the chosen outputs open: free, but
+	// only for small requests, so the plan keeps it beside the floor. It is
+	// not in Total (other small allocations use it).
+	Reserve int64 `json:"reserve"`
 	// Why says, for each plannable bucket left out, why.
 	Why map[BucketKey]string `json:"-"`
 }
@@ -359,6 +406,7 @@ func Plan(pools map[string]map[BucketKey]CaptureCost, free, reusable int64) Capt
 		reuse := min(reusable, exe)
 		return d + exe - reuse, reuse
 	}
+	fit := &alloc.Packer{}
 	left := cands
 	for len(left) > 0 {
 		bi := 0
@@ -371,24 +419,60 @@ func Plan(pools map[string]map[BucketKey]CaptureCost, free, reusable int64) Capt
 		x := left[bi]
 		left = slices.Delete(left, bi, bi+1)
 		d, reuse := delta(x)
-		if used+d+p.Floor > free {
+		// The rest of the segments the outputs open is free, but only for
+		// small requests: the floor's large ones cannot use it.
+		try := fit.Clone()
+		for range x.c.Slots {
+			packOutputs(try, x.c)
+		}
+		rest := try.Reserved() - try.Held()
+		if used+d+p.Floor+rest > free {
 			p.Why[x.c.Bucket] = fmt.Sprintf("does not fit: it adds %d bytes, %d are left beside the %d-byte floor",
-				d, max(0, free-used-p.Floor), p.Floor)
+				d, max(0, free-used-p.Floor-rest), p.Floor)
 			continue
 		}
+		fit, p.Reserve = try, rest
 		used += d
 		reusable -= reuse
 		s := int64(x.c.Slots)
 		kept[x.pool] += s * x.c.Kept
 		scratch[x.pool] = max(scratch[x.pool], x.c.Scratch())
-		p.Outside[x.pool] += s * (x.c.Outside + x.c.Executable)
 		p.Buckets[x.pool] = append(p.Buckets[x.pool], x.c.Bucket)
 	}
+	names := make([]string, 0, len(pools))
 	for name := range pools {
+		names = append(names, name)
 		p.Predicted[name] = kept[name] + scratch[name]
 		slices.SortFunc(p.Buckets[name], compareKeys)
 	}
+	// Outside the pools: the executables, and the static outputs as the
+	// allocator will place them, every slot of the chosen buckets in capture
+	// order, all in the device's default pool. Small outputs share segments,
+	// so they cost their own bytes, not a segment a bucket.
+	slices.Sort(names)
+	var packer alloc.Packer
+	for _, name := range names {
+		for _, k := range p.Buckets[name] {
+			c := pools[name][k]
+			for range c.Slots {
+				p.Outside[name] += c.Executable + packOutputs(&packer, c)
+			}
+		}
+	}
 	return p
+}
+
+// packOutputs places one slot's outputs and returns what they hold. Costs
+// without their output sizes (an older plan cache) count Outside.
+func packOutputs(p *alloc.Packer, c CaptureCost) int64 {
+	if len(c.Outputs) == 0 {
+		return c.Outside
+	}
+	before := p.Held()
+	for _, n := range c.Outputs {
+		p.Alloc(n)
+	}
+	return p.Held() - before
 }
 
 // compareKeys orders buckets largest first: batch size, then tokens, then
@@ -450,13 +534,29 @@ func (r *Runner) OutsideMemory() int64 {
 	var n int64
 	for _, b := range r.buckets {
 		for _, s := range b.Slots {
-			n += s.exec.Memory()
+			n += s.outside
 			for _, o := range s.outputs {
-				n += alloc.RoundUp(o.Bytes())
+				n += r.held(o.Buf)
 			}
 		}
 	}
 	return n
+}
+
+// blockSizer is an allocator that tells what it holds for a buffer.
+type blockSizer interface {
+	BlockSize(accel.Buffer) (int64, bool)
+}
+
+// held is what the allocator holds for b: its block, or its size rounded
+// up where the allocator does not say.
+func (r *Runner) held(b accel.Buffer) int64 {
+	if bs, ok := r.dev.Allocator().(blockSizer); ok {
+		if n, ok := bs.BlockSize(b); ok {
+			return n
+		}
+	}
+	return alloc.RoundUp(b.Len())
 }
 
 // PoolMemory is the device memory the runner's pool holds now.

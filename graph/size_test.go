@@ -50,7 +50,7 @@ func TestSizeMeasuresEveryBucketOnceBeforeCapture(t *testing.T) {
 		t.Fatalf("graphs %d %d %d", costs[bk(4)].Graph, costs[bk(2)].Graph, costs[bk(1)].Graph)
 	}
 	for _, c := range costs {
-		if c.Peak <= 0 || c.Slots != 2 || c.Outside != alloc.SegmentSize || c.Executable <= 0 {
+		if c.Peak <= 0 || c.Slots != 2 || len(c.Outputs) != 2 || c.Outside != alloc.RoundUp(c.Outputs[0])+alloc.RoundUp(c.Outputs[1]) || c.Executable <= 0 {
 			t.Fatalf("cost %+v", c)
 		}
 	}
@@ -260,13 +260,39 @@ func TestPlan(t *testing.T) {
 	})
 }
 
-func TestOutputsCostWholeSegments(t *testing.T) {
+// Static outputs cost what the allocator holds for them: small ones share
+// segments, so a bucket of small outputs costs their rounded bytes, not a
+// segment; and the plan packs every chosen slot's outputs together, as the
+// allocator will, so its prediction is what the captured runner holds.
+func TestOutputsCostWhatTheAllocatorHolds(t *testing.T) {
 	n := newFakeNode(t, false)
 	r := newRunner(t, n, []*Config{small()}, Options{})
-	costs, _ := r.Size(context.Background())
-	// "y" and "next" are a few hundred bytes: together one whole segment.
-	if c := costs[bk(4)]; c.Outside != alloc.SegmentSize {
-		t.Fatalf("outside %d, want one whole segment", c.Outside)
+	costs, err := r.Size(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// "y" and "next" are a few hundred bytes each.
+	c := costs[bk(4)]
+	if len(c.Outputs) != 2 || c.Outside != alloc.RoundUp(c.Outputs[0])+alloc.RoundUp(c.Outputs[1]) || c.Outside >= alloc.SegmentSize {
+		t.Fatalf("outside %d for outputs %v, want their rounded bytes", c.Outside, c.Outputs)
+	}
+	p := Plan(map[string]map[BucketKey]CaptureCost{"p": costs}, 1<<30, 0)
+	planned := map[BucketKey]bool{}
+	for _, k := range p.Buckets["p"] {
+		planned[k] = true
+	}
+	if err := r.Capture(context.Background(), planned); err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Buckets()) != 3 || p.Outside["p"] != r.OutsideMemory() {
+		t.Fatalf("%d buckets; outside predicted %d, held %d", len(r.Buckets()), p.Outside["p"], r.OutsideMemory())
+	}
+	// A large output holds its whole segment when the remainder is too
+	// small to split off (1.5 MiB: 2 MiB), and shares one otherwise.
+	large := CaptureCost{Bucket: bk(8), Peak: 1, Graph: 1, Slots: 2, Outputs: []int64{3 << 19}, Outside: alloc.SegmentSize}
+	lp := Plan(map[string]map[BucketKey]CaptureCost{"p": {bk(8): large}}, 1<<30, 0)
+	if lp.Outside["p"] != 2*alloc.SegmentSize {
+		t.Fatalf("two 1.5 MiB outputs: outside %d, want two segments", lp.Outside["p"])
 	}
 }
 

@@ -71,6 +71,11 @@ type Options struct {
 	// Chat is the model's chat template (nil: a chat request's message
 	// contents are joined with newlines).
 	Chat *ChatTemplate
+	// Reload, when set, serves POST /admin/reload {"model": PATH}: new
+	// weights of the served model's shapes, every captured graph updated
+	// in place (engine.Engine.Reload). It needs APIKey: the route is behind
+	// it. Nil: no such route.
+	Reload Reloader
 	// Logger (nil: slog.Default()).
 	Logger *slog.Logger
 }
@@ -142,6 +147,9 @@ func New(e *engine.Engine, info engine.ModelInfo, tok Tokenizer, opts Options) (
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
+	if opts.Reload != nil && opts.APIKey == "" {
+		return nil, errors.New("serve: /admin/reload needs an API key (Options.APIKey)")
+	}
 	s := &Server{eng: e, info: info, tok: tok, opts: opts, mux: http.NewServeMux(), metrics: newMetrics(e, opts.ModelName),
 		created: time.Now().Unix(), log: opts.Logger, fingerprint: fingerprint(info, opts.ModelName), abort: make(chan struct{})}
 	s.bos = sync.OnceValue(func() int {
@@ -207,6 +215,9 @@ func (s *Server) routes() {
 	s.mux.HandleFunc("GET "+pathMetrics, s.handleMetrics)
 	s.mux.HandleFunc("POST "+pathTokenize, s.handleTokenize)
 	s.mux.HandleFunc("POST "+pathDetokenize, s.handleDetokenize)
+	if s.opts.Reload != nil {
+		s.mux.HandleFunc("POST "+pathReload, s.handleReload())
+	}
 	// The same paths with another method: 405 with an OpenAI-style body
 	// (the mux's own answer is plain text).
 	allow := map[string]string{pathCompletions: "POST", pathChat: "POST", pathTokenize: "POST", pathDetokenize: "POST", pathModels: "GET, HEAD", pathModel: "GET, HEAD",
@@ -247,7 +258,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if s.cors(sw, r) {
 		return
 	}
-	if s.opts.APIKey != "" && (r.URL.Path == "/v1" || strings.HasPrefix(r.URL.Path, "/v1/")) && !s.authorized(r) {
+	if s.opts.APIKey != "" && (r.URL.Path == "/v1" || strings.HasPrefix(r.URL.Path, "/v1/") || strings.HasPrefix(r.URL.Path, "/admin/")) && !s.authorized(r) {
 		writeError(sw, &apiError{status: http.StatusUnauthorized, typ: typeInvalidRequest, code: "invalid_api_key",
 			message: "missing or incorrect API key: send the header \"Authorization: Bearer KEY\" with the server's key"})
 		return

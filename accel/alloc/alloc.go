@@ -296,6 +296,19 @@ func (a *Caching) Alloc(stream int64, n int64) (accel.Buffer, error) {
 	return accel.NewBuffer(b.seg.mem, b.off, n), nil
 }
 
+// BlockSize is the bytes the allocator holds for a live buffer from Alloc:
+// its request rounded up, or more where the remainder of the block it took
+// was too small to split off. False for a buffer it did not hand out.
+func (a *Caching) BlockSize(b accel.Buffer) (int64, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	blk, ok := a.blocks[key{b.Memory(), b.Offset()}]
+	if !ok {
+		return 0, false
+	}
+	return blk.size, true
+}
+
 // ErrNotAllocated is returned for a Free of a buffer this allocator did not
 // hand out (or already took back).
 var ErrNotAllocated = errors.New("alloc: buffer is not a live allocation")

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"io"
@@ -13,6 +14,7 @@ import (
 	"github.com/reprise-ml/reprise/accel/cpu"
 	"github.com/reprise-ml/reprise/engine"
 	"github.com/reprise-ml/reprise/model/llama"
+	"github.com/reprise-ml/reprise/serve"
 	"github.com/reprise-ml/reprise/tokenizer"
 )
 
@@ -85,6 +87,8 @@ func (d *deviceFlags) modelOptions() (llama.Options, error) {
 // session is a device, a model on it, and an engine over them.
 type session struct {
 	dev   accel.Device
+	src   llama.Source
+	opts  llama.Options // what the model was opened with
 	model *llama.Model
 	tok   llama.TextTokenizer
 	vocab tokenizer.Tokenizer // the model's own tokenizer (nil for llama2.c's)
@@ -109,7 +113,7 @@ func (d *deviceFlags) openSession(stderr io.Writer, tweak func(*llama.Options), 
 	if err != nil {
 		return nil, err
 	}
-	s := &session{dev: dev}
+	s := &session{dev: dev, src: d.model, opts: mo}
 	var loaded *llama.Loaded
 	if s.model, loaded, err = llama.OpenLoaded(dev, d.model, mo); err != nil {
 		s.Close()
@@ -128,6 +132,26 @@ func (d *deviceFlags) openSession(stderr io.Writer, tweak func(*llama.Options), 
 		return nil, err
 	}
 	return s, nil
+}
+
+// reload opens the model at path with the session's options (new buffers)
+// and has the engine serve it in place of the current one, which it closes.
+// Reloads are serialised by the server.
+func (s *session) reload(ctx context.Context, path string) (engine.ReloadResult, error) {
+	src := llama.Source{Model: path, Tokenizer: s.src.Tokenizer, MaxSeq: s.src.MaxSeq}
+	m, _, err := llama.OpenLoaded(s.dev, src, s.opts)
+	if err != nil {
+		return engine.ReloadResult{}, fmt.Errorf("%w: %s: %v", serve.ErrReloadModel, path, err)
+	}
+	res, err := s.eng.Reload(ctx, m)
+	if err != nil {
+		m.Close()
+		return res, err
+	}
+	old := s.model
+	s.model = m
+	old.Close()
+	return res, nil
 }
 
 func (s *session) Close() {

@@ -28,6 +28,9 @@ type planOutput struct {
 	Predicted int64 `json:"predicted"`
 	// PredictedPool is the pools' share of Predicted.
 	PredictedPool int64 `json:"predicted_pool"`
+	// Reserve is the rest of the segments the chosen outputs open, kept free
+	// beside the floor (only small requests can use it).
+	Reserve int64 `json:"reserve"`
 	// Actual and ActualPool are what capture took (--capture only).
 	Actual     int64 `json:"actual,omitempty"`
 	ActualPool int64 `json:"actual_pool,omitempty"`
@@ -73,17 +76,24 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	out := planOutput{Model: m.Info().Name, Device: dev.Info().String(), Budget: rep.Plan.Free, Floor: rep.Plan.Floor,
-		Predicted: rep.Plan.Total(), FromCache: true}
+		Predicted: rep.Plan.Total(), Reserve: rep.Plan.Reserve, FromCache: true}
+	for _, v := range rep.Plan.Predicted {
+		out.PredictedPool += v
+	}
+	counted := map[string]bool{} // runners sharing a graph pool report all of it
 	for _, p := range rep.Pools {
-		out.PredictedPool += rep.Plan.Predicted[p.Name]
 		out.FromCache = out.FromCache && p.FromCache
 		if *capture {
-			out.ActualPool += p.Actual
-			out.Actual += p.Actual + p.ActualOutside
+			if !counted[p.Pool] {
+				counted[p.Pool] = true
+				out.ActualPool += p.Actual
+				out.Actual += p.Actual
+			}
+			out.Actual += p.ActualOutside
 		}
 		for _, c := range p.Costs {
 			out.Buckets = append(out.Buckets, planBucket{CaptureCost: c, Name: c.Bucket.String(), Pool: p.Name,
-				Chosen: rep.Plan.Chosen(p.Name, c.Bucket), Why: rep.Why[c.Bucket.String()]})
+				Chosen: rep.Plan.Chosen(p.Pool, c.Bucket), Why: rep.Why[c.Bucket.String()]})
 		}
 	}
 	if *asJSON {

@@ -105,6 +105,7 @@ type serveFlags struct {
 	debugListen     string
 	logFormat       string
 	allowedOrigins  string
+	enableReload    bool
 }
 
 func (f *serveFlags) register(fs *flag.FlagSet) {
@@ -134,6 +135,7 @@ func (f *serveFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.allowedOrigins, "allowed-origins", "", "comma-separated `origins` browsers may call the API from (CORS; * for any; default none)")
 	fs.StringVar(&f.logFormat, "log-format", "text", "logs as `text` (key=value) or json (one JSON object a line)")
 	fs.StringVar(&f.planCache, "plan-cache", "", "directory of measured capture costs (default $"+envPlanCache+" or the user cache; off disables)")
+	fs.BoolVar(&f.enableReload, "enable-reload", false, "serve POST /admin/reload {\"model\": PATH}: new weights of identical shapes, captured graphs updated in place (needs --api-key; docs/SERVING.md)")
 }
 
 // applyConfig sets, from the YAML file, every flag the command line did not
@@ -214,6 +216,8 @@ func (f *serveFlags) check() error {
 		return fmt.Errorf("%w: --shutdown-timeout and --retry-after must not be negative", errUsage)
 	case f.logFormat != "text" && f.logFormat != "json":
 		return fmt.Errorf("%w: --log-format %q: want text or json", errUsage, f.logFormat)
+	case f.enableReload && f.apiKey == "":
+		return fmt.Errorf("%w: --enable-reload needs --api-key (or $%s): /admin/reload is behind it", errUsage, EnvAPIKey)
 	}
 	return nil
 }
@@ -296,9 +300,13 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 
+	var reload serve.Reloader
+	if f.enableReload {
+		reload = sess.reload
+	}
 	srv, err := serve.New(e, m.Info(), tok, serve.Options{ModelName: m.Info().Name, APIKey: f.apiKey, Chat: ct,
 		MaxBodyBytes: int64(f.maxBody), MaxPromptTokens: f.maxPromptTokens, MaxTokens: f.maxTokens,
-		RetryAfter: f.retryAfter, AllowedOrigins: serve.ParseOrigins(f.allowedOrigins), Logger: lg})
+		RetryAfter: f.retryAfter, AllowedOrigins: serve.ParseOrigins(f.allowedOrigins), Reload: reload, Logger: lg})
 	if err != nil {
 		return err
 	}

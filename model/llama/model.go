@@ -402,6 +402,9 @@ func (m *Model) graphConfigs() []*graph.Config {
 			// sampler stays with the eager tail.
 			Resources: []string{engine.KVName, engine.PositionsName},
 			Inputs:    m.blocksInputs,
+			// Leased and planned with the prefill step, before its
+			// forward: the forward then only stages and replays.
+			LeaseBeforeStep: true,
 		}}
 	}
 	return cs
