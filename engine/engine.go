@@ -138,6 +138,9 @@ type request struct {
 	wake      func()
 	ingested  bool
 	times     requestTimes
+	// forks are the other choices of this request's prompt, opened once
+	// its prefill ran (fork.go).
+	forks []*request
 }
 
 func (r *request) cancel() {
