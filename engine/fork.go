@@ -116,6 +116,9 @@ func (e *Engine) SubmitChoices(ctx context.Context, req Request, seeds []uint64)
 		e.mu.Unlock()
 		return nil, ErrClosed
 	}
+	// stats.waiting counts every request not yet admitted: those in the
+	// queue the loop has not seen, those it holds waiting, and forks not
+	// opened yet.
 	if e.opts.MaxQueue > 0 && int(e.stats.waiting.Load())+len(seeds) > e.opts.MaxQueue {
 		e.mu.Unlock()
 		return nil, ErrQueueFull
