@@ -138,6 +138,9 @@ type request struct {
 	wake      func()
 	ingested  bool
 	times     requestTimes
+	// forks are the other choices of this request's prompt, opened once
+	// its prefill ran (fork.go).
+	forks []*request
 }
 
 func (r *request) cancel() {
@@ -443,34 +446,11 @@ func (e *Engine) Validate(req Request) error {
 // Submit queues a request. Its outputs arrive on the handle; cancelling ctx
 // cancels the request.
 func (e *Engine) Submit(ctx context.Context, req Request) (*Handle, error) {
-	if err := e.Validate(req); err != nil {
+	hs, err := e.SubmitChoices(ctx, req, []uint64{req.Sampling.Seed})
+	if err != nil {
 		return nil, err
 	}
-	if req.Sampling.TopP == 0 {
-		req.Sampling.TopP = 1
-	}
-	e.mu.Lock()
-	if e.closed {
-		e.mu.Unlock()
-		return nil, ErrClosed
-	}
-	// stats.waiting counts every request not yet admitted: those in the
-	// queue the loop has not seen and those it holds waiting.
-	if e.opts.MaxQueue > 0 && int(e.stats.waiting.Load()) >= e.opts.MaxQueue {
-		e.mu.Unlock()
-		return nil, ErrQueueFull
-	}
-	r := &request{id: e.nextID, req: req, out: make(chan Output, req.MaxTokens+1),
-		maxLen: len(req.Prompt) + req.MaxTokens - 1, wake: e.wake}
-	e.nextID++
-	e.queue = append(e.queue, r)
-	e.stats.waiting.Add(1)
-	e.mu.Unlock()
-	if ctx.Done() != nil {
-		context.AfterFunc(ctx, r.cancel)
-	}
-	e.wake()
-	return &Handle{r: r}, nil
+	return hs[0], nil
 }
 
 // Generate submits a request and collects its tokens.

@@ -33,12 +33,15 @@ type kvConfig struct {
 // A request is promised, when it is ingested, the pages its MaxLen may need,
 // so a running request never fails to grow: requests that do not fit wait.
 type kvCache struct {
-	cfg    kvConfig
-	ppr    int // page-table width: pages a request may hold
-	K, V   []accel.Tensor
-	free   []int32
-	reqs   map[int64]*kvState
-	owed   int // pages promised to requests and not yet allocated
+	cfg  kvConfig
+	ppr  int // page-table width: pages a request may hold
+	K, V []accel.Tensor
+	free []int32
+	reqs map[int64]*kvState
+	owed int // pages promised to requests and not yet allocated
+	// refs counts each page's holders: more than one when requests share
+	// a prompt's pages (fork); a page is free again at none.
+	refs   []int32
 	slots  *slotTensors
 	layerB int64
 }
@@ -47,7 +50,13 @@ type kvState struct {
 	pages   []int32
 	next    int // positions admitted
 	promise int // pages promised at ingest (real requests)
-	padding bool
+	allocs  int // pages allocated by the row itself (not shared to it)
+	// copying: a fork's first page of its own (copyTo) is still to be
+	// copied from the page it shares its first positions with (copyFrom),
+	// which the fork's first plan does.
+	copying          bool
+	copyFrom, copyTo int32
+	padding          bool
 }
 
 // kvRecord is what a step admitted, to roll back.
@@ -97,6 +106,7 @@ func (c *kvCache) alloc(dev accel.Device) error {
 	for p := int32(cfg.Pages - 1); p > SinkPage; p-- {
 		c.free = append(c.free, p)
 	}
+	c.refs = make([]int32, cfg.Pages)
 	return nil
 }
 
@@ -164,6 +174,9 @@ func (c *kvCache) Ingest(id int64, info requestInfo) error {
 		return fmt.Errorf("kv: row %d already open", id)
 	}
 	st := &kvState{padding: graph.IsPadding(id)}
+	if info.Fork != nil {
+		return c.ingestFork(id, st, info)
+	}
 	if !st.padding {
 		if info.MaxLen > c.cfg.MaxLen {
 			return fmt.Errorf("kv: request of %d positions, the cache holds %d per request", info.MaxLen, c.cfg.MaxLen)
@@ -179,10 +192,28 @@ func (c *kvCache) Ingest(id int64, info requestInfo) error {
 }
 
 func (c *kvCache) release(st *kvState) {
-	c.free = append(c.free, st.pages...)
-	c.owed -= max(0, st.promise-len(st.pages))
-	st.promise = 0
+	for _, p := range st.pages {
+		c.unref(p)
+	}
+	c.owed -= max(0, st.promise-st.allocs)
+	st.promise, st.allocs = 0, 0
 	st.pages = nil
+}
+
+// take gives a free page to a row (one holder).
+func (c *kvCache) take() int32 {
+	p := c.free[len(c.free)-1]
+	c.free = c.free[:len(c.free)-1]
+	c.refs[p] = 1
+	return p
+}
+
+// unref drops one holder of p, freeing it at none.
+func (c *kvCache) unref(p int32) {
+	if c.refs[p]--; c.refs[p] <= 0 {
+		c.refs[p] = 0
+		c.free = append(c.free, p)
+	}
 }
 
 func (c *kvCache) Remove(id int64) error {
@@ -227,7 +258,7 @@ func (c *kvCache) Admit(step *Step) (admitStatus, int) {
 			need += n
 			// Pages past a request's promise (and a capture's padding
 			// rows) must come from what nobody was promised.
-			if e := want - max(st.promise, len(st.pages)); e > 0 {
+			if e := st.allocs + n - max(st.promise, st.allocs); e > 0 {
 				extra += e
 			}
 		}
@@ -244,11 +275,10 @@ func (c *kvCache) Admit(step *Step) (admitStatus, int) {
 		}
 		st.next += len(r.Tokens)
 		for len(st.pages) < c.PagesFor(st.next) {
-			p := c.free[len(c.free)-1]
-			c.free = c.free[:len(c.free)-1]
+			p := c.take()
 			st.pages = append(st.pages, p)
 			rec.added[i] = append(rec.added[i], p)
-			if len(st.pages) <= st.promise {
+			if st.allocs++; st.allocs <= st.promise {
 				c.owed--
 			}
 		}
@@ -269,12 +299,15 @@ func (c *kvCache) Unadmit(step *Step) {
 		}
 		if n := len(rec.added[i]); n > 0 {
 			for k := 0; k < n; k++ {
-				if len(st.pages) <= st.promise {
+				if st.allocs <= st.promise {
 					c.owed++
 				}
+				st.allocs--
 				st.pages = st.pages[:len(st.pages)-1]
 			}
-			c.free = append(c.free, rec.added[i]...)
+			for _, p := range rec.added[i] {
+				c.unref(p)
+			}
 		}
 		if !atRest(r.ID, step) {
 			st.next = rec.start[i]
@@ -288,6 +321,9 @@ func (c *kvCache) Unadmit(step *Step) {
 // entries point at the sink).
 func (c *kvCache) Plan(s accel.Stream, sg *accel.Stager, step *Step) (any, error) {
 	rec := step.State[KVName].(*kvRecord)
+	if err := c.copyForks(s, step); err != nil {
+		return nil, err
+	}
 	bs := step.BatchSize()
 	slots := make([]int32, step.Tokens)
 	for i := range slots {

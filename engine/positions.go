@@ -32,11 +32,15 @@ func newPositions(dev accel.Device) *positionsResource {
 func (p *positionsResource) Name() string        { return PositionsName }
 func (p *positionsResource) DependsOn() []string { return nil }
 
-func (p *positionsResource) Ingest(id int64, _ requestInfo) error {
+func (p *positionsResource) Ingest(id int64, info requestInfo) error {
 	if _, dup := p.reqs[id]; dup {
 		return fmt.Errorf("positions: row %d already open", id)
 	}
 	p.reqs[id] = &posState{}
+	if f := info.Fork; f != nil {
+		// A fork starts where the positions it shares end.
+		p.reqs[id] = &posState{committed: f.At, next: f.At}
+	}
 	return nil
 }
 

@@ -61,6 +61,9 @@ type requestInfo struct {
 	Prompt    []int32
 	Penalties Penalties
 	Stops     []int32
+	// Fork, for a choice of a prompt another request prefilled, is the
+	// request whose positions before At it shares (fork.go).
+	Fork *forkInfo
 }
 
 // Step is one step of a node: rows (real ones first, then padding rows on a

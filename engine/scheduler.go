@@ -92,9 +92,12 @@ func (e *Engine) limits() admitLimits {
 func (e *Engine) admit() []*request {
 	var batch []*request
 	tokens := 0
+	forkRows, forkPages := 0, 0 // what the batch's forks will take
 	for len(e.waiting) > 0 {
 		r := e.waiting[0]
-		if !admitHead(e.limits(), e.kv, len(e.running), len(batch), tokens, len(r.req.Prompt), r.maxLen) {
+		rows, pages := e.forkNeeds(r)
+		if !admitHead(e.limits(), e.kv, len(e.running)+forkRows+rows, len(batch), tokens, len(r.req.Prompt), r.maxLen) ||
+			e.kv.PagesFor(r.maxLen)+forkPages+pages > e.kv.FreePages() {
 			break
 		}
 		if err := e.sr.Ingest(r.id, e.requestInfo(r)); err != nil {
@@ -112,6 +115,7 @@ func (e *Engine) admit() []*request {
 		e.stats.waiting.Add(-1)
 		batch = append(batch, r)
 		tokens += len(r.req.Prompt)
+		forkRows, forkPages = forkRows+rows, forkPages+pages
 	}
 	return batch
 }
@@ -125,26 +129,37 @@ func (e *Engine) prefill(batch []*request) {
 	next, err := e.runStep(WalkPrefill, rows, batch, nil)
 	if err != nil {
 		for _, r := range batch {
+			for _, f := range r.forks {
+				e.stats.waiting.Add(-1)
+				e.finish(f, "error", err)
+			}
+			r.forks = nil
 			e.finish(r, "error", err)
 		}
 		return
+	}
+	for _, r := range batch {
+		e.stats.prefillTokens.Add(int64(len(r.req.Prompt)))
 	}
 	now := time.Now()
 	if e.stats.firstToken.CompareAndSwap(0, int64(now.Sub(e.startAt))) {
 		e.log.Info("first token after start", "seconds", now.Sub(e.startAt).Seconds())
 	}
+	// Forks open while their prompt's request still holds its pages.
+	forks := e.openForks(batch)
 	for i, r := range batch {
 		if e.emit(r, next[i]) {
 			e.running = append(e.running, r)
 		}
 	}
+	e.running = append(e.running, forks...)
 }
 
 func (e *Engine) decode() {
 	batch := e.running[:decodeRows(len(e.running), e.opts.MaxBatch)]
 	rows := make([]graph.Row, len(batch))
 	for i, r := range batch {
-		rows[i] = graph.Row{ID: r.id, Tokens: []int32{r.generated[len(r.generated)-1]}}
+		rows[i] = graph.Row{ID: r.id, Tokens: []int32{r.lastToken()}}
 	}
 	next, err := e.runStep(WalkDecode, rows, batch, batch)
 	if err != nil {
@@ -200,6 +215,15 @@ func (e *Engine) finish(r *request, reason string, err error) {
 }
 
 func (e *Engine) dropCancelled() {
+	for i, r := range e.waiting {
+		// A cancelled request's forks go on: the first stands in for it.
+		for r.cancelled.Load() && len(r.forks) > 0 {
+			f := promoteFork(r)
+			e.stats.waiting.Add(-1)
+			e.finish(r, "cancelled", nil)
+			e.waiting[i], r = f, f
+		}
+	}
 	e.waiting = slices.DeleteFunc(e.waiting, func(r *request) bool {
 		if r.cancelled.Load() {
 			e.stats.waiting.Add(-1)
@@ -254,6 +278,10 @@ func (e *Engine) failAll(err error) {
 	e.queue = nil
 	e.mu.Unlock()
 	for _, r := range append(e.waiting, e.running...) {
+		for _, f := range r.forks {
+			e.finish(f, "error", err)
+		}
+		r.forks = nil
 		e.finish(r, "error", err)
 	}
 	e.waiting, e.running = nil, nil

@@ -17,6 +17,8 @@ type Stats struct {
 	kvFree   atomic.Int64
 	tokens   atomic.Int64
 	finished atomic.Int64
+	// prefillTokens counts the prompt tokens prefill steps carried.
+	prefillTokens atomic.Int64
 
 	firstToken atomic.Int64 // ns from Start to the first token served
 	captureNS  atomic.Int64 // ns spent sizing, planning and capturing graphs
@@ -73,13 +75,16 @@ func (s *Stats) observeStep(walk string, replay bool, rows int, d time.Duration)
 
 // Snapshot is a copy of the engine's counters.
 type Snapshot struct {
-	Waiting      int64 `json:"waiting"`
-	Running      int64 `json:"running"`
-	Tokens       int64 `json:"tokens"`
-	Finished     int64 `json:"finished"`
-	PrePlans     int64 `json:"pre_plans"`
-	PrePlanHits  int64 `json:"pre_plan_hits"`
-	PrePlanStale int64 `json:"pre_plan_stale"`
+	Waiting  int64 `json:"waiting"`
+	Running  int64 `json:"running"`
+	Tokens   int64 `json:"tokens"`
+	Finished int64 `json:"finished"`
+	// PrefillTokens counts the prompt tokens prefilled (a prompt shared by
+	// choices once).
+	PrefillTokens int64 `json:"prefill_tokens"`
+	PrePlans      int64 `json:"pre_plans"`
+	PrePlanHits   int64 `json:"pre_plan_hits"`
+	PrePlanStale  int64 `json:"pre_plan_stale"`
 	// BackgroundDropped counts the buckets background capture dropped
 	// (each also an ERROR line naming it and why).
 	BackgroundDropped int64       `json:"background_dropped"`
@@ -95,7 +100,8 @@ type Snapshot struct {
 func (e *Engine) Stats() Snapshot {
 	s := &e.stats
 	snap := Snapshot{Waiting: s.waiting.Load(), Running: s.running.Load(), Tokens: s.tokens.Load(), Finished: s.finished.Load(),
-		PrePlans: s.prePlans.Load(), PrePlanHits: s.prePlanHits.Load(), PrePlanStale: s.prePlanStale.Load(),
+		PrefillTokens: s.prefillTokens.Load(),
+		PrePlans:      s.prePlans.Load(), PrePlanHits: s.prePlanHits.Load(), PrePlanStale: s.prePlanStale.Load(),
 		BackgroundDropped: s.bgDropped.Load(),
 		KVPagesUsed:       int(s.kvUsed.Load()), KVPagesFree: int(s.kvFree.Load()),
 		FirstTokenAfterStart: time.Duration(s.firstToken.Load())}

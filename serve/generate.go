@@ -262,15 +262,17 @@ func (s *Server) handleGenerate(chat bool) http.HandlerFunc {
 		submitted := time.Now()
 		g := &generation{s: s, w: w, ctx: r.Context(), j: j, chat: chat, endpoint: endpoint, arrived: arrived,
 			submitted: submitted, created: time.Now().Unix(), rc: http.NewResponseController(w), rec: rec}
+		// The choices share one prefill of the prompt.
+		seeds := make([]uint64, len(j.reqs))
 		for i, req := range j.reqs {
-			h, err := s.eng.Submit(r.Context(), req)
-			if err != nil {
-				for _, c := range g.choices {
-					c.h.Cancel()
-				}
-				writeError(w, s.submitError(err, rec.id))
-				return
-			}
+			seeds[i] = req.Sampling.Seed
+		}
+		hs, err := s.eng.SubmitChoices(r.Context(), j.reqs[0], seeds)
+		if err != nil {
+			writeError(w, s.submitError(err, rec.id))
+			return
+		}
+		for i, h := range hs {
 			g.choices = append(g.choices, &choice{index: i, h: h, stop: newStopper(p.stop), prev: j.prompt[len(j.prompt)-1]})
 		}
 		s.metrics.inFlight.Inc()

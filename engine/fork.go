@@ -1,0 +1,200 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/reprise-ml/reprise/accel"
+)
+
+// Choices of one prompt share its prefill. The first choice is prefilled as
+// any request; the others are forks of it, opened once its prefill step
+// ran: a fork holds the prompt's positions before the last one in the
+// pages of the first choice (the KV cache counts each page's holders and
+// frees it at none), has the page with the last prompt position copied for
+// itself (its first write lands there), and decodes the last prompt token
+// at that position as its first step, which samples its first token from
+// the same distribution the prefill gave the first choice (bit for bit on
+// a deterministic device). No fork ever writes a shared page: the first
+// choice writes from the prompt's end on, into its own last page and
+// later ones, and each fork from the last prompt position on, into its
+// copy and later ones.
+
+// forkInfo names the request a fork shares its first At positions with.
+type forkInfo struct {
+	Parent int64
+	At     int
+}
+
+// ingestFork opens a fork in the cache: the pages wholly before position
+// At shared, the one holding At (if At is not a page's first) copied at
+// the fork's first plan, and a promise of the rest.
+func (c *kvCache) ingestFork(id int64, st *kvState, info requestInfo) error {
+	ps, ok := c.reqs[info.Fork.Parent]
+	ps2 := c.cfg.PageSize
+	at := info.Fork.At
+	if !ok || ps.padding || ps.next < at || at < 1 {
+		return fmt.Errorf("kv: fork %d of row %d at %d: the row holds %v positions", id, info.Fork.Parent, at, ok && !ps.padding)
+	}
+	if info.MaxLen > c.cfg.MaxLen {
+		return fmt.Errorf("kv: request of %d positions, the cache holds %d per request", info.MaxLen, c.cfg.MaxLen)
+	}
+	shared := at / ps2
+	st.promise = c.PagesFor(info.MaxLen) - shared
+	if st.promise > c.FreePages() {
+		return fmt.Errorf("kv: %d pages for a fork of %d positions, %d free: %w", st.promise, info.MaxLen, c.FreePages(), errKVFull)
+	}
+	c.owed += st.promise
+	st.pages = slices.Clone(ps.pages[:shared])
+	for _, p := range st.pages {
+		c.refs[p]++
+	}
+	if at%ps2 != 0 {
+		p := c.take()
+		st.pages = append(st.pages, p)
+		st.allocs = 1
+		c.owed--
+		st.copying, st.copyFrom, st.copyTo = true, ps.pages[shared], p
+	}
+	st.next = at
+	c.reqs[id] = st
+	return nil
+}
+
+// copyForks copies, on s, the first own page of each fork in the step not
+// copied yet, in every layer.
+func (c *kvCache) copyForks(s accel.Stream, step *Step) error {
+	for _, r := range step.Rows {
+		st := c.reqs[r.ID]
+		if st == nil || !st.copying {
+			continue
+		}
+		ps := int64(c.cfg.PageSize)
+		for _, t := range append(slices.Clone(c.K), c.V...) {
+			src := t.RowSlice(int(int64(st.copyFrom)*ps), int(int64(st.copyFrom+1)*ps))
+			dst := t.RowSlice(int(int64(st.copyTo)*ps), int(int64(st.copyTo+1)*ps))
+			if err := s.Copy(dst.Buf.Slice(0, dst.Bytes()), src.Buf.Slice(0, src.Bytes())); err != nil {
+				return err
+			}
+		}
+		st.copying = false
+	}
+	return nil
+}
+
+// SharedPages is the number of KV pages more than one request holds.
+func (c *kvCache) SharedPages() int {
+	n := 0
+	for _, r := range c.refs {
+		if r > 1 {
+			n++
+		}
+	}
+	return n
+}
+
+// SubmitChoices queues one request per seed, of req with that seed: the
+// choices of one prompt, which is prefilled once and shared (see above).
+// Each choice's outputs are those of req alone with its seed.
+func (e *Engine) SubmitChoices(ctx context.Context, req Request, seeds []uint64) ([]*Handle, error) {
+	if len(seeds) == 0 {
+		return nil, fmt.Errorf("%w: no choices", ErrInvalidRequest)
+	}
+	if len(seeds) > e.opts.MaxBatch {
+		return nil, fmt.Errorf("%w: %d choices, a batch holds %d", ErrInvalidRequest, len(seeds), e.opts.MaxBatch)
+	}
+	if err := e.Validate(req); err != nil {
+		return nil, err
+	}
+	if req.Sampling.TopP == 0 {
+		req.Sampling.TopP = 1
+	}
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return nil, ErrClosed
+	}
+	// stats.waiting counts every request not yet admitted: those in the
+	// queue the loop has not seen, those it holds waiting, and forks not
+	// opened yet.
+	if e.opts.MaxQueue > 0 && int(e.stats.waiting.Load())+len(seeds) > e.opts.MaxQueue {
+		e.mu.Unlock()
+		return nil, ErrQueueFull
+	}
+	rs := make([]*request, len(seeds))
+	hs := make([]*Handle, len(seeds))
+	for i, sd := range seeds {
+		r := req
+		r.Sampling.Seed = sd
+		rs[i] = &request{id: e.nextID, req: r, out: make(chan Output, r.MaxTokens+1),
+			maxLen: len(r.Prompt) + r.MaxTokens - 1, wake: e.wake}
+		e.nextID++
+		hs[i] = &Handle{r: rs[i]}
+	}
+	rs[0].forks = rs[1:]
+	e.queue = append(e.queue, rs[0])
+	e.stats.waiting.Add(int64(len(rs)))
+	e.mu.Unlock()
+	if ctx.Done() != nil {
+		for _, r := range rs {
+			context.AfterFunc(ctx, r.cancel)
+		}
+	}
+	e.wake()
+	return hs, nil
+}
+
+// forkNeeds is what r's forks will take once r is prefilled: rows of the
+// running batch and KV pages promised.
+func (e *Engine) forkNeeds(r *request) (rows, pages int) {
+	if len(r.forks) == 0 {
+		return 0, 0
+	}
+	shared := (len(r.req.Prompt) - 1) / e.kv.Config().PageSize
+	return len(r.forks), len(r.forks) * (e.kv.PagesFor(r.maxLen) - shared)
+}
+
+// openForks opens the forks of the prefilled batch's requests (before any
+// of them may finish and free its pages) and returns those that run.
+func (e *Engine) openForks(batch []*request) []*request {
+	var out []*request
+	for _, r := range batch {
+		for _, f := range r.forks {
+			e.stats.waiting.Add(-1)
+			if f.cancelled.Load() {
+				e.finish(f, "cancelled", nil)
+				continue
+			}
+			info := e.requestInfo(f)
+			info.Fork = &forkInfo{Parent: r.id, At: len(r.req.Prompt) - 1}
+			if err := e.sr.Ingest(f.id, info); err != nil {
+				e.finish(f, "error", err)
+				continue
+			}
+			f.ingested = true
+			f.times.admitted.Store(time.Now().UnixNano())
+			out = append(out, f)
+		}
+		r.forks = nil
+	}
+	return out
+}
+
+// promoteFork is what stands in the queue for a cancelled request with
+// forks: its first fork, with the others as its own forks.
+func promoteFork(r *request) *request {
+	f := r.forks[0]
+	f.forks, r.forks = r.forks[1:], nil
+	return f
+}
+
+// lastToken is the token a decode step feeds for r: its last, or for a
+// fork's first step the prompt's last.
+func (r *request) lastToken() int32 {
+	if len(r.generated) == 0 {
+		return r.req.Prompt[len(r.req.Prompt)-1]
+	}
+	return r.generated[len(r.generated)-1]
+}
