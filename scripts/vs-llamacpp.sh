@@ -3,6 +3,7 @@
 # alternating runs, with the same thread count (issue 18).
 #
 #   LLAMACPP_BIN=/path/to/llama.cpp/build/bin scripts/vs-llamacpp.sh
+#   scripts/vs-llamacpp.sh --table   # the table of $WORK/results.tsv so far
 #
 # LLAMACPP_BIN is a directory holding llama.cpp's llama-bench,
 # llama-batched-bench, llama-quantize and llama-convert-llama2c-to-ggml,
@@ -31,8 +32,9 @@
 #     64 (64 requests of a 2-token prompt, decode steps from position 2 on,
 #     at least 3 timed, fewer than 64 when --max-time 3s runs out).
 # With REPS > 1 each side's best repetition is reported. Every run's
-# 1-minute load average (uptime) is printed: the figures are only as good
-# as the machine was quiet.
+# 1-minute load average (uptime) when it started and when it ended is
+# printed ("start>end"): the figures are only as good as the machine was
+# quiet.
 #
 # Environment (defaults in brackets):
 #   LLAMACPP_BIN  llama.cpp's bin directory [required]
@@ -50,8 +52,37 @@
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
-: "${LLAMACPP_BIN:?set LLAMACPP_BIN to the llama.cpp build/bin directory}"
 WORK=${WORK:-/tmp/vs-llamacpp}
+res=$WORK/results.tsv
+
+# table: the markdown table of $res, each side's best run per file and metric.
+table() {
+	python3 - "$res" <<'EOF'
+import sys
+best, loads, order = {}, {}, []
+for line in open(sys.argv[1]):
+    name, metric, side, tps, load = line.rstrip("\n").split("\t")
+    key = (name, metric)
+    if key not in order:
+        order.append(key)
+    if float(tps) > best.get((key, side), -1):
+        best[(key, side)] = float(tps)
+    loads.setdefault((key, side), []).append(load)
+print("| file | metric | reprise tok/s | llama.cpp tok/s | reprise / llama.cpp | load (reprise; llama.cpp) |")
+print("|---|---|---|---|---|---|")
+for key in order:
+    r, l = best.get((key, "reprise")), best.get((key, "llama.cpp"))
+    ratio = f"{r / l:.2f}" if r and l else "-"
+    fmt = lambda v: f"{v:,.1f}" if v is not None else "-"
+    ld = "; ".join(",".join(loads.get((key, s), ["-"])) for s in ("reprise", "llama.cpp"))
+    print(f"| {key[0]}.gguf | {key[1]} | {fmt(r)} | {fmt(l)} | {ratio} | {ld} |")
+EOF
+}
+if [[ ${1:-} = --table ]]; then
+	table
+	exit
+fi
+: "${LLAMACPP_BIN:?set LLAMACPP_BIN to the llama.cpp build/bin directory}"
 SHAPES=${SHAPES:-25M 110M}
 TYPES=${TYPES:-f32 Q8_0 Q4_0 Q4_K_M}
 THREADS=${THREADS:-2}
@@ -99,7 +130,6 @@ make_files() {
 }
 
 # Each run appends "file<TAB>metric<TAB>side<TAB>tok/s<TAB>load" to $res.
-res=$WORK/results.tsv
 : >"$res"
 
 run_llama_bench() {
@@ -108,6 +138,7 @@ run_llama_bench() {
 	out=$WORK/llama-bench-$name.jsonl
 	"$LLAMACPP_BIN/llama-bench" -m "$f" -t "$THREADS" -p 512 -n 64 -r 2 -o jsonl >"$out" 2>"$WORK/llama-bench-$name.err" ||
 		{ log "llama-bench $name failed: $WORK/llama-bench-$name.err"; return; }
+	l="$l>$(load1)"
 	python3 - "$out" "$name" "$l" >>"$res" <<'EOF'
 import json, sys
 path, name, load = sys.argv[1:]
@@ -128,6 +159,7 @@ run_reprise() {
 	REPRISE_CPU_THREADS=$THREADS "$REPRISE" bench --model "$f" --batch-sizes "$sizes" --prefill-lengths 512 \
 		--prefill-runs "$PREFILL_RUNS" --max-model-len 1024 --json >"$out" 2>"$WORK/reprise-$name.err" ||
 		{ log "reprise bench $name failed: $WORK/reprise-$name.err"; return; }
+	l="$l>$(load1)"
 	python3 - "$out" "$name" "$l" >>"$res" <<'EOF'
 import json, sys
 path, name, load = sys.argv[1:]
@@ -149,6 +181,7 @@ run_llama_batched() {
 	"$LLAMACPP_BIN/llama-batched-bench" -m "$f" -t "$THREADS" -tb "$THREADS" -c $((64 * (4 + NTG))) -npp 4 -ntg "$NTG" -npl 64 \
 		--output-format jsonl >"$out" 2>"$WORK/llama-batched-bench-$name.err" ||
 		{ log "llama-batched-bench $name failed: $WORK/llama-batched-bench-$name.err"; return; }
+	l="$l>$(load1)"
 	python3 - "$out" "$name" "$l" >>"$res" <<'EOF'
 import json, sys
 path, name, load = sys.argv[1:]
@@ -180,23 +213,4 @@ for shape in $SHAPES; do
 	done
 done
 
-python3 - "$res" <<'EOF' | tee "$WORK/table.md"
-import sys
-best, loads, order = {}, {}, []
-for line in open(sys.argv[1]):
-    name, metric, side, tps, load = line.rstrip("\n").split("\t")
-    key = (name, metric)
-    if key not in order:
-        order.append(key)
-    if float(tps) > best.get((key, side), -1):
-        best[(key, side)] = float(tps)
-    loads.setdefault((key, side), []).append(load)
-print("| file | metric | reprise tok/s | llama.cpp tok/s | reprise / llama.cpp | load (reprise; llama.cpp) |")
-print("|---|---|---|---|---|---|")
-for key in order:
-    r, l = best.get((key, "reprise")), best.get((key, "llama.cpp"))
-    ratio = f"{r / l:.2f}" if r and l else "-"
-    fmt = lambda v: f"{v:,.1f}" if v is not None else "-"
-    ld = "; ".join(",".join(loads.get((key, s), ["-"])) for s in ("reprise", "llama.cpp"))
-    print(f"| {key[0]}.gguf | {key[1]} | {fmt(r)} | {fmt(l)} | {ratio} | {ld} |")
-EOF
+table | tee "$WORK/table.md"
