@@ -43,6 +43,9 @@ type qacts struct {
 	ext  []int32
 	inv  []float32
 	slow []int32 // blocks left to the scalar functions
+	// inv32 is Q8_K's inverse per group of 32, s16 Q8_0's sums per 16.
+	inv32 []float32
+	s16   []int32
 }
 
 // quantVec: the quantized matmul's vector kernels are on (quant_amd64.go

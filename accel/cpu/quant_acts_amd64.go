@@ -97,10 +97,26 @@ func quantActsVec(a *qacts, x []float32, k bool) bool {
 		}
 		a.inv[b] = inv
 	}
+	// One rounding kernel for both: Q8_0's blocks are its groups of 32, a
+	// Q8_K super-block's eight groups share its inverse; the clamp at 127
+	// changes nothing for Q8_0 (|x·127/amax| rounds to at most 127).
+	ng := len(x) / 32
+	inv, sums := a.inv, a.sx
 	if k {
-		qRoundK(unsafe.Pointer(&x[0]), unsafe.Pointer(&a.inv[0]), unsafe.Pointer(&a.qx[0]), unsafe.Pointer(&a.sx[0]), nb)
+		a.inv32 = grow(a.inv32, ng)
+		for g := range a.inv32 {
+			a.inv32[g] = a.inv[g/8]
+		}
+		inv = a.inv32
 	} else {
-		qRound0(unsafe.Pointer(&x[0]), unsafe.Pointer(&a.inv[0]), unsafe.Pointer(&a.qx[0]), unsafe.Pointer(&a.sx[0]), nb)
+		a.s16 = grow(a.s16, 2*ng)
+		sums = a.s16
+	}
+	qRound(unsafe.Pointer(&x[0]), unsafe.Pointer(&inv[0]), unsafe.Pointer(&a.qx[0]), unsafe.Pointer(&sums[0]), ng)
+	if !k {
+		for b := range nb {
+			a.sx[b] = a.s16[2*b] + a.s16[2*b+1]
+		}
 	}
 	for _, b := range a.slow {
 		xb, qb := x[int(b)*bl:int(b+1)*bl], a.qx[int(b)*bl:int(b+1)*bl]
@@ -142,46 +158,13 @@ func qExtremes(x, ext unsafe.Pointer, nb, nv int) {
 	archsimd.ClearAVXUpperBits()
 }
 
-// qRound0: Q8_0's values and sums for nb blocks of 32 (inv: each block's
-// 127/amax).
+// qRound: the values (at most 127) of ng groups of 32, each group's
+// x·inv[g] rounded, and the sums of each 16.
 //
 //go:noinline
 //go:norace
 //go:nocheckptr
-func qRound0(x, inv, q, sx unsafe.Pointer, nb int) {
-	magic := archsimd.BroadcastFloat32x8(12582912)
-	low := archsimd.BroadcastInt32x8(0x7fffff)
-	off := archsimd.BroadcastInt32x8(0x400000)
-	g0 := archsimd.LoadInt8x32(&qGather[0])
-	g1 := archsimd.LoadInt8x32(&qGather[1])
-	g2 := archsimd.LoadInt8x32(&qGather[2])
-	g3 := archsimd.LoadInt8x32(&qGather[3])
-	perm := archsimd.LoadUint32x8(&qDwords)
-	var t [8]int32
-	for b := 0; b < nb; b++ {
-		xb := unsafe.Add(x, uintptr(b)*128)
-		id := archsimd.BroadcastFloat32x8(*(*float32)(unsafe.Add(inv, uintptr(b)*4)))
-		r0 := archsimd.LoadFloat32x8((*[8]float32)(xb)).Mul(id).Add(magic).AsInt32x8()
-		r1 := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(xb, 32))).Mul(id).Add(magic).AsInt32x8()
-		r2 := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(xb, 64))).Mul(id).Add(magic).AsInt32x8()
-		r3 := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(xb, 96))).Mul(id).Add(magic).AsInt32x8()
-		s := r0.And(low).Add(r1.And(low)).Add(r2.And(low)).Add(r3.And(low)).Sub(off).Sub(off).Sub(off).Sub(off)
-		bytes := r0.AsInt8x32().PermuteOrZeroGrouped(g0).Or(r1.AsInt8x32().PermuteOrZeroGrouped(g1)).
-			Or(r2.AsInt8x32().PermuteOrZeroGrouped(g2)).Or(r3.AsInt8x32().PermuteOrZeroGrouped(g3))
-		bytes.AsInt32x8().Permute(perm).Store((*[8]int32)(unsafe.Add(q, uintptr(b)*32)))
-		s.Store(&t)
-		*(*int32)(unsafe.Add(sx, uintptr(b)*4)) = t[0] + t[1] + t[2] + t[3] + t[4] + t[5] + t[6] + t[7]
-	}
-	archsimd.ClearAVXUpperBits()
-}
-
-// qRoundK: Q8_K's values (at most 127) and sums of 16 for nb super-blocks
-// (inv: each one's -127/mx).
-//
-//go:noinline
-//go:norace
-//go:nocheckptr
-func qRoundK(x, inv, q, sx unsafe.Pointer, nb int) {
+func qRound(x, inv, q, sx unsafe.Pointer, ng int) {
 	magic := archsimd.BroadcastFloat32x8(12582912)
 	low := archsimd.BroadcastInt32x8(0x7fffff)
 	off := archsimd.BroadcastInt32x8(0x400000)
@@ -192,22 +175,20 @@ func qRoundK(x, inv, q, sx unsafe.Pointer, nb int) {
 	g3 := archsimd.LoadInt8x32(&qGather[3])
 	perm := archsimd.LoadUint32x8(&qDwords)
 	var t [8]int32
-	for b := 0; b < nb; b++ {
-		id := archsimd.BroadcastFloat32x8(*(*float32)(unsafe.Add(inv, uintptr(b)*4)))
-		for g := 0; g < 8; g++ {
-			xb := unsafe.Add(x, uintptr(8*b+g)*128)
-			r0 := archsimd.LoadFloat32x8((*[8]float32)(xb)).Mul(id).Add(magic).AsInt32x8().And(low).Sub(off).Min(top)
-			r1 := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(xb, 32))).Mul(id).Add(magic).AsInt32x8().And(low).Sub(off).Min(top)
-			r2 := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(xb, 64))).Mul(id).Add(magic).AsInt32x8().And(low).Sub(off).Min(top)
-			r3 := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(xb, 96))).Mul(id).Add(magic).AsInt32x8().And(low).Sub(off).Min(top)
-			bytes := r0.AsInt8x32().PermuteOrZeroGrouped(g0).Or(r1.AsInt8x32().PermuteOrZeroGrouped(g1)).
-				Or(r2.AsInt8x32().PermuteOrZeroGrouped(g2)).Or(r3.AsInt8x32().PermuteOrZeroGrouped(g3))
-			bytes.AsInt32x8().Permute(perm).Store((*[8]int32)(unsafe.Add(q, uintptr(8*b+g)*32)))
-			r0.Add(r1).Store(&t)
-			*(*int32)(unsafe.Add(sx, uintptr(16*b+2*g)*4)) = t[0] + t[1] + t[2] + t[3] + t[4] + t[5] + t[6] + t[7]
-			r2.Add(r3).Store(&t)
-			*(*int32)(unsafe.Add(sx, uintptr(16*b+2*g+1)*4)) = t[0] + t[1] + t[2] + t[3] + t[4] + t[5] + t[6] + t[7]
-		}
+	for g := 0; g < ng; g++ {
+		id := archsimd.BroadcastFloat32x8(*(*float32)(unsafe.Add(inv, uintptr(g)*4)))
+		xb := unsafe.Add(x, uintptr(g)*128)
+		r0 := archsimd.LoadFloat32x8((*[8]float32)(xb)).Mul(id).Add(magic).AsInt32x8().And(low).Sub(off).Min(top)
+		r1 := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(xb, 32))).Mul(id).Add(magic).AsInt32x8().And(low).Sub(off).Min(top)
+		r2 := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(xb, 64))).Mul(id).Add(magic).AsInt32x8().And(low).Sub(off).Min(top)
+		r3 := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(xb, 96))).Mul(id).Add(magic).AsInt32x8().And(low).Sub(off).Min(top)
+		bytes := r0.AsInt8x32().PermuteOrZeroGrouped(g0).Or(r1.AsInt8x32().PermuteOrZeroGrouped(g1)).
+			Or(r2.AsInt8x32().PermuteOrZeroGrouped(g2)).Or(r3.AsInt8x32().PermuteOrZeroGrouped(g3))
+		bytes.AsInt32x8().Permute(perm).Store((*[8]int32)(unsafe.Add(q, uintptr(g)*32)))
+		r0.Add(r1).Store(&t)
+		*(*int32)(unsafe.Add(sx, uintptr(2*g)*4)) = t[0] + t[1] + t[2] + t[3] + t[4] + t[5] + t[6] + t[7]
+		r2.Add(r3).Store(&t)
+		*(*int32)(unsafe.Add(sx, uintptr(2*g+1)*4)) = t[0] + t[1] + t[2] + t[3] + t[4] + t[5] + t[6] + t[7]
 	}
 	archsimd.ClearAVXUpperBits()
 }
