@@ -225,6 +225,13 @@ func TestBatchInvariance(t *testing.T) {
 		t.Fatal(err)
 	}
 	js := jobs(tok, 64)
+	// Shorter than jobs' lengths (8 to 71 tokens, all 64 different: 37 is
+	// prime to 64): the requests still finish one after another, so the
+	// batch still shrinks through every decode bucket from 64 to 1, and the
+	// 64 requests run alone cost 40% less -race time.
+	for i := range js {
+		js[i].req.MaxTokens = 8 + (i*37)%64
+	}
 	alone := start(t, false, engine.Options{}, testModel)
 	for i := range js {
 		got := runAll(t, alone.e, js[i:i+1])
@@ -334,7 +341,12 @@ func TestSubmitValidation(t *testing.T) {
 func TestPlanning(t *testing.T) {
 	cache := t.TempDir()
 	opts := engine.Options{PlanCache: cache}
-	s := start(t, true, opts, llama.Options{})
+	// Fewer and smaller prefill buckets than the defaults (12, up to 128
+	// tokens by 4 prompts, not 20 up to 256 by 8), other than testModel's:
+	// the planner still costs lengths and batch sizes from larger buckets'
+	// throwaway captures, at a fraction of the -race time. The default set's
+	// prediction is checked exactly by cmd/reprise's TestPlanJSON.
+	s := start(t, true, opts, llama.Options{PrefillLengths: []int{16, 32, 64, 128}, PrefillBatchSizes: []int{1, 2, 4}})
 	rep := s.e.Plan()
 	if rep == nil || len(rep.Pools) != 2 {
 		t.Fatalf("first start: %+v", rep)

@@ -234,15 +234,28 @@ func TestKernelFaultInSchedule(t *testing.T) {
 // TestConformanceKernelSets runs the conformance suite on the kernel sets
 // the default build does not: packed weights on the plain-Go panel kernel
 // (where there are no vector kernels) and, where there are, the plain-Go
-// kernels alone.
+// kernels alone. A set that is the default here (the plain-Go kernels on a
+// CPU without AVX-512 or in a build without GOEXPERIMENT=simd, the vector
+// kernels where they run) skips: TestConformance has just run the same
+// suite on it, and the two runs are a third of the package's time under
+// -race.
 func TestConformanceKernelSets(t *testing.T) {
+	defVec, defPack := vec.Load(), packGo.Load()
+	isDefault := func(t *testing.T) {
+		t.Helper()
+		if vec.Load() == defVec && packGo.Load() == defPack {
+			t.Skipf("kernel set %s (packed weights %v) is the default here: TestConformance runs it", KernelSet(), packingOn())
+		}
+	}
 	t.Run("packed", func(t *testing.T) {
 		withPacking(t)
+		isDefault(t)
 		acceltest.Run(t, "cpu", acceltest.Expect{ExecBytesPerNode: ExecBytesPerNode, ExactExecBytes: true})
 		t.Run("ModelReference", func(t *testing.T) { modeltest.Run(t, "cpu") })
 	})
 	t.Run("plain", func(t *testing.T) {
 		withMode(t, kernelMode{threads: 2})
+		isDefault(t)
 		acceltest.Run(t, "cpu", acceltest.Expect{ExecBytesPerNode: ExecBytesPerNode, ExactExecBytes: true})
 		t.Run("ModelReference", func(t *testing.T) { modeltest.Run(t, "cpu") })
 	})

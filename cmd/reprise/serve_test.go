@@ -159,7 +159,8 @@ func TestServeCommand(t *testing.T) {
 // Graphs on, captured in the background while the server already answers;
 // capture progress shows as log lines when stderr is not a terminal.
 func TestServeBackgroundCapture(t *testing.T) {
-	url, stderr, stop := startServe(t, "--max-batch", "2", "--plan-cache", "off")
+	// A context of 64 positions: three prefill lengths to capture, not five.
+	url, stderr, stop := startServe(t, "--max-batch", "2", "--plan-cache", "off", "--max-model-len", "64")
 	resp, err := http.Post(url+"/v1/completions", "application/json", strings.NewReader(`{"prompt":"Lily","max_tokens":8,"temperature":0}`))
 	if err != nil || resp.StatusCode != 200 {
 		t.Fatalf("completion: %v", err)

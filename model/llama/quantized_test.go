@@ -6,6 +6,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/reprise-ml/reprise/engine"
@@ -15,11 +16,7 @@ import (
 // ggufPieces decodes token ids the way llama.cpp prints them: "▁" is a
 // space, byte tokens are their raw byte, control tokens their text.
 func ggufPieces(t *testing.T, path string, ids []int32) string {
-	f, err := gguf.Open(path)
-	must(t, err)
-	defer f.Close()
-	toks, err := f.Strings("tokenizer.ggml.tokens")
-	must(t, err)
+	toks := ggufTokens(t, path)
 	var b strings.Builder
 	for _, id := range ids {
 		p := toks[id]
@@ -31,6 +28,27 @@ func ggufPieces(t *testing.T, path string, ids []int32) string {
 		b.WriteString(strings.ReplaceAll(p, "▁", " "))
 	}
 	return b.String()
+}
+
+// ggufTokenCache holds each file's token strings: TestQuantizedFixtures
+// decodes a prefix per generated token and, at a near-tie, a text per
+// vocabulary entry, and reading the table anew each time was most of its
+// -race time.
+var ggufTokenCache sync.Map // path -> []string
+
+// ggufTokens is the file's tokenizer.ggml.tokens, read once per path.
+func ggufTokens(t *testing.T, path string) []string {
+	t.Helper()
+	if toks, ok := ggufTokenCache.Load(path); ok {
+		return toks.([]string)
+	}
+	f, err := gguf.Open(path)
+	must(t, err)
+	defer f.Close()
+	toks, err := f.Strings("tokenizer.ggml.tokens")
+	must(t, err)
+	ggufTokenCache.Store(path, toks)
+	return toks
 }
 
 // TestQuantizedFixtures: each of llama-quantize's files loads (dequantised
