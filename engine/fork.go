@@ -102,8 +102,11 @@ func (e *Engine) SubmitChoices(ctx context.Context, req Request, seeds []uint64)
 	if len(seeds) == 0 {
 		return nil, fmt.Errorf("%w: no choices", ErrInvalidRequest)
 	}
-	if len(seeds) > e.opts.MaxBatch {
-		return nil, fmt.Errorf("%w: %d choices, a batch holds %d", ErrInvalidRequest, len(seeds), e.opts.MaxBatch)
+	// The loop may lower MaxBatch to what the graphs capture (admit
+	// refuses a group that no longer fits); the pool's rows are the
+	// configured bound, and never change.
+	if len(seeds) > e.pen.rows {
+		return nil, fmt.Errorf("%w: %d choices, a batch holds %d", ErrInvalidRequest, len(seeds), e.pen.rows)
 	}
 	if err := e.Validate(req); err != nil {
 		return nil, err
@@ -197,4 +200,13 @@ func (r *request) lastToken() int32 {
 		return r.req.Prompt[len(r.req.Prompt)-1]
 	}
 	return r.generated[len(r.generated)-1]
+}
+
+// failGroup ends a waiting request and its forks with err.
+func (e *Engine) failGroup(r *request, err error) {
+	for _, f := range append([]*request{r}, r.forks...) {
+		e.stats.waiting.Add(-1)
+		e.finish(f, "error", err)
+	}
+	r.forks = nil
 }

@@ -95,6 +95,11 @@ func (e *Engine) admit() []*request {
 	forkRows, forkPages := 0, 0 // what the batch's forks will take
 	for len(e.waiting) > 0 {
 		r := e.waiting[0]
+		if len(r.forks)+1 > e.opts.MaxBatch {
+			e.waiting = e.waiting[1:]
+			e.failGroup(r, fmt.Errorf("%w: %d choices, a batch holds %d", ErrInvalidRequest, len(r.forks)+1, e.opts.MaxBatch))
+			continue
+		}
 		rows, pages := e.forkNeeds(r)
 		if !admitHead(e.limits(), e.kv, len(e.running)+forkRows+rows, len(batch), tokens, len(r.req.Prompt), r.maxLen) ||
 			e.kv.PagesFor(r.maxLen)+forkPages+pages > e.kv.FreePages() {
