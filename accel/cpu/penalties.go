@@ -30,7 +30,12 @@ func runPenalize(c *rcall, lo, hi int, _ *kctx) {
 				y[j] = accel.Penalize(x[j], cr[j], br[j], p[0], p[1], p[2], mask)
 			}
 		} else if &x[0] != &y[0] {
-			copy(y, x)
+			// A loop, not copy: the runtime's copy reports to the race
+			// detector even here, and a one-row call runs on every worker
+			// (replicated), each writing the same values.
+			for j, z := range x {
+				y[j] = z
+			}
 		}
 		minP, t := p[3], temp[r]
 		if !(minP > 0) || !(t > 0) {
