@@ -72,16 +72,16 @@ var commonFields = map[string]fieldFunc{
 	"top_k":              parseTopK,
 	"seed":               parseSeed,
 	"stop":               parseStop,
-	"stream":             parseStream,
+	"stream":             boolField(func(p *genParams) *bool { return &p.stream }),
 	"stream_options":     parseStreamOptions,
-	"n":                  parseN,
+	"n":                  intField(1, maxChoices, func(p *genParams) *int { return &p.n }),
 	"stop_token_ids":     parseStopTokenIDs,
-	"ignore_eos":         parseIgnoreEOS,
-	"presence_penalty":   parsePresence,
-	"frequency_penalty":  parseFrequency,
+	"ignore_eos":         boolField(func(p *genParams) *bool { return &p.ignoreEOS }),
+	"presence_penalty":   float32Field(-2, 2, func(p *genParams) *float32 { return &p.pen.Presence }),
+	"frequency_penalty":  float32Field(-2, 2, func(p *genParams) *float32 { return &p.pen.Frequency }),
 	"repetition_penalty": parseRepetition,
 	"logit_bias":         parseLogitBias,
-	"min_p":              parseMinP,
+	"min_p":              float32Field(0, 1, func(p *genParams) *float32 { return &p.pen.MinP }),
 	"min_tokens":         parseMinTokens,
 	// Harmless: they do not change what is generated.
 	"user":                   ignoreString,
@@ -97,8 +97,8 @@ var commonFields = map[string]fieldFunc{
 var completionFields = merge(commonFields, map[string]fieldFunc{
 	"prompt":                parsePrompt,
 	"max_completion_tokens": parseMaxTokens,
-	"best_of":               parseBestOf,
-	"echo":                  parseEcho,
+	"best_of":               intField(1, maxChoices, func(p *genParams) *int { return &p.bestOf }),
+	"echo":                  boolField(func(p *genParams) *bool { return &p.echo }),
 	"suffix":                mustBeEmptyString,
 	"logprobs":              parseCompletionLogprobs,
 })
@@ -107,8 +107,8 @@ var completionFields = merge(commonFields, map[string]fieldFunc{
 var chatFields = merge(commonFields, map[string]fieldFunc{
 	"messages":              parseMessages,
 	"max_completion_tokens": parseMaxTokens,
-	"logprobs":              parseChatLogprobs,
-	"top_logprobs":          parseTopLogprobs,
+	"logprobs":              boolField(func(p *genParams) *bool { return &p.logprobs }),
+	"top_logprobs":          intField(0, maxLogprobs, func(p *genParams) *int { return &p.topLogprobs }),
 	"tools":                 mustBeEmptyArray("this server has no tools"),
 	"functions":             mustBeEmptyArray("this server has no tools"),
 	"tool_choice":           noneOrAuto,
@@ -122,6 +122,32 @@ var chatFields = merge(commonFields, map[string]fieldFunc{
 	"reasoning_effort":      unsupported("the model does not reason"),
 	"verbosity":             unsupported("verbosity is not supported"),
 })
+
+// boolField, intField and float32Field are the fieldFuncs of parameters
+// that set one field after a type (and range) check.
+func boolField(field func(*genParams) *bool) fieldFunc {
+	return func(p *genParams, name string, raw json.RawMessage) *apiError {
+		b, err := asBool(name, raw)
+		*field(p) = b
+		return err
+	}
+}
+
+func intField(lo, hi int64, field func(*genParams) *int) fieldFunc {
+	return func(p *genParams, name string, raw json.RawMessage) *apiError {
+		n, err := intIn(name, raw, lo, hi)
+		*field(p) = n
+		return err
+	}
+}
+
+func float32Field(lo, hi float64, field func(*genParams) *float32) fieldFunc {
+	return func(p *genParams, name string, raw json.RawMessage) *apiError {
+		f, err := penaltyNumber(name, raw, lo, hi)
+		*field(p) = float32(f)
+		return err
+	}
+}
 
 func merge(a, b map[string]fieldFunc) map[string]fieldFunc {
 	m := map[string]fieldFunc{}
@@ -365,12 +391,6 @@ func parseStop(p *genParams, name string, raw json.RawMessage) *apiError {
 	return nil
 }
 
-func parseStream(p *genParams, name string, raw json.RawMessage) *apiError {
-	b, err := asBool(name, raw)
-	p.stream = b
-	return err
-}
-
 func parseStreamOptions(p *genParams, name string, raw json.RawMessage) *apiError {
 	var obj map[string]json.RawMessage
 	if jsonKind(raw) != "an object" || json.Unmarshal(raw, &obj) != nil {
@@ -472,30 +492,6 @@ func intIn(name string, raw json.RawMessage, lo, hi int64) (int, *apiError) {
 		return 0, badRequest(name, codeInvalidValue, "'%s' must be between %d and %d, not %d", name, lo, hi, n)
 	}
 	return int(n), nil
-}
-
-func parseN(p *genParams, name string, raw json.RawMessage) *apiError {
-	n, err := intIn(name, raw, 1, maxChoices)
-	p.n = n
-	return err
-}
-
-func parseBestOf(p *genParams, name string, raw json.RawMessage) *apiError {
-	n, err := intIn(name, raw, 1, maxChoices)
-	p.bestOf = n
-	return err
-}
-
-func parseEcho(p *genParams, name string, raw json.RawMessage) *apiError {
-	b, err := asBool(name, raw)
-	p.echo = b
-	return err
-}
-
-func parseIgnoreEOS(p *genParams, name string, raw json.RawMessage) *apiError {
-	b, err := asBool(name, raw)
-	p.ignoreEOS = b
-	return err
 }
 
 // parseStopTokenIDs takes stop_token_ids (vLLM's): token ids that end a
@@ -740,17 +736,5 @@ const maxLogprobs = 20
 func parseCompletionLogprobs(p *genParams, name string, raw json.RawMessage) *apiError {
 	n, err := intIn(name, raw, 0, maxLogprobs)
 	p.logprobs, p.topLogprobs = err == nil, n
-	return err
-}
-
-func parseChatLogprobs(p *genParams, name string, raw json.RawMessage) *apiError {
-	b, err := asBool(name, raw)
-	p.logprobs = b
-	return err
-}
-
-func parseTopLogprobs(p *genParams, name string, raw json.RawMessage) *apiError {
-	n, err := intIn(name, raw, 0, maxLogprobs)
-	p.topLogprobs = n
 	return err
 }

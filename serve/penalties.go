@@ -14,18 +14,6 @@ import (
 // engine.Penalties; the token ids of logit_bias are checked against the
 // vocabulary, and min_tokens against max_tokens, in prepare.
 
-func parsePresence(p *genParams, name string, raw json.RawMessage) *apiError {
-	f, err := penaltyNumber(name, raw, -2, 2)
-	p.pen.Presence = float32(f)
-	return err
-}
-
-func parseFrequency(p *genParams, name string, raw json.RawMessage) *apiError {
-	f, err := penaltyNumber(name, raw, -2, 2)
-	p.pen.Frequency = float32(f)
-	return err
-}
-
 func parseRepetition(p *genParams, name string, raw json.RawMessage) *apiError {
 	f, err := asNumber(name, raw)
 	if err != nil {
@@ -36,12 +24,6 @@ func parseRepetition(p *genParams, name string, raw json.RawMessage) *apiError {
 	}
 	p.pen.Repetition = float32(f)
 	return nil
-}
-
-func parseMinP(p *genParams, name string, raw json.RawMessage) *apiError {
-	f, err := penaltyNumber(name, raw, 0, 1)
-	p.pen.MinP = float32(f)
-	return err
 }
 
 func parseMinTokens(p *genParams, name string, raw json.RawMessage) *apiError {
