@@ -2,6 +2,7 @@ package tokenizer
 
 import (
 	"bytes"
+	"encoding/hex"
 	"fmt"
 	"unicode/utf8"
 )
@@ -42,21 +43,9 @@ func parseByteToken(p []byte) (byte, bool) {
 	if len(p) != 6 || p[0] != '<' || p[1] != '0' || p[2] != 'x' || p[5] != '>' {
 		return 0, false
 	}
-	hi, ok1 := hexVal(p[3])
-	lo, ok2 := hexVal(p[4])
-	return hi<<4 | lo, ok1 && ok2
-}
-
-func hexVal(c byte) (byte, bool) {
-	switch {
-	case '0' <= c && c <= '9':
-		return c - '0', true
-	case 'a' <= c && c <= 'f':
-		return c - 'a' + 10, true
-	case 'A' <= c && c <= 'F':
-		return c - 'A' + 10, true
-	}
-	return 0, false
+	var b [1]byte
+	_, err := hex.Decode(b[:], p[3:5])
+	return b[0], err == nil
 }
 
 type replaceDec struct{ old, new []byte }

@@ -3,6 +3,7 @@ package llama2c
 import (
 	"bytes"
 	"encoding/binary"
+	"encoding/hex"
 	"fmt"
 	"math"
 
@@ -294,21 +295,9 @@ func parseBytePiece(p []byte) (byte, bool) {
 	if len(p) != 6 || p[0] != '<' || p[1] != '0' || p[2] != 'x' || p[5] != '>' {
 		return 0, false
 	}
-	hi, ok1 := hexDigit(p[3])
-	lo, ok2 := hexDigit(p[4])
-	return hi<<4 | lo, ok1 && ok2
-}
-
-func hexDigit(c byte) (byte, bool) {
-	switch {
-	case '0' <= c && c <= '9':
-		return c - '0', true
-	case 'a' <= c && c <= 'f':
-		return c - 'a' + 10, true
-	case 'A' <= c && c <= 'F':
-		return c - 'A' + 10, true
-	}
-	return 0, false
+	var b [1]byte
+	_, err := hex.Decode(b[:], p[3:5])
+	return b[0], err == nil
 }
 
 // SafePiece returns what llama2.c's safe_printf prints for Piece(prev,
