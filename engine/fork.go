@@ -36,7 +36,7 @@ func (c *kvCache) ingestFork(id int64, st *kvState, info requestInfo) error {
 	ps2 := c.cfg.PageSize
 	at := info.Fork.At
 	if !ok || ps.padding || ps.next < at || at < 1 {
-		return fmt.Errorf("kv: fork %d of row %d at %d: the row holds %v positions", id, info.Fork.Parent, at, ok && !ps.padding)
+		return fmt.Errorf("kv: fork %d of row %d at %d: no such request row holding %d positions", id, info.Fork.Parent, at, at)
 	}
 	if info.MaxLen > c.cfg.MaxLen {
 		return fmt.Errorf("kv: request of %d positions, the cache holds %d per request", info.MaxLen, c.cfg.MaxLen)
@@ -56,7 +56,10 @@ func (c *kvCache) ingestFork(id int64, st *kvState, info requestInfo) error {
 		st.pages = append(st.pages, p)
 		st.allocs = 1
 		c.owed--
+		// The source is held until it is copied: the parent may finish
+		// (and free its pages) before the fork's first plan.
 		st.copying, st.copyFrom, st.copyTo = true, ps.pages[shared], p
+		c.refs[st.copyFrom]++
 	}
 	st.next = at
 	c.reqs[id] = st
@@ -72,27 +75,19 @@ func (c *kvCache) copyForks(s accel.Stream, step *Step) error {
 			continue
 		}
 		ps := int64(c.cfg.PageSize)
-		for _, t := range append(slices.Clone(c.K), c.V...) {
-			src := t.RowSlice(int(int64(st.copyFrom)*ps), int(int64(st.copyFrom+1)*ps))
-			dst := t.RowSlice(int(int64(st.copyTo)*ps), int(int64(st.copyTo+1)*ps))
-			if err := s.Copy(dst.Buf.Slice(0, dst.Bytes()), src.Buf.Slice(0, src.Bytes())); err != nil {
-				return err
+		for _, ts := range [][]accel.Tensor{c.K, c.V} {
+			for _, t := range ts {
+				src := t.RowSlice(int(int64(st.copyFrom)*ps), int(int64(st.copyFrom+1)*ps))
+				dst := t.RowSlice(int(int64(st.copyTo)*ps), int(int64(st.copyTo+1)*ps))
+				if err := s.Copy(dst.Buf.Slice(0, dst.Bytes()), src.Buf.Slice(0, src.Bytes())); err != nil {
+					return err
+				}
 			}
 		}
 		st.copying = false
+		c.unref(st.copyFrom)
 	}
 	return nil
-}
-
-// SharedPages is the number of KV pages more than one request holds.
-func (c *kvCache) SharedPages() int {
-	n := 0
-	for _, r := range c.refs {
-		if r > 1 {
-			n++
-		}
-	}
-	return n
 }
 
 // SubmitChoices queues one request per seed, of req with that seed: the

@@ -75,20 +75,24 @@ func fmtTokens(toks []int32) []byte {
 // A first choice cancelled before it runs hands the prompt to the next.
 func TestChoicesCancelFirst(t *testing.T) {
 	s := start(t, false, engine.Options{}, testModel)
-	ctx, cancel := context.WithCancel(context.Background())
-	hs, err := s.e.SubmitChoices(ctx, engine.Request{Prompt: []int32{1, 403, 407}, MaxTokens: 5, Sampling: engine.Sampling{Temperature: 1}}, []uint64{1, 2, 3})
+	hs, err := s.e.SubmitChoices(context.Background(), engine.Request{Prompt: []int32{1, 403, 407}, MaxTokens: 5, Sampling: engine.Sampling{Temperature: 1}}, []uint64{1, 2, 3})
 	if err != nil {
 		t.Fatal(err)
 	}
 	hs[0].Cancel()
-	cancel()
 	for i, h := range hs {
 		var last engine.Output
+		tokens := 0
 		for o := range h.Outputs() {
+			if !o.Done {
+				tokens++
+			}
 			last = o
 		}
-		if !last.Done || (last.Reason != "cancelled" && last.Reason != "length" && last.Reason != "stop") {
-			t.Errorf("choice %d ended %+v", i, last)
+		// The first may have run before its cancel arrived; the others
+		// must not be taken down with it.
+		if !last.Done || i > 0 && (last.Reason != "length" && last.Reason != "stop" || tokens == 0) {
+			t.Errorf("choice %d ended %+v after %d tokens", i, last, tokens)
 		}
 	}
 	if st := s.e.Stats(); st.Waiting != 0 {

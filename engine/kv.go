@@ -195,6 +195,10 @@ func (c *kvCache) release(st *kvState) {
 	for _, p := range st.pages {
 		c.unref(p)
 	}
+	if st.copying { // a fork released before its first plan
+		c.unref(st.copyFrom)
+		st.copying = false
+	}
 	c.owed -= max(0, st.promise-st.allocs)
 	st.promise, st.allocs = 0, 0
 	st.pages = nil
