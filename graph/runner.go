@@ -299,11 +299,13 @@ func (r *Runner) Capture(ctx context.Context, planned map[BucketKey]bool) error 
 	}
 	results := map[BucketKey]*result{}
 	var order []BucketKey // candidates in config order, identical on every rank
+	if planned != nil {
+		r.LeaveOut(planned, nil) // every bucket the loop below skips
+	}
 	for ci, c := range r.configs {
 		for _, sh := range c.shapes() {
 			k := BucketKey{Walk: c.Walk, BatchSize: sh[0], Tokens: sh[1], Key: c.KeyInfo}
 			if planned != nil && !planned[k] {
-				r.LeaveOut(planned, nil)
 				continue
 			}
 			if _, dup := results[k]; dup {

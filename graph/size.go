@@ -126,8 +126,9 @@ func (r *Runner) measureCosts() map[BucketKey]CaptureCost {
 		c.Bucket, c.Slots = k, r.nslots
 		if w := r.warmedSpecs[spec.key()]; w != nil {
 			c.Peak = max(c.Peak, w.peak)
-			if o := outputsCost(w.slot); o >= c.Outside {
-				c.Outside, c.Outputs = o, outputSizes(w.slot)
+			ns := outputSizes(w.slot)
+			if o := outputsCost(ns); o >= c.Outside {
+				c.Outside, c.Outputs = o, ns
 			}
 		}
 		costs[k] = c
@@ -285,12 +286,12 @@ func outputSizes(s *Slot) []int64 {
 	return ns
 }
 
-// outputsCost is what a slot's static outputs hold in the allocator on their
+// outputsCost is what a slot's static outputs (their sizes, outputSizes) hold in the allocator on their
 // own: small ones share segments at the allocator's granularity, a large one
 // holds its segments but for a remainder worth splitting off.
-func outputsCost(s *Slot) int64 {
+func outputsCost(sizes []int64) int64 {
 	var p alloc.Packer
-	for _, n := range outputSizes(s) {
+	for _, n := range sizes {
 		p.Alloc(n)
 	}
 	return p.Held()

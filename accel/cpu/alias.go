@@ -81,12 +81,18 @@ func (d *Device) freeAlias(m *mem) bool {
 	return true
 }
 
+// readOnly reports whether b aliases read-only host memory.
+func readOnly(b accel.Buffer) bool {
+	m, ok := b.Memory().(*mem)
+	return ok && m.readOnly
+}
+
 // readOnlyErr is the error for a write to an aliased buffer, nil otherwise.
 func readOnlyErr(what string, b accel.Buffer) error {
-	if m, ok := b.Memory().(*mem); ok && m.readOnly {
-		return fmt.Errorf("cpu: %s writes %v, which aliases read-only host memory: %w", what, b, accel.ErrInvalidArgument)
+	if !readOnly(b) {
+		return nil
 	}
-	return nil
+	return fmt.Errorf("cpu: %s writes %v, which aliases read-only host memory: %w", what, b, accel.ErrInvalidArgument)
 }
 
 var _ accel.HostAliaser = (*Device)(nil)

@@ -178,8 +178,9 @@ func (s *stream) Launch(c *accel.Call) error {
 		}
 	}
 	for _, i := range c.Writes() {
-		if err := readOnlyErr(fmt.Sprintf("%s (operand %d)", c.Op, i), c.T[i].Buf); err != nil {
-			return err
+		// Checked before the message is made: this runs at every launch.
+		if readOnly(c.T[i].Buf) {
+			return readOnlyErr(fmt.Sprintf("%s (operand %d)", c.Op, i), c.T[i].Buf)
 		}
 	}
 	if s.cap != nil {

@@ -93,11 +93,9 @@ func sameEncoding(t gguf.GGMLType, dt accel.DType) bool {
 	return (t == gguf.F32 && dt == accel.F32) || (t == gguf.BF16 && dt == accel.BF16) || (quantized && t == gguf.GGMLType(qt))
 }
 
-// upload writes w, converted to dt, into dst (dst.Len() bytes).
+// upload writes w, converted to dt, into dst (dst.Len() bytes); w has
+// passed check for dt and that length.
 func (u *uploader) upload(dst accel.Buffer, w Weight, dt accel.DType) error {
-	if _, err := u.check(w, dt, dst.Len()); err != nil {
-		return err
-	}
 	cols, rows := w.Cols, w.Rows
 	be, bb := w.Type.BlockSize()
 	srcRow := cols / int(be) * int(bb)

@@ -28,11 +28,11 @@ func populate(all, b []byte) {
 // resident memory (MADV_DONTNEED: a shared file mapping's pages stay in the
 // page cache and fault back in if read).
 func drop(all, b []byte) {
-	base := uintptr(unsafe.Pointer(unsafe.SliceData(all)))
-	p := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
-	if p < base || p+uintptr(len(b)) > base+uintptr(len(all)) {
+	if !within(all, b) {
 		return
 	}
+	base := uintptr(unsafe.Pointer(unsafe.SliceData(all)))
+	p := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
 	page := uintptr(os.Getpagesize())
 	lo := (p - base + page - 1) / page * page
 	hi := (p - base + uintptr(len(b))) / page * page
