@@ -199,7 +199,14 @@ func (r *request) lastToken() int32 {
 
 // failGroup ends a waiting request and its forks with err.
 func (e *Engine) failGroup(r *request, err error) {
-	for _, f := range append([]*request{r}, r.forks...) {
+	e.stats.waiting.Add(-1)
+	e.failForks(r, err)
+	e.finish(r, "error", err)
+}
+
+// failForks ends r's forks, not opened yet (so counted waiting), with err.
+func (e *Engine) failForks(r *request, err error) {
+	for _, f := range r.forks {
 		e.stats.waiting.Add(-1)
 		e.finish(f, "error", err)
 	}

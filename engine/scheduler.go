@@ -134,11 +134,7 @@ func (e *Engine) prefill(batch []*request) {
 	next, err := e.runStep(WalkPrefill, rows, batch, nil)
 	if err != nil {
 		for _, r := range batch {
-			for _, f := range r.forks {
-				e.stats.waiting.Add(-1)
-				e.finish(f, "error", err)
-			}
-			r.forks = nil
+			e.failForks(r, err)
 			e.finish(r, "error", err)
 		}
 		return
@@ -283,10 +279,7 @@ func (e *Engine) failAll(err error) {
 	e.queue = nil
 	e.mu.Unlock()
 	for _, r := range append(e.waiting, e.running...) {
-		for _, f := range r.forks {
-			e.finish(f, "error", err)
-		}
-		r.forks = nil
+		e.failForks(r, err)
 		e.finish(r, "error", err)
 	}
 	e.waiting, e.running = nil, nil
