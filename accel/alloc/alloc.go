@@ -368,11 +368,17 @@ func (a *Caching) freeBlock(b *block) {
 	}
 }
 
+// splits reports whether a block with rest bytes left over is split: small
+// segments split down to the granularity; a large block keeps a small
+// remainder rather than fragment large segments into slivers. Packer
+// predicts placements by the same rule.
+func splits(small bool, rest int64) bool {
+	return (small && rest >= Granularity) || (!small && rest > SmallLimit)
+}
+
 func (a *Caching) split(b *block, size int64) {
 	rest := b.size - size
-	// Small segments split down to the granularity; a large block keeps a
-	// small remainder rather than fragment large segments into slivers.
-	if (b.seg.small && rest >= Granularity) || (!b.seg.small && rest > SmallLimit) {
+	if splits(b.seg.small, rest) {
 		r := &block{seg: b.seg, off: b.off + size, size: rest, free: true, prev: b, next: b.next}
 		if b.next != nil {
 			b.next.prev = r

@@ -48,7 +48,7 @@ func (p *Packer) Alloc(n int64) int64 {
 		b = packBlock{seg: p.segs, size: SegmentFor(size), small: small}
 		p.reserved += b.size
 	}
-	if rest := b.size - size; (small && rest >= Granularity) || (!small && rest > SmallLimit) {
+	if rest := b.size - size; splits(small, rest) {
 		p.insert(packBlock{seg: b.seg, off: b.off + size, size: rest, small: small})
 		b.size = size
 	}
