@@ -28,12 +28,22 @@ type forkInfo struct {
 	At     int
 }
 
+// sharedPages is the pages a fork at position at shares with its parent:
+// those wholly before at.
+func (c *kvCache) sharedPages(at int) int { return at / c.cfg.PageSize }
+
+// forkPromise is the pages a fork at position at, of maxLen positions, is
+// promised when it opens: all it may need but those it shares (the one it
+// copies included). Admission reserves exactly this for each fork of a
+// group it admits, so that opening the forks after the prefill never fails
+// for pages.
+func (c *kvCache) forkPromise(at, maxLen int) int { return c.PagesFor(maxLen) - c.sharedPages(at) }
+
 // ingestFork opens a fork in the cache: the pages wholly before position
 // At shared, the one holding At (if At is not a page's first) copied at
 // the fork's first plan, and a promise of the rest.
 func (c *kvCache) ingestFork(id int64, st *kvState, info requestInfo) error {
 	ps, ok := c.reqs[info.Fork.Parent]
-	ps2 := c.cfg.PageSize
 	at := info.Fork.At
 	if !ok || ps.padding || ps.next < at || at < 1 {
 		return fmt.Errorf("kv: fork %d of row %d at %d: no such request row holding %d positions", id, info.Fork.Parent, at, at)
@@ -41,8 +51,8 @@ func (c *kvCache) ingestFork(id int64, st *kvState, info requestInfo) error {
 	if info.MaxLen > c.cfg.MaxLen {
 		return fmt.Errorf("kv: request of %d positions, the cache holds %d per request", info.MaxLen, c.cfg.MaxLen)
 	}
-	shared := at / ps2
-	st.promise = c.PagesFor(info.MaxLen) - shared
+	shared := c.sharedPages(at)
+	st.promise = c.forkPromise(at, info.MaxLen)
 	if st.promise > c.FreePages() {
 		return fmt.Errorf("kv: %d pages for a fork of %d positions, %d free: %w", st.promise, info.MaxLen, c.FreePages(), errKVFull)
 	}
@@ -51,7 +61,7 @@ func (c *kvCache) ingestFork(id int64, st *kvState, info requestInfo) error {
 	for _, p := range st.pages {
 		c.refs[p]++
 	}
-	if at%ps2 != 0 {
+	if at%c.cfg.PageSize != 0 {
 		p := c.take()
 		st.pages = append(st.pages, p)
 		st.allocs = 1
@@ -144,14 +154,20 @@ func (e *Engine) SubmitChoices(ctx context.Context, req Request, seeds []uint64)
 	return hs, nil
 }
 
-// forkNeeds is what r's forks will take once r is prefilled: rows of the
-// running batch and KV pages promised.
-func (e *Engine) forkNeeds(r *request) (rows, pages int) {
-	if len(r.forks) == 0 {
-		return 0, 0
+// forkAt is the position r's forks share the prompt up to: its last, which
+// each fork decodes as its first step.
+func (r *request) forkAt() int { return len(r.req.Prompt) - 1 }
+
+// groupOf is what r and its forks take once admitted: r's prompt in the
+// prefill, a row of the running batch each, and the pages each is
+// promised (r at ingest, its forks when they open after the prefill).
+func (e *Engine) groupOf(r *request) group {
+	return group{
+		Prompt:    len(r.req.Prompt),
+		Rows:      1 + len(r.forks),
+		Pages:     e.kv.PagesFor(r.maxLen),
+		ForkPages: len(r.forks) * e.kv.forkPromise(r.forkAt(), r.maxLen),
 	}
-	shared := (len(r.req.Prompt) - 1) / e.kv.Config().PageSize
-	return len(r.forks), len(r.forks) * (e.kv.PagesFor(r.maxLen) - shared)
 }
 
 // openForks opens the forks of the prefilled batch's requests (before any
@@ -166,7 +182,7 @@ func (e *Engine) openForks(batch []*request) []*request {
 				continue
 			}
 			info := e.requestInfo(f)
-			info.Fork = &forkInfo{Parent: r.id, At: len(r.req.Prompt) - 1}
+			info.Fork = &forkInfo{Parent: r.id, At: r.forkAt()}
 			if err := e.sr.Ingest(f.id, info); err != nil {
 				e.finish(f, "error", err)
 				continue

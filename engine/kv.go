@@ -155,10 +155,6 @@ func (c *kvCache) FreePages() int { return len(c.free) - c.owed }
 // UsedPages is the pages allocated to requests (not the sink).
 func (c *kvCache) UsedPages() int { return c.cfg.Pages - 1 - len(c.free) }
 
-// CanHold reports whether a request of maxLen positions could be promised
-// its pages now.
-func (c *kvCache) CanHold(maxLen int) bool { return c.PagesFor(maxLen) <= c.FreePages() }
-
 // Fits reports whether a request of maxLen positions could ever fit.
 func (c *kvCache) Fits(maxLen int) bool {
 	return maxLen <= c.cfg.MaxLen && c.PagesFor(maxLen) <= c.cfg.Pages-1

@@ -34,7 +34,7 @@ func TestKVSinkAndPromises(t *testing.T) {
 	if err := kv.Ingest(1, requestInfo{MaxLen: 10}); err != nil { // 3 pages promised
 		t.Fatal(err)
 	}
-	if kv.FreePages() != 1 || kv.CanHold(5) {
+	if kv.FreePages() != 1 {
 		t.Fatalf("free %d after a 3-page promise", kv.FreePages())
 	}
 	if err := kv.Ingest(2, requestInfo{MaxLen: 8}); !errors.Is(err, errKVFull) {
@@ -214,4 +214,40 @@ func TestKVPromisedPagesAreNotLent(t *testing.T) {
 			t.Fatalf("request 1 holds %v, request 2 %v", p1, p2)
 		}
 	})
+}
+
+// A fork is promised exactly what admission reserves for it
+// (forkPromise): opening it takes that many free pages, and growing to
+// its last position allocates them all and no more.
+func TestKVForkPromiseIsExact(t *testing.T) {
+	for prompt := 2; prompt <= 10; prompt++ {
+		for _, gen := range []int{1, 3, 9} {
+			kv, _, _ := newKV(t, 33)
+			maxLen := prompt + gen - 1
+			if err := kv.Ingest(1, requestInfo{MaxLen: maxLen}); err != nil {
+				t.Fatal(err)
+			}
+			if st, _ := kv.Admit(newStep("w", "", []graph.Row{{ID: 1, Tokens: make([]int32, prompt)}}, 1, nil)); st != admitOK {
+				t.Fatalf("prompt %d: prefill admit %v", prompt, st)
+			}
+			at := prompt - 1
+			for f := int64(2); f <= 4; f++ {
+				free := kv.FreePages()
+				if err := kv.Ingest(f, requestInfo{MaxLen: maxLen, Fork: &forkInfo{Parent: 1, At: at}}); err != nil {
+					t.Fatal(err)
+				}
+				want := kv.forkPromise(at, maxLen)
+				if got := free - kv.FreePages(); got != want {
+					t.Fatalf("prompt %d, %d positions: a fork took %d pages, forkPromise says %d", prompt, maxLen, got, want)
+				}
+				if st, _ := kv.Admit(newStep("w", "", []graph.Row{{ID: f, Tokens: make([]int32, maxLen-at)}}, 1, nil)); st != admitOK {
+					t.Fatalf("prompt %d: the fork's decode admit %v", prompt, st)
+				}
+				if st := kv.reqs[f]; st.allocs != st.promise || kv.FreePages() != free-want {
+					t.Fatalf("prompt %d, %d positions: the fork allocated %d of its %d promised pages (free %d, want %d)",
+						prompt, maxLen, st.allocs, st.promise, kv.FreePages(), free-want)
+				}
+			}
+		}
+	}
 }

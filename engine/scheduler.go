@@ -91,8 +91,7 @@ func (e *Engine) limits() admitLimits {
 // pages to waits (backpressure), and so does everyone behind it.
 func (e *Engine) admit() []*request {
 	var batch []*request
-	tokens := 0
-	forkRows, forkPages := 0, 0 // what the batch's forks will take
+	p := prefillSoFar{Running: len(e.running)}
 	for len(e.waiting) > 0 {
 		r := e.waiting[0]
 		if len(r.forks)+1 > e.opts.MaxBatch {
@@ -100,9 +99,8 @@ func (e *Engine) admit() []*request {
 			e.failGroup(r, fmt.Errorf("%w: %d choices, a batch holds %d", ErrInvalidRequest, len(r.forks)+1, e.opts.MaxBatch))
 			continue
 		}
-		rows, pages := e.forkNeeds(r)
-		if !admitHead(e.limits(), e.kv, len(e.running)+forkRows+rows, len(batch), tokens, len(r.req.Prompt), r.maxLen) ||
-			e.kv.PagesFor(r.maxLen)+forkPages+pages > e.kv.FreePages() {
+		g := e.groupOf(r)
+		if !admitHead(e.limits(), e.kv.FreePages(), p, g) {
 			break
 		}
 		if err := e.sr.Ingest(r.id, e.requestInfo(r)); err != nil {
@@ -119,8 +117,7 @@ func (e *Engine) admit() []*request {
 		e.waiting = e.waiting[1:]
 		e.stats.waiting.Add(-1)
 		batch = append(batch, r)
-		tokens += len(r.req.Prompt)
-		forkRows, forkPages = forkRows+rows, forkPages+pages
+		p = p.add(g)
 	}
 	return batch
 }
