@@ -139,39 +139,24 @@ func (e *Engine) startGraphs(ctx context.Context, capture bool) error {
 }
 
 // refreshBatchCap sets the decode batch cap (Options.MaxBatch, never above
-// what was given) from the graphs, as the seed's max_batch_size_for: the
-// largest decode batch captured by a config that caps the eager batch;
-// while background capture has buckets to come, those count too. Configs
-// that opt out of capping (CapEagerBatch false) do not cap; a walk with no
-// graph keeps its configs' largest batch size (Runner.MaxBatchSizeFor). It
-// runs after Prepare, after capture and after each background capture, so a
-// bucket dropped or left out lowers it.
+// what was given) from the graphs, as the seed's max_batch_size_for
+// (Runner.MaxBatchSizeFor): the largest decode batch captured by a config
+// that caps the eager batch; while background capture has buckets to come,
+// those count too. It runs after Prepare, after capture and after each
+// background capture, so a bucket dropped or left out lowers it.
 func (e *Engine) refreshBatchCap() {
 	if e.runner == nil {
 		return
 	}
-	m := e.runner.MaxBatchSizeFor(WalkDecode)
+	var toCome []graph.BucketKey
 	if bg := e.bg; bg != nil && bg.phase == bgCapture {
-		// Live or still to capture: the buckets this walk will replay.
-		will := map[graph.BucketKey]bool{}
-		for _, k := range e.runner.Buckets() {
-			will[k] = true
-		}
 		for _, it := range bg.pending {
 			if it.r == e.runner {
-				will[it.k] = true
+				toCome = append(toCome, it.k)
 			}
-		}
-		c := 0
-		for _, sp := range e.runner.Specs() {
-			if will[sp.Bucket] && sp.Config.CapEagerBatch && sp.Config.Replays(WalkDecode) {
-				c = max(c, sp.Bucket.BatchSize)
-			}
-		}
-		if c > 0 {
-			m = c
 		}
 	}
+	m := e.runner.MaxBatchSizeFor(WalkDecode, toCome...)
 	e.opts.MaxBatch = e.maxBatch
 	if m > 0 && m < e.maxBatch {
 		e.opts.MaxBatch = m

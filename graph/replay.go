@@ -95,15 +95,27 @@ func (r *Runner) LeaseSlot(req LeaseRequest) *Lease {
 // MaxBatchSizeFor is the largest batch walk was captured for, over configs
 // that cap the eager batch size, or 0 for no cap. A config that captures only
 // an acceleration subset (CapEagerBatch false) does not constrain the batch.
-// A walk left with no graph (none planned, or all dropped) keeps its configs'
-// largest batch size as the cap: the batches the model was declared for.
-func (r *Runner) MaxBatchSizeFor(walk string) int {
+// toCome are declared buckets not captured yet that will be (a background
+// capture's queue): they count as captured. A walk left with no graph and
+// none to come (none planned, or all dropped) keeps its configs' largest
+// batch size as the cap: the batches the model was declared for.
+func (r *Runner) MaxBatchSizeFor(walk string, toCome ...BucketKey) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	m := 0
 	for _, b := range r.byWalk[walk] {
 		if b.Config.CapEagerBatch {
 			m = max(m, b.Key.BatchSize)
+		}
+	}
+	for _, c := range r.configs {
+		if !c.CapEagerBatch || !c.Replays(walk) {
+			continue
+		}
+		for _, sh := range c.shapes() {
+			if slices.Contains(toCome, BucketKey{Walk: c.Walk, BatchSize: sh[0], Tokens: sh[1], Key: c.KeyInfo}) {
+				m = max(m, sh[0])
+			}
 		}
 	}
 	if m == 0 {

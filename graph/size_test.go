@@ -342,3 +342,32 @@ func TestNoGraphsKeepsTheLargestAsCap(t *testing.T) {
 		t.Fatalf("no graphs: cap %d, want the largest bucket's 4", r.MaxBatchSizeFor("decode"))
 	}
 }
+
+// Buckets still to capture (a background capture's queue) count toward
+// the cap as if captured; buckets of a config that does not cap, or never
+// declared, do not.
+func TestMaxBatchSizeForCountsBucketsToCome(t *testing.T) {
+	n := newFakeNode(t, false)
+	subset := small()
+	subset.KeyInfo, subset.BatchSizes, subset.CapEagerBatch = "subset", []int{8}, false
+	r := newRunner(t, n, []*Config{small(), subset}, Options{})
+	if err := r.Capture(context.Background(), map[BucketKey]bool{bk(1): true}); err != nil {
+		t.Fatal(err)
+	}
+	subset8 := BucketKey{Walk: "decode", BatchSize: 8, Tokens: 8, Key: "subset"}
+	for _, c := range []struct {
+		name   string
+		toCome []BucketKey
+		want   int
+	}{
+		{"captured only", nil, 1},
+		{"the 2-row bucket to come", []BucketKey{bk(2)}, 2},
+		{"every bucket to come", []BucketKey{bk(2), bk(4)}, 4},
+		{"a config that does not cap", []BucketKey{subset8}, 1},
+		{"a bucket never declared", []BucketKey{bk(16)}, 1},
+	} {
+		if got := r.MaxBatchSizeFor("decode", c.toCome...); got != c.want {
+			t.Errorf("%s: MaxBatchSizeFor = %d, want %d", c.name, got, c.want)
+		}
+	}
+}
