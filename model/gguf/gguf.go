@@ -162,44 +162,28 @@ type File struct {
 
 	kv      map[string]int
 	tensors map[string]int
-	data    []byte
-	m       *mapped.File
+	src     mapped.Source
 }
 
 // Open maps and parses the file at path. Close releases the mapping.
-func Open(path string) (*File, error) {
-	m, err := mapped.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("gguf: %w", err)
-	}
-	f, err := Parse(path, m.Data)
-	if err != nil {
-		m.Close()
-		return nil, err
-	}
-	f.m = m
-	return f, nil
-}
+func Open(path string) (*File, error) { return mapped.OpenWith(path, "gguf", parse) }
 
 // Close releases the file's mapping; tensor data from it must not be used
 // afterwards. A File from Parse has nothing to release.
-func (f *File) Close() error {
-	if f.m == nil {
-		return nil
-	}
-	err := f.m.Close()
-	f.m, f.data = nil, nil
-	return err
-}
+func (f *File) Close() error { return f.src.Close() }
 
 // IsGGUF reports whether data starts with the GGUF magic.
 func IsGGUF(data []byte) bool { return len(data) >= 4 && string(data[:4]) == Magic }
 
 // Parse parses a GGUF file held in data; name labels errors. The File's
 // tensor data are slices of data.
-func Parse(name string, data []byte) (*File, error) {
+func Parse(name string, data []byte) (*File, error) { return parse(name, mapped.Given(data)) }
+
+// parse parses the file in src, which the File keeps.
+func parse(name string, src mapped.Source) (*File, error) {
+	data := src.Data()
 	d := &decoder{file: name, data: data}
-	f := &File{Path: name, Size: int64(len(data)), data: data, kv: map[string]int{}, tensors: map[string]int{}}
+	f := &File{Path: name, Size: int64(len(data)), src: src, kv: map[string]int{}, tensors: map[string]int{}}
 	if len(data) < 4 || string(data[:4]) != Magic {
 		n := min(len(data), 4)
 		return nil, d.errf("magic", "not a GGUF file: starts with %q, want %q", data[:n], Magic)
@@ -829,12 +813,7 @@ func (f *File) Tensor(name string) (Tensor, bool) {
 
 // Data returns a tensor's bytes: a slice of the file's mapping, valid until
 // Close. The caller must not modify it.
-func (f *File) Data(t Tensor) []byte {
-	if t.Offset < 0 || t.Size < 0 || t.Offset > int64(len(f.data)) || t.Size > int64(len(f.data))-t.Offset {
-		return nil
-	}
-	return f.data[t.Offset : t.Offset+t.Size : t.Offset+t.Size]
-}
+func (f *File) Data(t Tensor) []byte { return f.src.Slice(t.Offset, t.Size) }
 
 // TensorData returns the named tensor's info and bytes (see Data).
 func (f *File) TensorData(name string) (Tensor, []byte, error) {
@@ -842,7 +821,7 @@ func (f *File) TensorData(name string) (Tensor, []byte, error) {
 	if !ok {
 		return Tensor{}, nil, &Error{File: f.Path, Field: "tensor " + quoteKey(name), Msg: "not found", kind: ErrNotFound}
 	}
-	if f.data == nil {
+	if f.src.Closed() {
 		return Tensor{}, nil, fmt.Errorf("gguf: %s: tensor %s: the file is closed", f.Path, quoteKey(name))
 	}
 	return t, f.Data(t), nil
@@ -867,18 +846,9 @@ func (f *File) KeysWithPrefix(prefix string) []string {
 // is called, with its pages read in now, for a device that reads them in
 // place (see mapped.File.Retain). ok is false for a closed file, one from
 // Parse, or bytes that are not the file's.
-func (f *File) Retain(b []byte) (release func(), ok bool) {
-	if f.m == nil {
-		return nil, false
-	}
-	return f.m.Retain(b)
-}
+func (f *File) Retain(b []byte) (release func(), ok bool) { return f.src.Retain(b) }
 
 // Drop tells the system that a tensor's pages may leave this process's
 // resident memory (they stay in the page cache): a loader calls it once the
 // tensor is on the device. The bytes stay readable.
-func (f *File) Drop(t Tensor) {
-	if f.m != nil {
-		f.m.Drop(f.Data(t))
-	}
-}
+func (f *File) Drop(t Tensor) { f.src.Drop(f.Data(t)) }

@@ -91,34 +91,15 @@ type File struct {
 	Metadata map[string]string
 	Tensors  []Tensor // sorted by offset
 	byName   map[string]int
-	data     []byte
-	m        *mapped.File
+	src      mapped.Source
 }
 
-// Open maps and parses a file.
-func Open(path string) (*File, error) {
-	m, err := mapped.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("safetensors: %w", err)
-	}
-	f, err := Parse(path, m.Data)
-	if err != nil {
-		m.Close()
-		return nil, err
-	}
-	f.m = m
-	return f, nil
-}
+// Open maps and parses a file. Close releases the mapping.
+func Open(path string) (*File, error) { return mapped.OpenWith(path, "safetensors", parse) }
 
-// Close releases the mapping.
-func (f *File) Close() error {
-	if f.m == nil {
-		return nil
-	}
-	err := f.m.Close()
-	f.m, f.data = nil, nil
-	return err
-}
+// Close releases the mapping; tensor data from it must not be used
+// afterwards. A File from Parse has nothing to release.
+func (f *File) Close() error { return f.src.Close() }
 
 type entry struct {
 	DType       DType    `json:"dtype"`
@@ -126,8 +107,13 @@ type entry struct {
 	DataOffsets [2]int64 `json:"data_offsets"`
 }
 
-// Parse parses a file held in data; name labels errors.
-func Parse(name string, data []byte) (*File, error) {
+// Parse parses a file held in data; name labels errors. The File's tensor
+// data are slices of data.
+func Parse(name string, data []byte) (*File, error) { return parse(name, mapped.Given(data)) }
+
+// parse parses the file in src, which the File keeps.
+func parse(name string, src mapped.Source) (*File, error) {
+	data := src.Data()
 	if len(data) < 8 {
 		return nil, fail(name, "header length", "truncated: the file has %d bytes, the header length alone needs 8", len(data))
 	}
@@ -140,7 +126,7 @@ func Parse(name string, data []byte) (*File, error) {
 	}
 	hdr := data[8 : 8+n]
 	start := int64(8 + n)
-	f := &File{Path: name, data: data, byName: map[string]int{}}
+	f := &File{Path: name, src: src, byName: map[string]int{}}
 	dec := json.NewDecoder(bytes.NewReader(hdr))
 	dec.UseNumber()
 	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
@@ -234,30 +220,16 @@ func (f *File) Tensor(name string) (Tensor, bool) {
 }
 
 // Data returns a tensor's bytes, a slice of the mapping valid until Close.
-func (f *File) Data(t Tensor) []byte {
-	if t.Offset < 0 || t.Size < 0 || t.Offset > int64(len(f.data)) || t.Size > int64(len(f.data))-t.Offset {
-		return nil
-	}
-	return f.data[t.Offset : t.Offset+t.Size : t.Offset+t.Size]
-}
+func (f *File) Data(t Tensor) []byte { return f.src.Slice(t.Offset, t.Size) }
 
 // Retain keeps b, tensor bytes from Data, valid past Close until release
 // is called, with its pages read in now, for a device that reads them in
 // place (see mapped.File.Retain). ok is false for a closed file, one from
 // Parse, or bytes that are not the file's.
-func (f *File) Retain(b []byte) (release func(), ok bool) {
-	if f.m == nil {
-		return nil, false
-	}
-	return f.m.Retain(b)
-}
+func (f *File) Retain(b []byte) (release func(), ok bool) { return f.src.Retain(b) }
 
 // Drop lets a tensor's pages leave resident memory (see mapped.File.Drop).
-func (f *File) Drop(t Tensor) {
-	if f.m != nil {
-		f.m.Drop(f.Data(t))
-	}
-}
+func (f *File) Drop(t Tensor) { f.src.Drop(f.Data(t)) }
 
 // IndexName is the name of a sharded checkpoint's index.
 const IndexName = "model.safetensors.index.json"
