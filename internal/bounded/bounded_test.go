@@ -51,3 +51,35 @@ func TestReadFile(t *testing.T) {
 		})
 	}
 }
+
+// Open gives a regular file with its size, and refuses a directory, a
+// device behind a symlink and a named pipe without opening them.
+func TestOpen(t *testing.T) {
+	dir := t.TempDir()
+	small := filepath.Join(dir, "small")
+	if err := os.WriteFile(small, []byte("0123456789"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f, st, err := Open(small)
+	if err != nil || st.Size() != 10 {
+		t.Fatalf("a regular file: %v", err)
+	}
+	f.Close()
+	zero := filepath.Join(dir, "zero")
+	if err := os.Symlink("/dev/zero", zero); err != nil {
+		t.Fatal(err)
+	}
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		path    string
+		special bool
+	}{{dir, false}, {zero, true}, {fifo, true}, {filepath.Join(dir, "nope"), false}} {
+		if f, _, err := Open(c.path); err == nil || errors.Is(err, ErrNotRegular) != c.special {
+			f.Close()
+			t.Errorf("Open(%s): %v", c.path, err)
+		}
+	}
+}

@@ -7,6 +7,8 @@ import (
 	"runtime"
 	"sync"
 	"unsafe"
+
+	"github.com/reprise-ml/reprise/internal/bounded"
 )
 
 // File is an open, mapped file.
@@ -23,20 +25,16 @@ type File struct {
 	all    []byte
 }
 
-// Open maps the regular file at path.
+// Open maps the regular file at path (see bounded.Open for what else it
+// refuses).
 func Open(path string) (*File, error) {
-	f, err := os.Open(path)
+	// A device or a named pipe is refused before it is opened (opening a
+	// pipe with no writer blocks).
+	f, st, err := bounded.Open(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	if !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s: not a regular file (%s)", path, st.Mode().Type())
-	}
 	size := st.Size()
 	if size == 0 {
 		return &File{Path: path, Data: []byte{}}, nil

@@ -2,10 +2,14 @@ package mapped
 
 import (
 	"bytes"
+	"errors"
 	"os"
 	"path/filepath"
 	"runtime"
+	"syscall"
 	"testing"
+
+	"github.com/reprise-ml/reprise/internal/bounded"
 )
 
 func TestOpen(t *testing.T) {
@@ -41,6 +45,14 @@ func TestOpen(t *testing.T) {
 	}
 	if _, err := Open(dir); err == nil {
 		t.Error("a directory opened")
+	}
+	// Opening a named pipe without a writer would block for ever.
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(fifo); !errors.Is(err, bounded.ErrNotRegular) {
+		t.Errorf("a named pipe: %v", err)
 	}
 	if _, err := Open(filepath.Join(dir, "missing")); !os.IsNotExist(err) {
 		t.Errorf("missing file: %v", err)
