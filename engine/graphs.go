@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -196,14 +197,7 @@ func (e *Engine) pools() []pool {
 	return ps
 }
 
-func (e *Engine) regionLabels() []string {
-	var ls []string
-	for l := range e.regions {
-		ls = append(ls, l)
-	}
-	slices.Sort(ls)
-	return ls
-}
+func (e *Engine) regionLabels() []string { return slices.Sorted(maps.Keys(e.regions)) }
 
 // Runners are the engine's graph runners by pool name: "graphs" for the
 // whole-step captures, and one per region (by its label). Empty with graphs
@@ -265,7 +259,7 @@ func (e *Engine) reportCapture() {
 		p.Actual, p.ActualOutside = p.runner.PoolMemory(), p.runner.OutsideMemory()
 	}
 	// Per graph pool: the runners sharing one are summed outside it.
-	for _, name := range sortedKeys(rep.Plan.Predicted) {
+	for _, name := range slices.Sorted(maps.Keys(rep.Plan.Predicted)) {
 		var actual, outside int64
 		for _, p := range rep.Pools {
 			if p.Pool == name {
@@ -279,10 +273,6 @@ func (e *Engine) reportCapture() {
 }
 
 func sortedKeys[V any](m map[string]V) []string {
-	ks := make([]string, 0, len(m))
-	for k := range m {
-		ks = append(ks, k)
-	}
-	slices.Sort(ks)
+	ks := slices.Sorted(maps.Keys(m))
 	return ks
 }

@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"maps"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -160,11 +162,7 @@ func (e *Engine) GraphStats() GraphStats {
 		gs.Ready, gs.NotReady = false, "graphs are required and background capture has not made every bucket live yet"
 	}
 	runners := e.Runners()
-	names := make([]string, 0, len(runners))
-	for n := range runners {
-		names = append(names, n)
-	}
-	sort.Strings(names)
+	names := slices.Sorted(maps.Keys(runners))
 	for _, n := range names {
 		r := runners[n]
 		rs := RunnerStats{Name: n, LiveBuckets: len(r.Buckets()), Telemetry: r.Telemetry()}

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -301,11 +302,7 @@ func (e *Engine) discardPrePlan() {
 }
 
 func mapTensors(m map[string]accel.Tensor) []accel.Tensor {
-	names := make([]string, 0, len(m))
-	for k := range m {
-		names = append(names, k)
-	}
-	slices.Sort(names)
+	names := slices.Sorted(maps.Keys(m))
 	out := make([]accel.Tensor, 0, len(m))
 	for _, k := range names {
 		out = append(out, m[k])

@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"github.com/reprise-ml/reprise/engine"
+	"maps"
 	"math"
 	"slices"
 	"strings"
+
+	"github.com/reprise-ml/reprise/engine"
 )
 
 // genParams is a completion or chat request after parsing: everything the
@@ -189,11 +191,7 @@ func parseRequest(body []byte, chat bool) (*genParams, *apiError) {
 		fields, required = chatFields, "messages"
 	}
 	p := &genParams{chat: chat, topP: 1}
-	keys := make([]string, 0, len(obj))
-	for k := range obj {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
+	keys := slices.Sorted(maps.Keys(obj))
 	for _, k := range keys {
 		f := fields[k]
 		if f == nil {
@@ -536,11 +534,7 @@ func parseMessages(p *genParams, name string, raw json.RawMessage) *apiError {
 			return badRequest(at+".role", codeInvalidValue, "'%s.role' is %q; this server takes %s (it has no tools)",
 				at, role, strings.Join(chatRoles, ", "))
 		}
-		keys := make([]string, 0, len(obj))
-		for k := range obj {
-			keys = append(keys, k)
-		}
-		slices.Sort(keys)
+		keys := slices.Sorted(maps.Keys(obj))
 		for _, k := range keys {
 			v := obj[k]
 			switch k {

@@ -6,10 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strings"
 
 	"github.com/reprise-ml/reprise/internal/bounded"
@@ -126,18 +126,10 @@ func HFConfig(path string) (Config, error) {
 	}
 	arch, ok := hfArchs[archs[0]]
 	if !ok {
-		known := make([]string, 0, len(hfArchs))
-		for k := range hfArchs {
-			known = append(known, k)
-		}
-		sort.Strings(known)
+		known := slices.Sorted(maps.Keys(hfArchs))
 		return Config{}, bad("architectures", "%q is not supported (%s are)", archs[0], strings.Join(known, ", "))
 	}
-	keys := make([]string, 0, len(obj))
-	for k := range obj {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
+	keys := slices.Sorted(maps.Keys(obj))
 	for _, k := range keys {
 		if !hfFields[k] && !hfHarmless[k] {
 			return Config{}, unimpl(k, "not understood; it may change the maths, so the model is refused rather than the field ignored")

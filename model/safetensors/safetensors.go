@@ -6,9 +6,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
@@ -272,11 +274,7 @@ func OpenDir(dir string) (*Model, error) {
 			return nil, fail(idxPath, "weight_map", "empty or missing")
 		}
 		shard := map[string]int{}
-		names := make([]string, 0, len(idx.WeightMap))
-		for n := range idx.WeightMap {
-			names = append(names, n)
-		}
-		sort.Strings(names)
+		names := slices.Sorted(maps.Keys(idx.WeightMap))
 		for _, n := range names {
 			s := idx.WeightMap[n]
 			if s == "" || s != filepath.Base(s) || strings.HasPrefix(s, ".") {

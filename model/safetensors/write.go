@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"sort"
 )
 
 // WriteTensor is a tensor to write.
@@ -67,11 +66,7 @@ func Write(w io.Writer, tensors []WriteTensor, metadata map[string]string) error
 // Index is the JSON of a sharded checkpoint's index: weight_map from
 // tensor name to shard file name.
 func Index(weightMap map[string]string, totalSize int64) ([]byte, error) {
-	names := make([]string, 0, len(weightMap))
-	for n := range weightMap {
-		names = append(names, n)
-	}
-	sort.Strings(names)
+	// encoding/json writes a map's keys sorted.
 	return json.MarshalIndent(map[string]any{
 		"metadata":   map[string]any{"total_size": totalSize},
 		"weight_map": weightMap,
