@@ -63,6 +63,11 @@ const (
 	goWordClass  = `\p{L}\p{M}\p{Nd}\p{Pc}`
 )
 
+// perlClasses are what \s, \d and \w match in the patterns (Unicode, as in
+// Python and Oniguruma; Go's are ASCII), as the inside of a class; \S, \D
+// and \W are their negations.
+var perlClasses = map[byte]string{'s': goSpaceClass, 'd': `\p{Nd}`, 'w': goWordClass}
+
 // compileRegexp translates pat to Go's syntax and compiles it.
 func compileRegexp(pat string) (*regexpMatcher, error) {
 	m := &regexpMatcher{}
@@ -82,35 +87,17 @@ func compileRegexp(pat string) (*regexpMatcher, error) {
 			i++
 			e := body[i]
 			switch e {
-			case 's':
-				if inClass {
-					b.WriteString(goSpaceClass)
+			case 's', 'd', 'w':
+				if cls := perlClasses[e]; inClass {
+					b.WriteString(cls)
 				} else {
-					b.WriteString("[" + goSpaceClass + "]")
+					b.WriteString("[" + cls + "]")
 				}
-			case 'S':
+			case 'S', 'D', 'W':
 				if inClass {
-					return nil, fmt.Errorf("pattern %q: \\S inside a character class is not supported", pat)
+					return nil, fmt.Errorf("pattern %q: \\%c inside a character class is not supported", pat, e)
 				}
-				b.WriteString("[^" + goSpaceClass + "]")
-			case 'd':
-				b.WriteString(`\p{Nd}`)
-			case 'D':
-				if inClass {
-					return nil, fmt.Errorf("pattern %q: \\D inside a character class is not supported", pat)
-				}
-				b.WriteString(`\P{Nd}`)
-			case 'w':
-				if inClass {
-					b.WriteString(goWordClass)
-				} else {
-					b.WriteString("[" + goWordClass + "]")
-				}
-			case 'W':
-				if inClass {
-					return nil, fmt.Errorf("pattern %q: \\W inside a character class is not supported", pat)
-				}
-				b.WriteString("[^" + goWordClass + "]")
+				b.WriteString("[^" + perlClasses[e-'A'+'a'] + "]")
 			default:
 				b.WriteByte('\\')
 				b.WriteByte(e)

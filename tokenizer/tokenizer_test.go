@@ -153,19 +153,10 @@ func FuzzFromFiles(f *testing.F) {
 	f.Add([]byte(`{"model":{"type":"BPE","vocab":{"a":0},"merges":[]},"pre_tokenizer":{"type":"Sequence","pretokenizers":[{"type":"Split","pattern":{"Regex":"\\s+(?!\\S)|\\s+"},"behavior":"Isolated"},{"type":"Digits","individual_digits":true},{"type":"Metaspace","replacement":"▁","prepend_scheme":"first"}]},"decoder":{"type":"Metaspace"}}`), "a  1a")
 	f.Fuzz(func(t *testing.T, data []byte, text string) {
 		m, err := tokenizer.FromFiles(tokenizer.Files{Tokenizer: data})
-		if err != nil {
-			if !errors.Is(err, tokenizer.ErrFormat) {
-				t.Fatalf("error not ErrFormat: %v", err)
-			}
+		ids, ok := fuzzEncode(t, m, err, text, true)
+		if !ok {
 			return
 		}
-		ids := m.Encode(text, true)
-		for _, id := range ids {
-			if id < 0 || id >= m.VocabSize() {
-				t.Fatalf("id %d out of the vocabulary (%d)", id, m.VocabSize())
-			}
-		}
-		_ = tokenizer.Decode(m, ids, true)
 		if k := m.MaxBytesPerToken(); k > 0 && len(m.Encode(text, false)) < (len(text)+k-1)/k {
 			t.Fatalf("%d bytes in %d tokens breaks MaxBytesPerToken %d", len(text), len(ids), k)
 		}
@@ -188,18 +179,28 @@ func FuzzFromVocab(f *testing.F) {
 			v.Types[i] = int32(1 + i%6)
 		}
 		m, err := tokenizer.FromVocab(v, "fuzz.gguf")
-		if err != nil {
-			if !errors.Is(err, tokenizer.ErrFormat) {
-				t.Fatalf("error not ErrFormat: %v", err)
-			}
-			return
-		}
-		ids := m.Encode(text, true)
-		for _, id := range ids {
-			if id < 0 || id >= m.VocabSize() {
-				t.Fatalf("id %d out of the vocabulary (%d)", id, m.VocabSize())
-			}
-		}
-		_ = tokenizer.Decode(m, ids, false)
+		fuzzEncode(t, m, err, text, false)
 	})
+}
+
+// fuzzEncode checks what a fuzz target built: an error must be ErrFormat;
+// a model encodes text (with special tokens) into ids of its vocabulary,
+// which decode (skipping control tokens if skip) without a panic. ok is
+// false after an error.
+func fuzzEncode(t *testing.T, m *tokenizer.Model, err error, text string, skip bool) (ids []int, ok bool) {
+	t.Helper()
+	if err != nil {
+		if !errors.Is(err, tokenizer.ErrFormat) {
+			t.Fatalf("error not ErrFormat: %v", err)
+		}
+		return nil, false
+	}
+	ids = m.Encode(text, true)
+	for _, id := range ids {
+		if id < 0 || id >= m.VocabSize() {
+			t.Fatalf("id %d out of the vocabulary (%d)", id, m.VocabSize())
+		}
+	}
+	_ = tokenizer.Decode(m, ids, skip)
+	return ids, true
 }
