@@ -228,18 +228,10 @@ func (g *ggufWeights) Weight(role string, layer int) (Weight, bool, error) {
 	}
 	g.used[name] = true
 	w := Weight{Name: name, File: g.f.Path, Type: t.Type, Data: data}
-	switch len(t.Shape) {
-	case 1:
-		w.Rows, w.Cols = 1, int(t.Shape[0])
-	case 2:
-		w.Rows, w.Cols = int(t.Shape[1]), int(t.Shape[0])
-	default:
-		return Weight{}, false, fmt.Errorf("llama: %s: shape %v, want a matrix or a vector", where(w), t.Shape)
+	if err := w.setShape(t.Shape, false); err != nil {
+		return Weight{}, false, err
 	}
-	switch role {
-	case RoleQ, RoleK, RoleQBias, RoleKBias, RoleQNorm, RoleKNorm:
-		w.RotateHalf = g.rotate
-	}
+	w.RotateHalf = g.rotate && rotary(role)
 	return w, true, nil
 }
 

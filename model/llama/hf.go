@@ -430,19 +430,10 @@ func (h *HFWeights) Weight(role string, layer int) (Weight, bool, error) {
 	default:
 		return Weight{}, false, fmt.Errorf("llama: %s: dtype %s: %w (F32, F16 and BF16 are)", where(w), t.DType, ErrNotImplemented)
 	}
-	switch len(t.Shape) {
-	case 1:
-		w.Rows, w.Cols = 1, int(t.Shape[0])
-	case 2:
-		w.Rows, w.Cols = int(t.Shape[0]), int(t.Shape[1])
-	default:
-		return Weight{}, false, fmt.Errorf("llama: %s: shape %v, want a matrix or a vector", where(w), t.Shape)
+	if err := w.setShape(t.Shape, true); err != nil {
+		return Weight{}, false, err
 	}
-	switch role {
-	case RoleQ, RoleK, RoleQBias, RoleKBias, RoleQNorm, RoleKNorm:
-		// Hugging Face keeps every architecture's q and k in rotate-half
-		// order.
-		w.RotateHalf = true
-	}
+	// Hugging Face keeps every architecture's q and k in rotate-half order.
+	w.RotateHalf = rotary(role)
 	return w, true, nil
 }

@@ -50,6 +50,34 @@ type Weight struct {
 	RotateHalf bool
 }
 
+// setShape sets w's Rows and Cols from a file's shape of a vector (one
+// row) or a matrix. outerFirst: the shape lists the outermost axis first
+// (PyTorch's order, safetensors), not the contiguous one (ggml's ne, GGUF).
+func (w *Weight) setShape(shape []int64, outerFirst bool) error {
+	switch {
+	case len(shape) == 1:
+		w.Rows, w.Cols = 1, int(shape[0])
+	case len(shape) == 2 && outerFirst:
+		w.Rows, w.Cols = int(shape[0]), int(shape[1])
+	case len(shape) == 2:
+		w.Rows, w.Cols = int(shape[1]), int(shape[0])
+	default:
+		return fmt.Errorf("llama: %s: shape %v, want a matrix or a vector", where(*w), shape)
+	}
+	return nil
+}
+
+// rotary reports whether a role's rows are a head's RoPE pairs (q and k,
+// their biases and norms): those a file may keep in rotate-half order
+// (Weight.RotateHalf).
+func rotary(role string) bool {
+	switch role {
+	case RoleQ, RoleK, RoleQBias, RoleKBias, RoleQNorm, RoleKNorm:
+		return true
+	}
+	return false
+}
+
 // Weights is a source of a model's tensors by role: a llama2.c checkpoint,
 // a GGUF file or a Hugging Face directory.
 type Weights interface {
