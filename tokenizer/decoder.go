@@ -32,14 +32,16 @@ func (byteLevelDec) apply(b []byte, _ bool) []byte {
 type byteFallbackDec struct{}
 
 func (byteFallbackDec) apply(b []byte, _ bool) []byte {
-	if c, ok := parseByteToken(b); ok {
+	if c, ok := ByteToken(b); ok {
 		return []byte{c}
 	}
 	return b
 }
 
-// parseByteToken parses a token of exactly the form <0xHH>.
-func parseByteToken(p []byte) (byte, bool) {
+// ByteToken reports the byte a token of exactly the form <0xHH> (hex
+// digits of either case) stands for: SentencePiece's byte fallback, as
+// GGUF vocabularies, tokenizer.json files and llama2.c's tokenizer spell it.
+func ByteToken(p []byte) (byte, bool) {
 	if len(p) != 6 || p[0] != '<' || p[1] != '0' || p[2] != 'x' || p[5] != '>' {
 		return 0, false
 	}

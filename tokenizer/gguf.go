@@ -397,7 +397,7 @@ func (g *ggufEncoder) piece(m *Model, id int, first bool) []byte {
 		return []byte(t)
 	case TypeByte:
 		if g.spm != nil {
-			if b, ok := parseByteToken([]byte(t)); ok {
+			if b, ok := ByteToken([]byte(t)); ok {
 				return []byte{b}
 			}
 		}

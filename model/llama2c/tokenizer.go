@@ -3,11 +3,11 @@ package llama2c
 import (
 	"bytes"
 	"encoding/binary"
-	"encoding/hex"
 	"fmt"
 	"math"
 
 	"github.com/reprise-ml/reprise/internal/pairheap"
+	"github.com/reprise-ml/reprise/tokenizer"
 )
 
 // Special token ids of llama2.c vocabularies.
@@ -284,20 +284,10 @@ func (t *Tokenizer) Piece(prev, token int) []byte {
 	if prev == BOS && len(p) > 0 && p[0] == ' ' {
 		p = p[1:]
 	}
-	if b, ok := parseBytePiece(p); ok {
+	if b, ok := tokenizer.ByteToken(p); ok {
 		return []byte{b}
 	}
 	return append([]byte{}, p...)
-}
-
-// parseBytePiece decodes a piece of exactly the form <0xHH>.
-func parseBytePiece(p []byte) (byte, bool) {
-	if len(p) != 6 || p[0] != '<' || p[1] != '0' || p[2] != 'x' || p[5] != '>' {
-		return 0, false
-	}
-	var b [1]byte
-	_, err := hex.Decode(b[:], p[3:5])
-	return b[0], err == nil
 }
 
 // SafePiece returns what llama2.c's safe_printf prints for Piece(prev,
