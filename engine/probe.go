@@ -129,12 +129,12 @@ func (e *Engine) ensureFloor(s accel.Stream) error {
 	floor, ferr := e.probeFloor(s)
 	if ferr != nil {
 		if errors.Is(ferr, accel.ErrOutOfMemory) {
-			return fmt.Errorf("engine: %w: %v, even beside an empty KV cache: %s", ErrTooLittleMemory, ferr, e.memoryNeeded(had, 0))
+			return fmt.Errorf("engine: %w: %w, even beside an empty KV cache: %s", ErrTooLittleMemory, ferr, e.memoryNeeded(had, 0))
 		}
 		return fmt.Errorf("engine: %w", ferr)
 	}
 	if e.opts.KVPages != 0 {
-		return fmt.Errorf("engine: %w: %v beside the KV cache of %d pages: %s", ErrTooLittleMemory, err, had, e.memoryNeeded(had, floor))
+		return fmt.Errorf("engine: %w: %w beside the KV cache of %d pages: %s", ErrTooLittleMemory, err, had, e.memoryNeeded(had, floor))
 	}
 	pageBytes := e.kv.PageBytes()
 	free := e.freeMemory() + e.kv.Bytes()

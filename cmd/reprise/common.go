@@ -57,12 +57,12 @@ func (d *deviceFlags) open() (accel.Device, error) {
 	}
 	name, ord, err := accel.ParseDevice(d.device)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", errUsage, err)
+		return nil, fmt.Errorf("%w: %w", errUsage, err)
 	}
 	var opts accel.Options
 	if d.memory != "" {
 		if opts.MemoryLimit, err = cpu.ParseBytes(d.memory); err != nil {
-			return nil, fmt.Errorf("%w: --device-memory: %v", errUsage, err)
+			return nil, fmt.Errorf("%w: --device-memory: %w", errUsage, err)
 		}
 	}
 	return accel.Open(name, ord, opts)
@@ -141,7 +141,7 @@ func (s *session) reload(ctx context.Context, path string) (engine.ReloadResult,
 	src := llama.Source{Model: path, Tokenizer: s.src.Tokenizer, MaxSeq: s.src.MaxSeq}
 	m, _, err := llama.OpenLoaded(s.dev, src, s.opts)
 	if err != nil {
-		return engine.ReloadResult{}, fmt.Errorf("%w: %s: %v", serve.ErrReloadModel, path, err)
+		return engine.ReloadResult{}, fmt.Errorf("%w: %s: %w", serve.ErrReloadModel, path, err)
 	}
 	res, err := s.eng.Reload(ctx, m)
 	if err != nil {

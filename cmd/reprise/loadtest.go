@@ -185,7 +185,7 @@ func (c *loadClient) firstModel(ctx context.Context) (string, error) {
 		} `json:"data"`
 	}
 	if err := json.NewDecoder(resp.Body).Decode(&list); err != nil {
-		return "", fmt.Errorf("GET /v1/models: %v", err)
+		return "", fmt.Errorf("GET /v1/models: %w", err)
 	}
 	if len(list.Data) == 0 {
 		return "", fmt.Errorf("GET /v1/models lists no model")
@@ -234,7 +234,7 @@ func (c *loadClient) stream(ctx context.Context, body []byte) loadResult {
 			} `json:"error"`
 		}
 		if err := json.Unmarshal([]byte(data), &ch); err != nil {
-			return loadResult{err: fmt.Errorf("bad chunk %q: %v", data, err)}
+			return loadResult{err: fmt.Errorf("bad chunk %q: %w", data, err)}
 		}
 		if ch.Error != nil {
 			return loadResult{err: fmt.Errorf("error event: %s", ch.Error.Message)}
@@ -297,7 +297,7 @@ func (c *loadClient) runLevel(ctx context.Context, concurrency, n int, body []by
 	wall := time.Since(start)
 	for i := range results {
 		if results[i].err == nil && results[i].latency == 0 {
-			results[i].err = fmt.Errorf("not sent: %v", ctx.Err())
+			results[i].err = fmt.Errorf("not sent: %w", ctx.Err())
 		}
 	}
 	return summarize(concurrency, results, wall)

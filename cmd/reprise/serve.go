@@ -154,11 +154,11 @@ func (f *serveFlags) applyConfig(fs *flag.FlagSet) error {
 	}
 	data, err := readConfig(f.config)
 	if err != nil {
-		return fmt.Errorf("%w: --config: %v", errUsage, err)
+		return fmt.Errorf("%w: --config: %w", errUsage, err)
 	}
 	settings, err := parseConfig(data)
 	if err != nil {
-		return fmt.Errorf("%w: --config %s: %v", errUsage, f.config, err)
+		return fmt.Errorf("%w: --config %s: %w", errUsage, f.config, err)
 	}
 	for _, st := range settings {
 		name := strings.ReplaceAll(st.key, "_", "-")
@@ -176,7 +176,7 @@ func (f *serveFlags) applyConfig(fs *flag.FlagSet) error {
 			continue
 		}
 		if err := setFlag(fs, name, st.value); err != nil {
-			return fmt.Errorf("%w: --config %s: line %d: %s: %v", errUsage, f.config, st.line, st.key, err)
+			return fmt.Errorf("%w: --config %s: line %d: %s: %w", errUsage, f.config, st.line, st.key, err)
 		}
 	}
 	return nil
@@ -192,7 +192,7 @@ func (f *serveFlags) address(fs *flag.FlagSet) (string, error) {
 	}
 	host, port, err := net.SplitHostPort(f.listen)
 	if err != nil {
-		return "", fmt.Errorf("%w: --listen %q: %v", errUsage, f.listen, err)
+		return "", fmt.Errorf("%w: --listen %q: %w", errUsage, f.listen, err)
 	}
 	if set["host"] {
 		host = f.host

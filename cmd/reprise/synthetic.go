@@ -33,7 +33,7 @@ func runSynthetic(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	}
 	ck, err := llama.Synthetic(*name, *seed)
 	if err != nil {
-		return fmt.Errorf("%w: %v", errUsage, err)
+		return fmt.Errorf("%w: %w", errUsage, err)
 	}
 	if err := writeFileAtomic(*out, func(w io.Writer) error { return llama2c.WriteCheckpoint(w, ck) }); err != nil {
 		return err

@@ -84,12 +84,12 @@ func readJSONObject(path string, limit int64) (map[string]json.RawMessage, error
 	for dec.More() {
 		tok, err := dec.Token()
 		if err != nil {
-			return nil, fmt.Errorf("llama: %s: bad JSON: %v", path, err)
+			return nil, fmt.Errorf("llama: %s: bad JSON: %w", path, err)
 		}
 		k, _ := tok.(string)
 		var v json.RawMessage
 		if err := dec.Decode(&v); err != nil {
-			return nil, fmt.Errorf("llama: %s: field %q: bad JSON: %v", path, k, err)
+			return nil, fmt.Errorf("llama: %s: field %q: bad JSON: %w", path, k, err)
 		}
 		if _, dup := obj[k]; dup {
 			return nil, fmt.Errorf("llama: %s: field %q appears twice", path, k)
@@ -341,7 +341,7 @@ func OpenHF(dir string) (*HFWeights, error) {
 			ids, err := tokenIDs(obj[k])
 			if err != nil {
 				st.Close()
-				return nil, fmt.Errorf("llama: %s/%s: %s: %v", dir, name, k, err)
+				return nil, fmt.Errorf("llama: %s/%s: %s: %w", dir, name, k, err)
 			}
 			for _, id := range ids {
 				if !slices.Contains(h.stop, id) {
