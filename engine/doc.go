@@ -4,7 +4,7 @@
 //
 // A step is declare -> admit -> plan -> forward -> commit. Resources hold
 // per-request state: the paged KV cache (kvCache), positions (positionsResource),
-// sampler state (Sampler) and the penalties' device pool (penaltyPool, planned
+// sampler state (sampler) and the penalties' device pool (penaltyPool, planned
 // only into steps of the KeyPenalties variant); a stepRunner sweeps them in dependency order. A
 // step with a graph lease plans into the lease's per-slot buffers and
 // replays; a step without one plans into stream-ordered scratch and runs the

@@ -160,7 +160,7 @@ type Engine struct {
 	sr     *stepRunner
 	kv     *kvCache
 	pos    *positionsResource
-	samp   *Sampler
+	samp   *sampler
 	pen    *penaltyPool
 	node   *node
 	runner *graph.Runner
@@ -254,7 +254,7 @@ func New(dev accel.Device, m Model, opts Options) (*Engine, error) {
 	if e.kv, err = newKVCache(dev, kvConfig{Layers: info.Layers, KVDim: kvdim, PageSize: opts.PageSize, Pages: pages, MaxLen: info.MaxSeq}); err != nil {
 		return nil, err
 	}
-	e.pos, e.samp, e.pen = newPositions(dev), NewSampler(dev), newPenaltyPool(dev, info.Vocab, opts.MaxBatch)
+	e.pos, e.samp, e.pen = newPositions(dev), newSampler(dev), newPenaltyPool(dev, info.Vocab, opts.MaxBatch)
 	if e.sr, err = newStepRunner(e.kv, e.pos, e.samp, e.pen); err != nil {
 		return nil, err
 	}

@@ -25,7 +25,7 @@ func (s rowState) String() string {
 
 // rowStateOf reads a row's state; ok is false when some resource does not
 // know the row.
-func rowStateOf(kv *kvCache, pos *positionsResource, samp *Sampler, id int64) (rowState, bool) {
+func rowStateOf(kv *kvCache, pos *positionsResource, samp *sampler, id int64) (rowState, bool) {
 	k, ok1 := kv.reqs[id]
 	p, ok2 := pos.reqs[id]
 	s, ok3 := samp.reqs[id]
@@ -51,7 +51,7 @@ func TestLeaseMismatchIsRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pos, samp := newPositions(dev), NewSampler(dev)
+	pos, samp := newPositions(dev), newSampler(dev)
 	t.Cleanup(func() { kv.Close(dev); pos.Close(); samp.Close() })
 	sr, err := newStepRunner(kv, pos, samp)
 	if err != nil {

@@ -22,11 +22,11 @@ type Sampling struct {
 	Seed uint64
 }
 
-// Sampler is the resource holding each request's sampling parameters and
+// sampler is the resource holding each request's sampling parameters and
 // its RNG offset, which advances by one each step, so the draw of a step
 // depends only on (seed, offset) and is the same eager or replayed, alone or
 // batched.
-type Sampler struct {
+type sampler struct {
 	slots *slotTensors
 	reqs  map[int64]*sampState
 }
@@ -38,15 +38,15 @@ type sampState struct {
 
 type sampRecord struct{ offset []int }
 
-// NewSampler makes the resource.
-func NewSampler(dev accel.Device) *Sampler {
-	return &Sampler{slots: newSlotTensors(dev), reqs: map[int64]*sampState{}}
+// newSampler makes the resource.
+func newSampler(dev accel.Device) *sampler {
+	return &sampler{slots: newSlotTensors(dev), reqs: map[int64]*sampState{}}
 }
 
-func (s *Sampler) Name() string        { return SamplerName }
-func (s *Sampler) DependsOn() []string { return nil }
+func (s *sampler) Name() string        { return SamplerName }
+func (s *sampler) DependsOn() []string { return nil }
 
-func (s *Sampler) Ingest(id int64, info requestInfo) error {
+func (s *sampler) Ingest(id int64, info requestInfo) error {
 	if _, dup := s.reqs[id]; dup {
 		return fmt.Errorf("sampler: row %d already open", id)
 	}
@@ -54,16 +54,16 @@ func (s *Sampler) Ingest(id int64, info requestInfo) error {
 	return nil
 }
 
-func (s *Sampler) Remove(id int64) error { delete(s.reqs, id); return nil }
+func (s *sampler) Remove(id int64) error { delete(s.reqs, id); return nil }
 
-func (s *Sampler) Reset(id int64, _ bool) error {
+func (s *sampler) Reset(id int64, _ bool) error {
 	if st, ok := s.reqs[id]; ok {
 		st.committed, st.next = 0, 0
 	}
 	return nil
 }
 
-func (s *Sampler) Admit(step *Step) (admitStatus, int) {
+func (s *sampler) Admit(step *Step) (admitStatus, int) {
 	rec := &sampRecord{offset: make([]int, len(step.Rows))}
 	for _, r := range step.Rows {
 		if _, ok := s.reqs[r.ID]; !ok {
@@ -81,7 +81,7 @@ func (s *Sampler) Admit(step *Step) (admitStatus, int) {
 	return admitOK, 0
 }
 
-func (s *Sampler) Unadmit(step *Step) {
+func (s *sampler) Unadmit(step *Step) {
 	if _, ok := step.State[SamplerName].(*sampRecord); !ok {
 		return
 	}
@@ -94,7 +94,7 @@ func (s *Sampler) Unadmit(step *Step) {
 }
 
 // Plan writes each row's parameters; padding rows sample greedily.
-func (s *Sampler) Plan(st accel.Stream, sg *accel.Stager, step *Step) (any, error) {
+func (s *sampler) Plan(st accel.Stream, sg *accel.Stager, step *Step) (any, error) {
 	rec := step.State[SamplerName].(*sampRecord)
 	bs := step.BatchSize()
 	temp, topp := make([]float32, bs), make([]float32, bs)
@@ -128,7 +128,7 @@ func samplerShapes(bs int) []shape {
 	return []shape{{accel.F32, 1, bs}, {accel.I32, 1, bs}, {accel.F32, 1, bs}, {accel.I32, bs, 2}, {accel.I32, 1, bs}}
 }
 
-func (s *Sampler) Commit(step *Step) error {
+func (s *sampler) Commit(step *Step) error {
 	for _, r := range step.Rows[:step.Real] {
 		if st, ok := s.reqs[r.ID]; ok {
 			st.committed++
@@ -138,12 +138,12 @@ func (s *Sampler) Commit(step *Step) error {
 }
 
 // Close frees the per-slot plan buffers.
-func (s *Sampler) Close() { s.slots.free() }
+func (s *sampler) Close() { s.slots.free() }
 
-func (s *Sampler) SupportsPrePlan() bool    { return true }
-func (s *Sampler) ForcesDoubleBuffer() bool { return true }
-func (s *Sampler) CanCapture() bool         { return true }
+func (s *sampler) SupportsPrePlan() bool    { return true }
+func (s *sampler) ForcesDoubleBuffer() bool { return true }
+func (s *sampler) CanCapture() bool         { return true }
 
-func (s *Sampler) BuildGraphBuffers(specs []graph.SlotSpec) error {
+func (s *sampler) BuildGraphBuffers(specs []graph.SlotSpec) error {
 	return s.slots.build(SamplerName, specs, func(sp graph.SlotSpec) []shape { return samplerShapes(sp.Bucket.BatchSize) })
 }

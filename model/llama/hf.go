@@ -381,10 +381,16 @@ func (h *HFWeights) tensor(name string) ([]byte, bool) {
 // see ggufStopTokens) token ids.
 func (h *HFWeights) StopTokens() []int32 { return h.stop }
 
+// Config is the model's shape and maths, from config.json.
 func (h *HFWeights) Config() Config { return h.cfg }
-func (h *HFWeights) Path() string   { return h.dir }
-func (h *HFWeights) Close() error   { return h.st.Close() }
 
+// Path is the model's directory.
+func (h *HFWeights) Path() string { return h.dir }
+
+// Close closes every safetensors shard.
+func (h *HFWeights) Close() error { return h.st.Close() }
+
+// Done lets an uploaded weight's pages leave resident memory.
 func (h *HFWeights) Done(w Weight) {
 	if t, f, ok := h.st.Tensor(w.Name); ok {
 		f.Drop(t)
@@ -412,6 +418,8 @@ func (h *HFWeights) Unused() []string {
 	return u
 }
 
+// Weight is a role's tensor (layer -1 for a global one) in the layout the
+// loader takes (see Weights); ok is false when the directory has none.
 func (h *HFWeights) Weight(role string, layer int) (Weight, bool, error) {
 	name := hfName(role, layer)
 	t, f, ok := h.st.Tensor(name)
