@@ -33,13 +33,18 @@ type ReloadResult struct {
 // with ErrShapeMismatch; if updating the graphs fails, the old model is
 // restored, its graphs updated back, and the error returned (should that fail
 // too, the engine serves eager from then on).
+//
+// Reloads may be called concurrently: each runs on the engine's loop, which
+// owns the served model, one after the other.
 func (e *Engine) Reload(ctx context.Context, m Model) (ReloadResult, error) {
-	if err := sameShapes(e.model, m); err != nil {
-		return ReloadResult{}, err
-	}
 	var res ReloadResult
-	var rerr error
+	var rerr, shapeErr error
 	err := e.do(ctx, func() {
+		// The served model is the loop's: another Reload may just have
+		// replaced it.
+		if shapeErr = sameShapes(e.model, m); shapeErr != nil {
+			return
+		}
 		t0 := time.Now()
 		e.discardPrePlan()
 		if err := e.stream.Synchronize(); err != nil {
@@ -68,6 +73,9 @@ func (e *Engine) Reload(ctx context.Context, m Model) (ReloadResult, error) {
 	})
 	if err != nil {
 		return res, err
+	}
+	if shapeErr != nil {
+		return res, shapeErr
 	}
 	if rerr != nil {
 		return res, fmt.Errorf("engine: reload: %w", rerr)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"sync"
 	"testing"
 
 	"github.com/reprise-ml/reprise/accel"
@@ -138,4 +139,17 @@ func TestReloadUpdatesGraphsInPlace(t *testing.T) {
 			t.Fatalf("prompt %d: replayed prefill logits after reload differ from eager", i)
 		}
 	}
+	// Reloads may be called concurrently: each runs (its shape check
+	// included) on the loop in turn, and both succeed.
+	var wg sync.WaitGroup
+	for _, scale := range []float32{1, 1.25} {
+		m := reloadModel(t, dev, scale, opts)
+		defer m.Close()
+		wg.Go(func() {
+			if _, err := e.Reload(context.Background(), m); err != nil {
+				t.Errorf("a concurrent reload: %v", err)
+			}
+		})
+	}
+	wg.Wait()
 }
