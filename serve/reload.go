@@ -1,6 +1,7 @@
 package serve
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -39,8 +40,13 @@ type reloadResponse struct {
 func (s *Server) handleReload() http.HandlerFunc {
 	var mu sync.Mutex
 	return func(w http.ResponseWriter, r *http.Request) {
+		body, aerr := s.readBody(w, r)
+		if aerr != nil {
+			writeError(w, aerr)
+			return
+		}
 		var req reloadRequest
-		dec := json.NewDecoder(r.Body)
+		dec := json.NewDecoder(bytes.NewReader(body))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&req); err != nil {
 			writeError(w, badRequest("", codeInvalidJSON, "the body is not {\"model\": PATH}: %v", err))

@@ -152,6 +152,8 @@ func TestAdminReload(t *testing.T) {
 		{"k", `{}`, 400, "missing_required_parameter"},
 		{"k", `{"model": "` + filepath.Join(filepath.Dir(tok), "nonexistent.bin") + `"}`, 400, "nonexistent.bin"},
 		{"k", `{"model": "` + fewer + `"}`, 409, "shape_mismatch"},
+		// The body is bounded as every other endpoint's.
+		{"k", `{"model": "` + strings.Repeat("x", serve.DefaultMaxBodyBytes) + `"}`, 413, "request_too_large"},
 	} {
 		code, body := post(t, url, c.key, c.body)
 		if code != c.code || !strings.Contains(body, c.want) {
