@@ -8,20 +8,26 @@ import (
 	"testing"
 )
 
-func TestReadFile(t *testing.T) {
-	dir := t.TempDir()
-	small := filepath.Join(dir, "small")
+// files makes, in a new directory, a regular file of ten bytes, a symlink
+// to /dev/zero and a named pipe.
+func files(t *testing.T) (dir, small, zero, fifo string) {
+	t.Helper()
+	dir = t.TempDir()
+	small, zero, fifo = filepath.Join(dir, "small"), filepath.Join(dir, "zero"), filepath.Join(dir, "fifo")
 	if err := os.WriteFile(small, []byte("0123456789"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	zero := filepath.Join(dir, "zero")
 	if err := os.Symlink("/dev/zero", zero); err != nil {
 		t.Fatal(err)
 	}
-	fifo := filepath.Join(dir, "fifo")
 	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
 		t.Fatal(err)
 	}
+	return dir, small, zero, fifo
+}
+
+func TestReadFile(t *testing.T) {
+	dir, small, zero, fifo := files(t)
 	for _, c := range []struct {
 		name    string
 		path    string
@@ -55,24 +61,12 @@ func TestReadFile(t *testing.T) {
 // Open gives a regular file with its size, and refuses a directory, a
 // device behind a symlink and a named pipe without opening them.
 func TestOpen(t *testing.T) {
-	dir := t.TempDir()
-	small := filepath.Join(dir, "small")
-	if err := os.WriteFile(small, []byte("0123456789"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	dir, small, zero, fifo := files(t)
 	f, st, err := Open(small)
 	if err != nil || st.Size() != 10 {
 		t.Fatalf("a regular file: %v", err)
 	}
 	f.Close()
-	zero := filepath.Join(dir, "zero")
-	if err := os.Symlink("/dev/zero", zero); err != nil {
-		t.Fatal(err)
-	}
-	fifo := filepath.Join(dir, "fifo")
-	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
-		t.Fatal(err)
-	}
 	for _, c := range []struct {
 		path    string
 		special bool
