@@ -5,7 +5,6 @@ import (
 	"log/slog"
 	"testing"
 
-	"github.com/reprise-ml/reprise/accel"
 	"github.com/reprise-ml/reprise/engine"
 	"github.com/reprise-ml/reprise/model/llama"
 )
@@ -18,22 +17,8 @@ import (
 // to be read before capture: 4.
 func TestBatchCapReadAfterCapture(t *testing.T) {
 	open := func(t *testing.T, eo engine.Options) *engine.Engine {
-		dev, err := accel.Open("cpu", 0, accel.Options{MemoryLimit: 1 << 30})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { dev.Close() })
-		m, _, err := llama.Open(dev, llama.Source{}, llama.Options{DecodeBatchSizes: []int{1, 2, 4}, PrefillLengths: []int{16}, PrefillBatchSizes: []int{1}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(m.Close)
 		eo.Graphs, eo.KVPages, eo.MaxBatch, eo.PlanCache, eo.Logger = true, 4, 8, "off", slog.New(&logCounter{})
-		e, err := engine.New(dev, m, eo)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(e.Close)
+		e, _, _ := openEngine(t, 1<<30, llama.Options{DecodeBatchSizes: []int{1, 2, 4}, PrefillLengths: []int{16}, PrefillBatchSizes: []int{1}}, eo)
 		return e
 	}
 	t.Run("foreground", func(t *testing.T) {

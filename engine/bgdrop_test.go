@@ -6,7 +6,6 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/reprise-ml/reprise/accel"
 	"github.com/reprise-ml/reprise/engine"
 	"github.com/reprise-ml/reprise/model/llama"
 )
@@ -29,23 +28,9 @@ func bgEngine(t *testing.T, eo engine.Options, logs *logCounter) *engine.Engine 
 // started.
 func bgEngineUnstarted(t *testing.T, eo engine.Options, logs *logCounter) *engine.Engine {
 	t.Helper()
-	dev, err := accel.Open("cpu", 0, accel.Options{MemoryLimit: 1 << 30})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { dev.Close() })
-	m, _, err := llama.Open(dev, llama.Source{}, llama.Options{DecodeBatchSizes: []int{1, 2}, PrefillLengths: []int{16}, PrefillBatchSizes: []int{1}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(m.Close)
 	eo.Graphs, eo.KVPages, eo.MaxBatch, eo.PlanCache = true, 6, 2, "off"
 	eo.Logger = slog.New(logs)
-	e, err := engine.New(dev, m, eo)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(e.Close)
+	e, _, _ := openEngine(t, 1<<30, llama.Options{DecodeBatchSizes: []int{1, 2}, PrefillLengths: []int{16}, PrefillBatchSizes: []int{1}}, eo)
 	return e
 }
 

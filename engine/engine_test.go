@@ -39,14 +39,22 @@ type setup struct {
 	tok *llama2c.Tokenizer
 }
 
-func start(t testing.TB, graphs bool, eo engine.Options, mo llama.Options) *setup {
+// openEngine makes an engine of the embedded model (of options mo) on a
+// CPU device of capacity bytes, not started, with the plan cache off
+// unless eo names one. The engine, the model and the device are closed
+// when the test ends, in that order.
+func openEngine(t testing.TB, capacity int64, mo llama.Options, eo engine.Options) (*engine.Engine, *llama.Model, *llama2c.Tokenizer) {
 	t.Helper()
-	dev := openCPU(t)
+	dev, err := accel.Open("cpu", 0, accel.Options{MemoryLimit: capacity})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dev.Close() })
 	m, tok, err := llama.Open(dev, llama.Source{}, mo)
 	if err != nil {
 		t.Fatal(err)
 	}
-	eo.Graphs = graphs
+	t.Cleanup(m.Close)
 	if eo.PlanCache == "" {
 		eo.PlanCache = "off"
 	}
@@ -54,15 +62,19 @@ func start(t testing.TB, graphs bool, eo engine.Options, mo llama.Options) *setu
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(e.Close)
+	return e, m, tok
+}
+
+func start(t testing.TB, graphs bool, eo engine.Options, mo llama.Options) *setup {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	eo.Graphs = graphs
+	e, m, tok := openEngine(t, 1<<30, mo, eo)
 	if err := e.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		e.Close()
-		cancel()
-		m.Close()
-	})
 	return &setup{e: e, m: m, tok: tok}
 }
 

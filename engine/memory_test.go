@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/reprise-ml/reprise/accel"
 	"github.com/reprise-ml/reprise/engine"
 	"github.com/reprise-ml/reprise/model/llama"
 )
@@ -25,25 +24,11 @@ func tightEngine(t *testing.T, capacity int64, eo engine.Options, logs *logCount
 
 func tightEngineOf(t *testing.T, capacity int64, eo engine.Options, mo llama.Options, logs *logCounter) *engine.Engine {
 	t.Helper()
-	dev, err := accel.Open("cpu", 0, accel.Options{MemoryLimit: capacity})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { dev.Close() })
-	m, _, err := llama.Open(dev, llama.Source{}, mo)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(m.Close)
 	eo.PlanCache = "off"
 	if logs != nil {
 		eo.Logger = slog.New(logs)
 	}
-	e, err := engine.New(dev, m, eo)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(e.Close)
+	e, _, _ := openEngine(t, capacity, mo, eo)
 	return e
 }
 

@@ -6,29 +6,13 @@ import (
 	"testing"
 
 	"github.com/reprise-ml/reprise/engine"
-	"github.com/reprise-ml/reprise/model/llama"
 )
 
 // newEngine builds an engine that is not started: what Submit does before the
 // loop has seen anything.
 func newEngine(t *testing.T, eo engine.Options) *engine.Engine {
 	t.Helper()
-	dev := openCPU(t)
-	m, _, err := llama.Open(dev, llama.Source{}, testModel)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if eo.PlanCache == "" {
-		eo.PlanCache = "off"
-	}
-	e, err := engine.New(dev, m, eo)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		e.Close()
-		m.Close()
-	})
+	e, _, _ := openEngine(t, 1<<30, testModel, eo)
 	return e
 }
 
