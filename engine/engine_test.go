@@ -17,6 +17,7 @@ import (
 	"github.com/reprise-ml/reprise/graph"
 	"github.com/reprise-ml/reprise/model/llama"
 	"github.com/reprise-ml/reprise/model/llama2c"
+	"github.com/reprise-ml/reprise/model/stories260k"
 )
 
 func openCPU(t testing.TB) accel.Device {
@@ -83,10 +84,6 @@ func start(t testing.TB, graphs bool, eo engine.Options, mo llama.Options) *setu
 func (s *setup) generate(t testing.TB, prompt string, steps int) string {
 	t.Helper()
 	toks := s.tok.Encode(prompt, true, false)
-	out := []byte{}
-	for i := 1; i < len(toks); i++ {
-		out = append(out, s.tok.SafePiece(toks[i-1], toks[i])...)
-	}
 	p := make([]int32, len(toks))
 	for i, x := range toks {
 		p[i] = int32(x)
@@ -95,12 +92,7 @@ func (s *setup) generate(t testing.TB, prompt string, steps int) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	prev := toks[len(toks)-1]
-	for _, g := range gen {
-		out = append(out, s.tok.SafePiece(prev, int(g))...)
-		prev = int(g)
-	}
-	return string(out) + "\n"
+	return stories260k.Printed(s.tok.SafePiece, toks, gen)
 }
 
 func TestReferenceOutputs(t *testing.T) {

@@ -41,16 +41,7 @@ func generateText(t *testing.T, dev accel.Device, src Source, graphs bool, promp
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out []byte
-	for i := 1; i < len(ids); i++ {
-		out = append(out, tok.SafePiece(ids[i-1], ids[i])...)
-	}
-	prev := ids[len(ids)-1]
-	for _, g := range gen {
-		out = append(out, tok.SafePiece(prev, int(g))...)
-		prev = int(g)
-	}
-	return string(out) + "\n"
+	return stories260k.Printed(tok.SafePiece, ids, gen)
 }
 
 func cpuDevice(t *testing.T) accel.Device {

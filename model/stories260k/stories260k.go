@@ -36,3 +36,23 @@ func Reference(prompt string) (text string, ok bool) {
 
 // ReferenceSteps is the number of positions the references were made with.
 const ReferenceSteps = 256
+
+// Printed is what the reference program prints for a prompt's tokens and
+// their generated continuation, as Reference holds it: each prompt piece
+// after the first token (BOS), then each generated piece, then a newline.
+// piece decodes a token after the one before it (a tokenizer's SafePiece).
+func Printed(piece func(prev, id int) []byte, prompt []int, generated []int32) string {
+	var out []byte
+	for i := 1; i < len(prompt); i++ {
+		out = append(out, piece(prompt[i-1], prompt[i])...)
+	}
+	prev := -1
+	if len(prompt) > 0 {
+		prev = prompt[len(prompt)-1]
+	}
+	for _, g := range generated {
+		out = append(out, piece(prev, int(g))...)
+		prev = int(g)
+	}
+	return string(out) + "\n"
+}

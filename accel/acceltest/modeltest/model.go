@@ -67,16 +67,7 @@ func generate(t *testing.T, dev accel.Device, graphs bool, prompt string, steps 
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out []byte
-	for i := 1; i < len(ids); i++ {
-		out = append(out, tok.SafePiece(ids[i-1], ids[i])...)
-	}
-	prev := ids[len(ids)-1]
-	for _, g := range gen {
-		out = append(out, tok.SafePiece(prev, int(g))...)
-		prev = int(g)
-	}
-	return string(out) + "\n"
+	return stories260k.Printed(tok.SafePiece, ids, gen)
 }
 
 // testArchModel is the architecture half of the model suite: synthetic
