@@ -659,3 +659,84 @@ func TestRegionCanLeaseBeforeStep(t *testing.T) {
 		}
 	}
 }
+
+// slowGate returns an event that completes only once k n-by-n matrix
+// products (tens of milliseconds or more on the CPU device) have run on a
+// stream of their own: a stream that waits on it is held back that long.
+func slowGate(t *testing.T, dev accel.Device, n, k int) accel.Event {
+	t.Helper()
+	g, err := dev.NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { g.Close() })
+	l := accel.On(g)
+	x, w, y := l.Alloc(accel.F32, n, n), l.Alloc(accel.F32, n, n), l.Alloc(accel.F32, n, n)
+	l.FillF32(x, 1)
+	l.FillF32(w, 0.5)
+	for range k {
+		l.MatMul(y, x, w)
+	}
+	l.Free(x, w, y)
+	ev, err := dev.NewEvent()
+	if err == nil {
+		err = l.Err()
+	}
+	if err == nil {
+		err = g.Record(ev)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ev
+}
+
+// A region that leases before its step is planned ahead as decode's next
+// step is: on its runner's plan stream, never the replay stream, and its
+// replay waits on the plan's event (DESIGN.md invariant 8). The region's
+// plan stream is held back by a slow gate; the prefill still gives the
+// eager logits bit for bit, and it cannot have finished before the gate: a
+// plan written on the replay stream would not have waited for it.
+func TestRegionPlannedAheadOnThePlanStream(t *testing.T) {
+	dev := openCPU(t)
+	m, _, err := llama.Open(dev, llama.Source{}, llama.Options{Logits: true, DecodeBatchSizes: []int{1},
+		PrefillLengths: []int{16}, PrefillBatchSizes: []int{1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	e, err := engine.New(dev, m, engine.Options{Graphs: true, PlanCache: "off"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	if err := e.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ps := e.RegionPlanStream(llama.RegionBlocks)
+	if ps == nil || ps == e.Runner().Stream() {
+		t.Fatalf("region plan stream %v", ps)
+	}
+	prompt := [][]int32{{1, 10, 20, 7, 8, 9}}
+	eager, err := e.Prefill(context.Background(), prompt, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gate := slowGate(t, dev, 256, 8)
+	if err := ps.Wait(gate); err != nil {
+		t.Fatal(err)
+	}
+	pw, err := e.Prefill(context.Background(), prompt, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !gate.Query() {
+		t.Fatal("the prefill finished before its region's plan stream was let go: the region was not planned on it, or its replay did not wait")
+	}
+	if !pw.Replayed {
+		t.Fatal("the region did not replay")
+	}
+	if !slices.Equal(accel.F32Bytes(pw.Logits[0]), accel.F32Bytes(eager.Logits[0])) {
+		t.Fatal("the logits differ from eager")
+	}
+}

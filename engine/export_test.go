@@ -6,8 +6,18 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/reprise-ml/reprise/accel"
 	"github.com/reprise-ml/reprise/graph"
 )
+
+// RegionPlanStream is the plan stream of a region's runner (nil before
+// graphs start or for an unknown region).
+func (e *Engine) RegionPlanStream(label string) accel.Stream {
+	if rr := e.regions[label]; rr != nil && rr.runner != nil {
+		return rr.runner.PlanStream()
+	}
+	return nil
+}
 
 // TraceSteps makes the engine call fn with one line per step it serves,
 // from the loop. Call it before Start.

@@ -113,8 +113,10 @@ type Region struct {
 	CanLease func(rows []graph.Row) bool
 	// LeaseBeforeStep takes the region's slot and plans its resources when
 	// the step around it is prepared (declare, admit, plan), not inside the
-	// forward: so the region's plan is part of the step's, on the stream the
-	// step is prepared on, and the forward only stages and replays.
+	// forward: the region's plan is made ahead, as decode's next step's is,
+	// on the region runner's plan stream while the step's eager work runs,
+	// and the forward only stages and replays (the replay waits on the
+	// plan's event).
 	LeaseBeforeStep bool
 }
 

@@ -54,10 +54,21 @@ func regionStep(step *Step, lease *graph.Lease) *Step {
 		Tokens: lease.Bucket.Tokens, plans: map[string]any{}, State: step.State}
 }
 
-// leaseRegionsBefore leases and plans, for an eager step just prepared on s,
-// every region of its walk that leases before the step: the region's plan
-// is then part of the step's, and its replay only stages and launches.
-func (e *Engine) leaseRegionsBefore(s accel.Stream, step *Step) error {
+// plannedRegion is a region step leased and planned ahead of the forward
+// around it, on the region runner's plan stream: done is recorded after its
+// plan, and the region's replay waits on it.
+type plannedRegion struct {
+	step *Step
+	done accel.Event
+}
+
+// leaseRegionsBefore leases and plans, for an eager step just prepared,
+// every region of its walk that leases before the step. Each region is
+// planned as decode's next step is pre-planned: on its runner's plan stream,
+// never the replay stream (the step's eager work goes on meanwhile), with an
+// event its replay waits on; the forward then only stages and replays. On
+// an error, what was planned has settled.
+func (e *Engine) leaseRegionsBefore(step *Step) error {
 	if step.Lease != nil {
 		return nil // a captured whole step runs its regions inline
 	}
@@ -71,15 +82,36 @@ func (e *Engine) leaseRegionsBefore(s accel.Stream, step *Step) error {
 			continue
 		}
 		rs := regionStep(step, lease)
-		if err := rr.sr.Plan(s, e.stager, rs); err != nil {
+		ps := rr.runner.PlanStream()
+		err := rr.sr.Plan(ps, e.stager, rs)
+		var ev accel.Event
+		if err == nil {
+			if ev, err = e.dev.NewEvent(); err == nil {
+				err = ps.Record(ev)
+			}
+		}
+		if err != nil {
+			// Its copies may be in flight: let them land before the
+			// caller undoes the step.
+			_ = ps.Synchronize()
+			e.settleRegions(step)
 			return fmt.Errorf("engine: region %s: plan before the step: %w", label, err)
 		}
 		if step.regions == nil {
-			step.regions = map[string]*Step{}
+			step.regions = map[string]*plannedRegion{}
 		}
-		step.regions[label] = rs
+		step.regions[label] = &plannedRegion{step: rs, done: ev}
 	}
 	return nil
+}
+
+// settleRegions waits for the plans of a step's regions planned ahead, for a
+// step that fails before (or without) replaying them: nothing may write
+// their slot buffers after the step is undone.
+func (e *Engine) settleRegions(step *Step) {
+	for _, p := range step.regions {
+		_ = p.done.Synchronize()
+	}
 }
 
 // regionNode is a region's side of its graph runner: the region's step is
@@ -179,10 +211,14 @@ func (e *Engine) regionFor(step *Step, outer *Batch) func(*accel.Launcher, strin
 		if rr == nil {
 			return nil, fmt.Errorf("engine: the model runs region %q it did not declare", label)
 		}
-		// Leased and planned when the step was prepared, or now.
-		rs, planned := step.regions[label], true
-		if rs == nil {
-			planned = false
+		// Leased and planned ahead when the step was prepared (the replay
+		// waits on its plan's event), or now, on the replay stream.
+		var rs *Step
+		var planDone accel.Event
+		var plan func(accel.Stream) error
+		if p := step.regions[label]; p != nil {
+			rs, planDone = p.step, p.done
+		} else {
 			if rr.leaseBeforeStep() {
 				// It was asked when the step was prepared and refused.
 				return e.inlineRegion(outer)(l, label, in)
@@ -192,13 +228,9 @@ func (e *Engine) regionFor(step *Step, outer *Batch) func(*accel.Launcher, strin
 				return e.inlineRegion(outer)(l, label, in)
 			}
 			rs = regionStep(step, lease)
+			plan = func(s accel.Stream) error { return rr.sr.Plan(s, e.stager, rs) }
 		}
-		out, err := rr.runner.RunRegion(rs.Lease, in, step.Tokens, func(s accel.Stream) error {
-			if planned {
-				return nil
-			}
-			return rr.sr.Plan(s, e.stager, rs)
-		})
+		out, err := rr.runner.RunRegion(rs.Lease, in, step.Tokens, planDone, plan)
 		if err != nil {
 			return nil, err
 		}

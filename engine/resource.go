@@ -91,7 +91,7 @@ type Step struct {
 	stream  accel.Stream
 	// regions are the region steps leased and planned with this one
 	// (Region.LeaseBeforeStep), by label.
-	regions map[string]*Step
+	regions map[string]*plannedRegion
 }
 
 // newStep makes a step of rows.

@@ -66,7 +66,7 @@ func (e *Engine) runStep(walk string, rows []graph.Row, reqs, next []*request) (
 			}
 			return nil, err
 		}
-		if err := e.leaseRegionsBefore(s, step); err != nil {
+		if err := e.leaseRegionsBefore(step); err != nil {
 			e.sr.Abort(step)
 			return nil, err
 		}
@@ -110,6 +110,7 @@ func (e *Engine) runStep(walk string, rows []graph.Row, reqs, next []*request) (
 		}
 	}
 	if err != nil {
+		e.settleRegions(step)
 		e.sr.Abort(step)
 		if lease != nil {
 			_ = e.runner.Release(lease, n)

@@ -74,20 +74,24 @@ func (o *RegionOutput) Get(name string) (accel.Tensor, error) {
 
 // RunRegion replays a captured region on the lease for a step whose real
 // inputs are in (device tensors whose rows, or columns for one-row inputs,
-// follow the step's tokens). plan writes the region's resource plans into
-// the lease's slot buffers for the real rows, on the runner's stream; then
-// each input is copied into its static buffer, the tail past the real tokens
-// zeroed, and the graph replays. It returns the outputs with n real rows.
-// Inputs on another stream must be ready before: RunRegion orders its work
-// on the runner's stream only.
-func (r *Runner) RunRegion(l *Lease, in map[string]accel.Tensor, n int, plan func(s accel.Stream) error) (*RegionOutput, error) {
+// follow the step's tokens). The region's resource plans for the real rows
+// are in the lease's slot buffers already, written ahead on the plan stream
+// (PlanStream) with planDone recorded after them, or plan writes them now,
+// on the runner's stream (one of plan and planDone is nil). Then each input
+// is copied into its static buffer, the tail past the real tokens zeroed,
+// the replay waits on planDone, and the graph replays. It returns the
+// outputs with n real rows. Inputs on another stream must be ready before:
+// RunRegion orders its work on the runner's stream only.
+func (r *Runner) RunRegion(l *Lease, in map[string]accel.Tensor, n int, planDone accel.Event, plan func(s accel.Stream) error) (*RegionOutput, error) {
 	t0 := time.Now()
 	s, err := r.slotFor(l)
 	if err != nil {
 		return nil, err
 	}
-	if err := plan(r.stream); err != nil {
-		return nil, err
+	if plan != nil {
+		if err := plan(r.stream); err != nil {
+			return nil, err
+		}
 	}
 	lc := accel.On(r.stream)
 	for _, name := range s.inputKeys {
@@ -113,6 +117,11 @@ func (r *Runner) RunRegion(l *Lease, in map[string]accel.Tensor, n int, plan fun
 	}
 	if err := lc.Err(); err != nil {
 		return nil, err
+	}
+	if planDone != nil {
+		if err := r.stream.Wait(planDone); err != nil {
+			return nil, err
+		}
 	}
 	if err := s.exec.Launch(r.stream); err != nil {
 		return nil, err

@@ -24,7 +24,7 @@ func region(t *testing.T, r *Runner, n *fakeNode, walk string, toks []int32) (*R
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := r.RunRegion(lease, map[string]accel.Tensor{"tokens": in}, len(toks), func(s accel.Stream) error {
+	out, err := r.RunRegion(lease, map[string]accel.Tensor{"tokens": in}, len(toks), nil, func(s accel.Stream) error {
 		_, err := n.Prepare(s, lease, rows)
 		return err
 	})

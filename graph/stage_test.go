@@ -39,7 +39,7 @@ func TestStaticInputTailZeroed(t *testing.T) {
 				t.Fatal(err)
 			}
 			in := accel.Tensor{Buf: buf, DType: accel.I32, Rows: 1, Cols: len(toks)}
-			if _, err := r.RunRegion(l, map[string]accel.Tensor{"tokens": in}, len(toks), func(s accel.Stream) error {
+			if _, err := r.RunRegion(l, map[string]accel.Tensor{"tokens": in}, len(toks), nil, func(s accel.Stream) error {
 				_, err := n.Prepare(s, l, rows)
 				return err
 			}); err != nil {
