@@ -62,23 +62,40 @@ func (r *Runner) prepareWarmed(w *warmed) error {
 	return nil
 }
 
-// warm runs a spec eagerly NumWarmup times, measuring the step's peak
-// allocation, and allocates the slot's static outputs outside the pool.
-func (r *Runner) warm(spec SlotSpec) (w *warmed, err error) {
-	w = &warmed{spec: spec, lease: &Lease{Bucket: spec.Bucket, Slot: spec.Slot, Capture: true, cfg: spec.Config, cfgIdx: spec.ConfigIdx}}
-	defer r.guard(w, &err)
+// newWarmed is the start of a spec's warm-up, or of a re-recording of its
+// slot: its capture lease.
+func newWarmed(spec SlotSpec) *warmed {
+	return &warmed{spec: spec, lease: &Lease{Bucket: spec.Bucket, Slot: spec.Slot, Capture: true, cfg: spec.Config, cfgIdx: spec.ConfigIdx}}
+}
+
+// open takes the spec's padding rows and declares, admits and plans its
+// dummy batch (prepareWarmed). Call it with r.guard deferred on w.
+func (r *Runner) open(w *warmed) (err error) {
+	spec := w.spec
 	if w.ids, err = r.pad.Ensure(fmt.Sprintf("%d_slot%d", spec.ConfigIdx, spec.Slot), spec.Bucket.BatchSize); err != nil {
-		return nil, err
+		return err
 	}
 	w.rows = spec.Config.dummyRows(w.ids, spec.Bucket.Tokens)
-	if err := r.prepareWarmed(w); err != nil {
+	return r.prepareWarmed(w)
+}
+
+// warm runs a spec eagerly NumWarmup times, measuring the step's peak
+// allocation, and allocates the slot's static outputs outside the pool.
+// Only a warm-up whose peak is a cost (measure: sizing's, not a capture's
+// of a spec sizing did not warm) empties the allocator's cache to measure
+// the segments the step reserves: emptying it costs the next allocations a
+// trip to the device (a synchronising free on CUDA).
+func (r *Runner) warm(spec SlotSpec, measure bool) (w *warmed, err error) {
+	w = newWarmed(spec)
+	defer r.guard(w, &err)
+	if err := r.open(w); err != nil {
 		return nil, err
 	}
 	for i := 0; i < NumWarmup; i++ {
 		if err := r.stream.Synchronize(); err != nil {
 			return nil, err
 		}
-		if i == 0 {
+		if i == 0 && measure {
 			// With no empty segment cached, the first warm-up's growth in
 			// reserved segments is what the step needs of the device:
 			// more than its bytes where its blocks do not fill their
@@ -218,7 +235,7 @@ func (r *Runner) captureSpec(spec SlotSpec) (*Slot, error) {
 	w := r.warmedSpecs[spec.key()]
 	if w == nil {
 		var err error
-		if w, err = r.warm(spec); err != nil {
+		if w, err = r.warm(spec, false); err != nil {
 			return nil, err
 		}
 	}
@@ -328,7 +345,7 @@ func (r *Runner) CaptureBucket(k BucketKey) error {
 		w := r.warmedSpecs[sp.key()]
 		if w == nil {
 			var err error
-			if w, err = r.warm(sp); err != nil {
+			if w, err = r.warm(sp, false); err != nil {
 				r.dropSlots(slots)
 				return r.bucketFailed(k, err)
 			}

@@ -96,7 +96,7 @@ func (r *Runner) warmNext(retry bool) (spec SlotSpec, more bool) {
 		if _, done := r.warmedSpecs[spec.key()]; done || r.warmFailed[spec.Bucket] {
 			return spec, true
 		}
-		w, err := r.warm(spec)
+		w, err := r.warm(spec, true)
 		if retry && errors.Is(err, ErrNotAdmitted) {
 			r.warmIdx--
 			r.warmDeferred = true

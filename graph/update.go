@@ -53,14 +53,10 @@ func (r *Runner) Update() (UpdateResult, error) {
 // static inputs and outputs) and takes the recording into its executable.
 func (r *Runner) updateSlot(b *Bucket, idx int, s *Slot) (inPlace bool, err error) {
 	spec := SlotSpec{Bucket: b.Key, Slot: idx, Config: b.Config, ConfigIdx: b.ConfigIdx}
-	w := &warmed{spec: spec, lease: &Lease{Bucket: b.Key, Slot: idx, Capture: true, cfg: b.Config, cfgIdx: b.ConfigIdx},
-		static: s.static, keys: s.inputKeys}
+	w := newWarmed(spec)
+	w.static, w.keys = s.static, s.inputKeys
 	defer r.guard(w, &err)
-	if w.ids, err = r.pad.Ensure(fmt.Sprintf("%d_slot%d", b.ConfigIdx, idx), b.Key.BatchSize); err != nil {
-		return false, err
-	}
-	w.rows = b.Config.dummyRows(w.ids, b.Key.Tokens)
-	if err := r.prepareWarmed(w); err != nil {
+	if err := r.open(w); err != nil {
 		return false, err
 	}
 	if err := r.stream.Synchronize(); err != nil {
