@@ -21,28 +21,29 @@ type background struct {
 	warm    int // the runner being warmed
 	pending []bgItem
 	demand  map[bgItem]int
-	tries   map[bgItem]int // refusals for memory so far
-	retry   map[bgItem]backoff
+	// refused are the buckets, and runners' next warm-ups, refused for
+	// memory and not passed since.
+	refused map[bgItem]*refusal
 	units   int // background units run: the clock back-off counts in
-	// warmWait, if set, is when the warm-up refused for memory is tried
-	// again; warmTries counts its refusals.
-	warmWait  *backoff
-	warmTries int
-	total     int
-	done      int
-	started   time.Time
-	spent     time.Duration // in background units so far
+	total   int
+	done    int
+	started time.Time
+	spent   time.Duration // in background units so far
 }
 
 // bgShare is the share of the loop's time background capture may take while
 // requests are being served; when the engine is idle it takes all of it.
 const bgShare = 0.2
 
-// bgItem is a bucket of one runner.
+// bgItem is a bucket of one runner; with no bucket (the zero key), the
+// runner's next warm-up.
 type bgItem struct {
 	r *graph.Runner
 	k graph.BucketKey
 }
+
+// warmItem is r's next warm-up.
+func warmItem(r *graph.Runner) bgItem { return bgItem{r: r} }
 
 const (
 	bgWarm = iota
@@ -50,11 +51,13 @@ const (
 	bgCapture
 )
 
-// backoff is when a bucket refused for memory (graph.ErrNotAdmitted: real
-// requests hold what its padding rows need) is tried again: at background
-// unit at, or as soon as a request has released what it held since the
-// refusal (stepRunner.Released moved on), whichever comes first.
-type backoff struct {
+// refusal is a bucket's capture, or a warm-up, refused for memory
+// (graph.ErrNotAdmitted: real requests hold what its padding rows need):
+// how often, and when it is tried again: at background unit at, or as soon
+// as a request has released what it held since the last refusal
+// (stepRunner.Released moved on), whichever comes first.
+type refusal struct {
+	tries    int
 	at       int
 	released uint64
 }
@@ -73,17 +76,23 @@ func backoffFor(n int) int {
 	return min(1<<(n-1), maxBackoff)
 }
 
-// ready reports whether it may be tried now: never refused, its back-off
+// ready reports whether it may be tried now: not refused, its back-off
 // over, or memory released since its refusal.
 func (bg *background) ready(it bgItem, released uint64) bool {
-	b, ok := bg.retry[it]
-	return !ok || bg.due(b, released)
+	f := bg.refused[it]
+	return f == nil || bg.units >= f.at || released != f.released
 }
 
-// due reports whether a back-off is over: its unit came, or memory was
-// released since.
-func (bg *background) due(b backoff, released uint64) bool {
-	return bg.units >= b.at || released != b.released
+// refuse records a refusal for memory of it, released being what the
+// step runner had released by then: it backs off.
+func (bg *background) refuse(it bgItem, released uint64) {
+	f := bg.refused[it]
+	if f == nil {
+		f = &refusal{}
+		bg.refused[it] = f
+	}
+	f.tries++
+	f.at, f.released = bg.units+backoffFor(f.tries), released
 }
 
 // want records that a step of this shape ran eager: the bucket that would
@@ -132,20 +141,19 @@ func (e *Engine) backgroundUnit(ctx context.Context) bool {
 	switch bg.phase {
 	case bgWarm:
 		// A warm-up refused for memory backs off as a capture does.
+		r := bg.pools[bg.warm].runner
 		released := e.sr.Released()
-		if w := bg.warmWait; w != nil && !bg.due(*w, released) {
+		if !bg.ready(warmItem(r), released) {
 			return false
 		}
-		r := bg.pools[bg.warm].runner
 		// A warm-up uses the forward's stream and buffers too.
 		e.discardPrePlan()
 		_, more := r.WarmNext()
 		if r.WarmDeferred() {
-			bg.warmTries++
-			bg.warmWait = &backoff{at: bg.units + backoffFor(bg.warmTries), released: released}
+			bg.refuse(warmItem(r), released)
 			return true
 		}
-		bg.warmWait, bg.warmTries = nil, 0
+		delete(bg.refused, warmItem(r))
 		if !more {
 			bg.warm++
 			if bg.warm == len(bg.pools) {
@@ -235,8 +243,7 @@ func (e *Engine) backgroundUnit(ctx context.Context) bool {
 			// they end. A bucket that could never be admitted is refused
 			// for good once no request is open (the node says so), and
 			// dropped below.
-			bg.tries[it]++
-			bg.retry[it] = backoff{at: bg.units + backoffFor(bg.tries[it]), released: released}
+			bg.refuse(it, released)
 			return true
 		}
 		if err != nil {
@@ -245,7 +252,6 @@ func (e *Engine) backgroundUnit(ctx context.Context) bool {
 			e.stats.bgDropped.Add(1)
 		}
 		bg.pending = slices.Delete(bg.pending, bi, bi+1)
-		delete(bg.retry, it)
 		bg.done++
 		if p := e.opts.Runner.Progress; p != nil {
 			p(bg.done, bg.total, graph.SlotSpec{Bucket: it.k}, err)

@@ -200,8 +200,10 @@ func (e *Engine) CaptureTries() int {
 		return 0
 	}
 	n := 0
-	for _, t := range e.bg.tries {
-		n += t
+	for it, f := range e.bg.refused {
+		if it != warmItem(it.r) {
+			n += f.tries
+		}
 	}
 	return n
 }

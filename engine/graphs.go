@@ -103,7 +103,7 @@ func (e *Engine) startGraphs(ctx context.Context, capture bool) error {
 			}
 			e.capturing.Store(true)
 		}
-		e.bg = &background{demand: map[bgItem]int{}, tries: map[bgItem]int{}, retry: map[bgItem]backoff{}, started: t0, pools: pools}
+		e.bg = &background{demand: map[bgItem]int{}, refused: map[bgItem]*refusal{}, started: t0, pools: pools}
 		e.log.Info("serving eager while graphs are captured in the background", "captures", captures)
 		return nil
 	}
