@@ -46,7 +46,6 @@ func (e *Engine) startGraphs(ctx context.Context, capture bool) error {
 	}
 	if e.opts.BackgroundCapture {
 		// Warm-ups between steps must leave the largest step its memory
-		// (before serving, the plan keeps it free).
 		// (before serving, the plan keeps it free), and a segment besides:
 		// small blocks share segments, so free bytes may be split.
 		ro.KeepFree = func() int64 { return e.floor + segment }

@@ -399,68 +399,88 @@ func Plan(pools map[string]map[BucketKey]CaptureCost, free, reusable int64) Capt
 	})
 	kept := map[string]int64{}
 	scratch := map[string]int64{}
-	var used int64
-	delta := func(x cand) (int64, int64) {
+	// delta orders the candidates: what a bucket would add, its outputs
+	// costed on their own.
+	delta := func(x cand) int64 {
 		s := int64(x.c.Slots)
-		d := s*x.c.Kept + max(0, x.c.Scratch()-scratch[x.pool]) + s*x.c.Outside
-		exe := s * x.c.Executable
-		reuse := min(reusable, exe)
-		return d + exe - reuse, reuse
+		return s*x.c.Kept + max(0, x.c.Scratch()-scratch[x.pool]) + s*(x.c.Outside+x.c.Executable)
 	}
-	fit := &alloc.Packer{}
+	var (
+		used   int64            // the chosen buckets' total, less reused executables
+		placed map[string]int64 // the chosen buckets' memory outside each pool
+	)
 	left := cands
 	for len(left) > 0 {
 		bi := 0
-		bd, _ := delta(left[0])
+		bd := delta(left[0])
 		for i := 1; i < len(left); i++ {
-			if d, _ := delta(left[i]); d < bd {
+			if d := delta(left[i]); d < bd {
 				bi, bd = i, d
 			}
 		}
 		x := left[bi]
 		left = slices.Delete(left, bi, bi+1)
-		d, reuse := delta(x)
-		// The rest of the segments the outputs open is free, but only for
-		// small requests: the floor's large ones cannot use it.
-		try := fit.Clone()
-		for range x.c.Slots {
-			packOutputs(try, x.c)
+		// The chosen buckets with this one, their outputs placed as the
+		// allocator will: the rest of the segments they open is free,
+		// but only for small requests (the floor's large ones cannot use
+		// it).
+		p.Buckets[x.pool] = append(p.Buckets[x.pool], x.c.Bucket)
+		outside, exe, rest := placeOutside(pools, p.Buckets)
+		pooled := int64(0)
+		for name, k := range kept {
+			pooled += k + scratch[name]
 		}
-		rest := try.Reserved() - try.Held()
-		if used+d+p.Floor+rest > free {
+		s := int64(x.c.Slots)
+		pooled += s*x.c.Kept + max(0, x.c.Scratch()-scratch[x.pool])
+		var total int64
+		for _, v := range outside {
+			total += v
+		}
+		total += pooled - min(reusable, exe)
+		if total+p.Floor+rest > free {
+			p.Buckets[x.pool] = p.Buckets[x.pool][:len(p.Buckets[x.pool])-1]
 			p.Why[x.c.Bucket] = fmt.Sprintf("does not fit: it adds %d bytes, %d are left beside the %d-byte floor",
-				d, max(0, free-used-p.Floor-rest), p.Floor)
+				total-used, max(0, free-used-p.Floor-rest), p.Floor)
 			continue
 		}
-		fit, p.Reserve = try, rest
-		used += d
-		reusable -= reuse
-		s := int64(x.c.Slots)
+		used, placed, p.Reserve = total, outside, rest
 		kept[x.pool] += s * x.c.Kept
 		scratch[x.pool] = max(scratch[x.pool], x.c.Scratch())
-		p.Buckets[x.pool] = append(p.Buckets[x.pool], x.c.Bucket)
 	}
-	names := make([]string, 0, len(pools))
 	for name := range pools {
-		names = append(names, name)
 		p.Predicted[name] = kept[name] + scratch[name]
+		p.Outside[name] = placed[name]
 		slices.SortFunc(p.Buckets[name], compareKeys)
 	}
-	// Outside the pools: the executables, and the static outputs as the
-	// allocator will place them, every slot of the chosen buckets in capture
-	// order, all in the device's default pool. Small outputs share segments,
-	// so they cost their own bytes, not a segment a bucket.
+	return p
+}
+
+// placeOutside is the memory outside the pools of the chosen buckets (by
+// pool): their executables, and their static outputs as the allocator will
+// place them, every slot in capture order (pools by name, largest bucket
+// first), all in the device's default pool, so that small outputs share
+// segments. It also returns the executables' total and the rest of the
+// segments the outputs open.
+func placeOutside(pools map[string]map[BucketKey]CaptureCost, chosen map[string][]BucketKey) (outside map[string]int64, exe, rest int64) {
+	names := make([]string, 0, len(chosen))
+	for name := range chosen {
+		names = append(names, name)
+	}
 	slices.Sort(names)
+	outside = map[string]int64{}
 	var packer alloc.Packer
 	for _, name := range names {
-		for _, k := range p.Buckets[name] {
+		ks := slices.Clone(chosen[name])
+		slices.SortFunc(ks, compareKeys)
+		for _, k := range ks {
 			c := pools[name][k]
 			for range c.Slots {
-				p.Outside[name] += c.Executable + packOutputs(&packer, c)
+				outside[name] += c.Executable + packOutputs(&packer, c)
+				exe += c.Executable
 			}
 		}
 	}
-	return p
+	return outside, exe, packer.Reserved() - packer.Held()
 }
 
 // packOutputs places one slot's outputs and returns what they hold. Costs

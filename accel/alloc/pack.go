@@ -69,13 +69,6 @@ func (p *Packer) insert(b packBlock) {
 	p.free = slices.Insert(p.free, i, b)
 }
 
-// Clone is an independent copy of the packer's state.
-func (p *Packer) Clone() *Packer {
-	c := *p
-	c.free = slices.Clone(p.free)
-	return &c
-}
-
 // Held is the bytes the placed blocks hold: what they take from everyone
 // else, since the rest of their segments serves other allocations.
 func (p *Packer) Held() int64 { return p.held }
