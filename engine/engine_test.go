@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/reprise-ml/reprise/accel"
+	"github.com/reprise-ml/reprise/accel/acceltest"
 	_ "github.com/reprise-ml/reprise/accel/cpu"
 	"github.com/reprise-ml/reprise/engine"
 	"github.com/reprise-ml/reprise/graph"
@@ -660,37 +661,6 @@ func TestRegionCanLeaseBeforeStep(t *testing.T) {
 	}
 }
 
-// slowGate returns an event that completes only once k n-by-n matrix
-// products (tens of milliseconds or more on the CPU device) have run on a
-// stream of their own: a stream that waits on it is held back that long.
-func slowGate(t *testing.T, dev accel.Device, n, k int) accel.Event {
-	t.Helper()
-	g, err := dev.NewStream()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { g.Close() })
-	l := accel.On(g)
-	x, w, y := l.Alloc(accel.F32, n, n), l.Alloc(accel.F32, n, n), l.Alloc(accel.F32, n, n)
-	l.FillF32(x, 1)
-	l.FillF32(w, 0.5)
-	for range k {
-		l.MatMul(y, x, w)
-	}
-	l.Free(x, w, y)
-	ev, err := dev.NewEvent()
-	if err == nil {
-		err = l.Err()
-	}
-	if err == nil {
-		err = g.Record(ev)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ev
-}
-
 // A region that leases before its step is planned ahead as decode's next
 // step is: on its runner's plan stream, never the replay stream, and its
 // replay waits on the plan's event (DESIGN.md invariant 8). The region's
@@ -704,12 +674,12 @@ func TestRegionPlannedAheadOnThePlanStream(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer m.Close()
+	t.Cleanup(m.Close)
 	e, err := engine.New(dev, m, engine.Options{Graphs: true, PlanCache: "off"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer e.Close()
+	t.Cleanup(e.Close)
 	if err := e.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -722,7 +692,7 @@ func TestRegionPlannedAheadOnThePlanStream(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gate := slowGate(t, dev, 256, 8)
+	gate := acceltest.Gate(t, dev, 256, 8)
 	if err := ps.Wait(gate); err != nil {
 		t.Fatal(err)
 	}

@@ -6,41 +6,8 @@ import (
 	"testing"
 
 	"github.com/reprise-ml/reprise/accel"
+	"github.com/reprise-ml/reprise/accel/acceltest"
 )
-
-// gateStream returns an event that completes only after a queue of slow
-// kernels (k 512x512 matrix products, hundreds of milliseconds on the CPU
-// device) has run on a stream of its own: a stream that waits on it is held
-// back for that long.
-func gateStream(t *testing.T, dev accel.Device, k int) accel.Event {
-	t.Helper()
-	g, err := dev.NewStream()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { g.Close() })
-	l := accel.On(g)
-	x := l.Alloc(accel.F32, 512, 512)
-	w := l.Alloc(accel.F32, 512, 512)
-	y := l.Alloc(accel.F32, 512, 512)
-	l.FillF32(x, 1)
-	l.FillF32(w, 0.5)
-	for range k {
-		l.MatMul(y, x, w)
-	}
-	l.Free(x, w, y)
-	if err := l.Err(); err != nil {
-		t.Fatal(err)
-	}
-	ev, err := dev.NewEvent()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := g.Record(ev); err != nil {
-		t.Fatal(err)
-	}
-	return ev
-}
 
 // The replay waits on the plan-done event it is given. A step is pre-planned
 // on the runner's plan stream while that stream is held back (it waits on a
@@ -88,7 +55,7 @@ func TestReplayWaitsOnPlanEvent(t *testing.T) {
 	}
 
 	// Step B is pre-planned on the plan stream, held back by the gate.
-	gate := gateStream(t, n.dev, 20)
+	gate := acceltest.Gate(t, n.dev, 512, 20)
 	plan := r.PlanStream()
 	if err := plan.Wait(gate); err != nil {
 		t.Fatal(err)

@@ -110,3 +110,35 @@ func SampleCandidates(row []float32, temp float32, k int, topP float32) map[int]
 	}
 	return set
 }
+
+// Gate returns an event that completes only once k n-by-n matrix products
+// have run on a stream of their own (tens of milliseconds or more on the
+// CPU device at n = 256, k = 8): a stream that waits on it is held back that
+// long, so a test can tell whether work was ordered after it.
+func Gate(t testing.TB, dev accel.Device, n, k int) accel.Event {
+	t.Helper()
+	g, err := dev.NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { g.Close() })
+	l := accel.On(g)
+	x, w, y := l.Alloc(accel.F32, n, n), l.Alloc(accel.F32, n, n), l.Alloc(accel.F32, n, n)
+	l.FillF32(x, 1)
+	l.FillF32(w, 0.5)
+	for range k {
+		l.MatMul(y, x, w)
+	}
+	l.Free(x, w, y)
+	ev, err := dev.NewEvent()
+	if err == nil {
+		err = l.Err()
+	}
+	if err == nil {
+		err = g.Record(ev)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ev
+}
