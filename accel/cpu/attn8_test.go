@@ -68,14 +68,17 @@ func runAttnPieces(c *rcall, vk *vecOps, cuts []int) []float32 {
 // TestAttn8MatchesGeneral: the eight-wide-head attention path gives the
 // general path's bits (and the plain-Go kernels'), for whole rows and for
 // rows split between workers by KV group, at context lengths around its
-// block sizes, including scores that overflow and a NaN query.
-func TestAttn8MatchesGeneral(t *testing.T) {
-	vk := needVec(t)
-	if vk.attn8 == nil {
-		t.Skip("no eight-wide attention kernel in this build")
-	}
+// block sizes, including scores that overflow and a NaN query; for a set
+// without the path (AVX2), its general path against plain Go.
+func TestAttn8MatchesGeneral(t *testing.T) { eachVecSet(t, testAttn8MatchesGeneral) }
+
+func testAttn8MatchesGeneral(t *testing.T, vk *vecOps) {
 	general := *vk
 	general.attn8 = nil
+	sets := map[string]*vecOps{"attn8": vk, "general": &general}
+	if vk.attn8 == nil {
+		delete(sets, "attn8")
+	}
 	for _, tc := range []struct {
 		T, nh, nkv, page, ctx int
 	}{
@@ -103,7 +106,7 @@ func TestAttn8MatchesGeneral(t *testing.T) {
 				splits := [][]int{{0, units}, {0, units / 2, units}, {0, units / 3, 2 * units / 3, units}}
 				want := runAttnPieces(c, nil, []int{0, units})
 				for _, cuts := range splits {
-					for name, set := range map[string]*vecOps{"attn8": vk, "general": &general} {
+					for name, set := range sets {
 						got := runAttnPieces(c, set, cuts)
 						for i := range want {
 							if !sameBits32(got[i], want[i]) {

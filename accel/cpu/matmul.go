@@ -43,7 +43,7 @@ var (
 //go:norace
 func runMatMulPacked(c *rcall, p *packed, lo, hi, t0, t1 int, k *kctx) {
 	vk := simdOps()
-	if vk == nil {
+	if !vk.hasMM() {
 		runMatMulPackedGo(c, p, lo, hi, t0, t1)
 		return
 	}

@@ -14,8 +14,8 @@ import (
 // out) at T rows:
 // GFLOP/s counts a multiply and an add per weight and row.
 func BenchmarkMatMulKernel(b *testing.B) {
-	if vecBuilt == nil {
-		b.Skip("no vector kernels in this build")
+	if !vecBuilt.hasMM() {
+		b.Skip("no vector matmul kernels in this build or on this CPU")
 	}
 	old := vec.Load()
 	vec.Store(vecBuilt)
@@ -120,8 +120,8 @@ func BenchmarkPrefillMatMuls(b *testing.B) {
 // step that no scheduling can beat; 64 × the batch-1 replayed step
 // (BenchmarkStep) over it bounds the aggregate speed-up batching can give.
 func BenchmarkMatMulFloor(b *testing.B) {
-	if vecBuilt == nil {
-		b.Skip("no vector kernels in this build")
+	if !vecBuilt.hasMM() {
+		b.Skip("no vector matmul kernels in this build or on this CPU")
 	}
 	old := vec.Load()
 	vec.Store(vecBuilt)

@@ -10,36 +10,48 @@ import (
 	"github.com/reprise-ml/reprise/accel/acceltest"
 )
 
-// kernelMode is one way the device can compute: vector kernels on or off,
-// packed weights forced onto the plain-Go panel kernel, a thread count.
+// kernelMode is one way the device can compute: a vector kernel set or
+// none, packed weights forced onto the plain-Go panel kernel, a thread
+// count.
 type kernelMode struct {
 	name    string
-	vec     bool // the archsimd kernels (only where built)
-	packGo  bool // pack without vector kernels (plain-Go panel kernel)
+	vec     *vecOps // an archsimd kernel set (only where built), nil: plain Go
+	packGo  bool    // pack without vector matmul kernels (plain-Go panel kernel)
 	threads int
 }
 
+// modes are the plain-Go kernels, packed or not, and every vector set this
+// CPU runs (on an AVX-512 machine the AVX2 set too), at one to three
+// threads, and where a set has no matmul kernels, on packed weights too.
 func modes() []kernelMode {
 	var ms []kernelMode
 	for _, th := range []int{1, 2, 3} {
-		ms = append(ms, kernelMode{fmt.Sprintf("go/t%d", th), false, false, th})
-		ms = append(ms, kernelMode{fmt.Sprintf("gopacked/t%d", th), false, true, th})
-		if SIMDBuilt() {
-			ms = append(ms, kernelMode{fmt.Sprintf("simd/t%d", th), true, false, th})
+		ms = append(ms, kernelMode{fmt.Sprintf("go/t%d", th), nil, false, th})
+		ms = append(ms, kernelMode{fmt.Sprintf("gopacked/t%d", th), nil, true, th})
+		for _, vk := range vecSets() {
+			ms = append(ms, kernelMode{fmt.Sprintf("%s/t%d", vk.name, th), vk, false, th})
+			if !vk.hasMM() && th == 2 {
+				ms = append(ms, kernelMode{fmt.Sprintf("%s+gopacked/t%d", vk.name, th), vk, true, th})
+			}
 		}
 	}
 	return ms
+}
+
+// vecSets are the vector kernel sets this build and CPU run (none in a
+// GOAMD64=v3 build, where they stay off).
+func vecSets() []*vecOps {
+	if goamd64v3 {
+		return nil
+	}
+	return vecRunnable
 }
 
 // withMode sets the package's kernel selection for the rest of the test.
 func withMode(tb testing.TB, m kernelMode) {
 	old, oldPack := vec.Load(), packGo.Load()
 	tb.Cleanup(func() { vec.Store(old); packGo.Store(oldPack) })
-	if m.vec {
-		vec.Store(vecBuilt)
-	} else {
-		vec.Store(nil)
-	}
+	vec.Store(m.vec)
 	packGo.Store(m.packGo)
 }
 
@@ -56,7 +68,7 @@ func bitsEqual(a, b []float32) (int, bool) {
 }
 
 // TestModesAgree: every kernel set (plain Go, plain Go on packed weights,
-// archsimd), every thread count, eager launches and replays of the captured
+// each archsimd set), every thread count, eager launches and replays of the captured
 // step (several times: packing happens on the first) give the same logits,
 // bit for bit, for decode and prefill steps, float32 and bf16 weights.
 func TestModesAgree(t *testing.T) {
@@ -92,7 +104,7 @@ func TestModesAgree(t *testing.T) {
 							t.Fatalf("%s replay %d: logit %d = %v, want %v", m.name, rep, i, got[i], want[i])
 						}
 					}
-					if m.packGo || m.vec {
+					if m.packGo || m.vec.hasMM() {
 						if dev := e.Dev.(*Device); dev.PackedBytes() == 0 {
 							t.Fatalf("%s: no packed weights", m.name)
 						}

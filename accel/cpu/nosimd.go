@@ -4,3 +4,6 @@ package cpu
 
 // This build has no vector kernels (it needs GOEXPERIMENT=simd on amd64).
 var vecBuilt *vecOps
+
+// vecRunnable: none.
+var vecRunnable []*vecOps

@@ -10,16 +10,16 @@ import (
 )
 
 // withPacking runs the test with packed weights on: the vector kernels
-// where built, else the plain-Go panel kernel.
+// where built (on the plain-Go panel kernel where the set has no matmul
+// kernels), else the plain-Go panel kernel.
 func withPacking(t *testing.T) {
 	t.Helper()
 	old, oldPack := vec.Load(), packGo.Load()
 	t.Cleanup(func() { vec.Store(old); packGo.Store(oldPack) })
 	if vecBuilt != nil && !goamd64v3 {
 		vec.Store(vecBuilt)
-	} else {
-		packGo.Store(true)
 	}
+	packGo.Store(!vec.Load().hasMM())
 }
 
 // scalarMatMul is y = x·Wᵀ by the row-major scalar kernel.

@@ -9,9 +9,10 @@ import (
 // Vector kernels.
 //
 // Built with GOEXPERIMENT=simd on amd64, the device has kernels on the
-// simd/archsimd package (simd_amd64.go, simd_mm_amd64.go), used when the CPU
-// has AVX-512 (F, CD, BW, DQ, VL); every other build and machine runs the
-// plain-Go kernels. Both give the same bits: the vector kernels keep the
+// simd/archsimd package (simd_amd64.go, simd_gen_amd64.go), used when the
+// CPU has AVX-512 (F, CD, BW, DQ, VL), and 256-bit ones for the elementwise
+// ops and the attention (simd_avx2_amd64.go) where it has AVX2 and FMA but
+// not AVX-512; every other build and machine runs the plain-Go kernels. Both give the same bits: the vector kernels keep the
 // reference's order of every float32 operation and vectorise only across
 // independent chains (outputs of a matmul, elements of an axpy or of an
 // elementwise op), and never fuse a multiply with an add. Exponentials are
@@ -94,10 +95,16 @@ func init() {
 // simdOps is the vector kernel set in use, nil for plain Go.
 func simdOps() *vecOps { return vec.Load() }
 
-// packingOn reports whether MatMul weights get packed copies.
-func packingOn() bool { return vec.Load() != nil || packGo.Load() }
+// packingOn reports whether MatMul weights get packed copies: where the
+// vector set has packed matmul kernels, or packGo.
+func packingOn() bool { return vec.Load().hasMM() || packGo.Load() }
 
-// KernelSet names the kernels the device runs: "avx512" (archsimd) or "go".
+// hasMM reports whether v has the packed float32 and bf16 matmul kernels
+// (a set without them leaves MatMul to the plain-Go kernels).
+func (v *vecOps) hasMM() bool { return v != nil && v.f32[0][0] != nil && v.bf16[0][0] != nil }
+
+// KernelSet names the kernels the device runs: "avx512" or "avx2"
+// (archsimd), or "go".
 func KernelSet() string {
 	if v := vec.Load(); v != nil {
 		return v.name
@@ -106,6 +113,6 @@ func KernelSet() string {
 }
 
 // SIMDBuilt reports whether this build has vector kernels that this CPU can
-// run (GOEXPERIMENT=simd, amd64, AVX-512, not GOAMD64=v3), whether or not
-// they are turned off.
+// run (GOEXPERIMENT=simd, amd64, AVX-512 or AVX2 with FMA, not GOAMD64=v3),
+// whether or not they are turned off.
 func SIMDBuilt() bool { return vecBuilt != nil && !goamd64v3 }

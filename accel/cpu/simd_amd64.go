@@ -17,7 +17,26 @@ import (
 // before it returns; the plain functions around them hold no vector values.
 // See simd.go and hazard_test.go.
 
-var vecBuilt = avx512Ops()
+// vecRunnable are the sets this CPU runs, fastest first: AVX-512, AVX2
+// (with FMA). The tests check each against the plain-Go kernels.
+var vecRunnable = runnableOps()
+
+var vecBuilt = func() *vecOps {
+	if len(vecRunnable) == 0 {
+		return nil
+	}
+	return vecRunnable[0]
+}()
+
+func runnableOps() []*vecOps {
+	var vs []*vecOps
+	for _, v := range []*vecOps{avx512Ops(), avx2Ops()} {
+		if v != nil {
+			vs = append(vs, v)
+		}
+	}
+	return vs
+}
 
 func avx512Ops() *vecOps {
 	if !archsimd.X86.AVX512() {
@@ -168,11 +187,22 @@ func vExpShiftGo(x []float32, m float32) {
 
 // vExpShiftPattern sets x[i] = exp32(x[i] - m[i%16]): the vector kernel,
 // then the scalar exponential for the lanes it was unsure of.
-func vExpShiftPattern(x []float32, m *[16]float32) {
+func vExpShiftPattern(x []float32, m *[16]float32) { expShiftPattern(x, m, true) }
+
+// expShiftPattern is vExpShiftPattern on the AVX-512 kernel (wide) or the
+// AVX2 one (the kernels are called directly: through a function value,
+// flags would escape to the heap).
+func expShiftPattern(x []float32, m *[16]float32, wide bool) {
 	var flags [expBlock / 16]uint16
 	for base := 0; base < len(x); base += expBlock {
 		blk := x[base:min(len(x), base+expBlock)]
-		if vExpShift(blk, m, &flags) {
+		var any bool
+		if wide {
+			any = vExpShift(blk, m, &flags)
+		} else {
+			any = vExpShift8(blk, m, &flags)
+		}
+		if any {
 			for g := 0; 16*g < len(blk); g++ {
 				for f := flags[g]; f != 0; f &= f - 1 {
 					i := 16*g + bits.TrailingZeros16(f)
@@ -183,14 +213,24 @@ func vExpShiftPattern(x []float32, m *[16]float32) {
 	}
 }
 
-func vSiLUGo(out, a, b []float32) {
+func vSiLUGo(out, a, b []float32) { siluVec(out, a, b, true) }
+
+// siluVec is SiLUMul on the AVX-512 kernel (wide) or the AVX2 one, then
+// the scalar code for the lanes it was unsure of.
+func siluVec(out, a, b []float32, wide bool) {
 	var flags [expBlock / 16]uint16
 	a, b = a[:len(out)], b[:len(out)]
 	for len(out) > 0 {
 		n := min(len(out), expBlock)
 		o, x, y := out[:n], a[:n], b[:n]
 		out, a, b = out[n:], a[n:], b[n:]
-		if vSiLU(o, x, y, &flags) {
+		var any bool
+		if wide {
+			any = vSiLU(o, x, y, &flags)
+		} else {
+			any = vSiLU8(o, x, y, &flags)
+		}
+		if any {
 			for g := 0; 16*g < n; g++ {
 				for f := flags[g]; f != 0; f &= f - 1 {
 					i := 16*g + bits.TrailingZeros16(f)

@@ -94,7 +94,9 @@ func BenchmarkRoofline(b *testing.B) {
 // BenchmarkStepQuant times the 25M shape's decode step (batch 1 and 64,
 // replayed) and its 512-token prefill (replayed) with quantized weights
 // (the embedding and classifier stay float32; Q4_K's and Q6_K's w2, whose
-// 1376 inputs are not whole super-blocks, is Q4_0).
+// 1376 inputs are not whole super-blocks, is Q4_0), with the elementwise and
+// attention kernels in plain Go (/go) and on each vector set this CPU runs
+// (the quantized matmul kernels on in both).
 // `GOEXPERIMENT=simd go test -run XXX -bench StepQuant ./accel/cpu`
 func BenchmarkStepQuant(b *testing.B) {
 	for _, wdt := range []accel.DType{accel.Q8_0, accel.Q4_0, accel.Q4_K, accel.Q6_K} {
@@ -105,11 +107,18 @@ func BenchmarkStepQuant(b *testing.B) {
 			if R == 1 && T > 1 {
 				name, ctx = fmt.Sprintf("25M/%s/T%d", wdt, T), T
 			}
-			b.Run(name, func(b *testing.B) {
-				e := acceltest.Open(b, "cpu", accel.Options{})
-				d := newDecoder(b, e, shape25M, wdt, T, R, ctx)
-				benchSteps(b, d, "replay")
-			})
+			for _, vk := range append([]*vecOps{nil}, vecSets()...) {
+				set := "go"
+				if vk != nil {
+					set = vk.name
+				}
+				b.Run(name+"/"+set, func(b *testing.B) {
+					withMode(b, kernelMode{vec: vk})
+					e := acceltest.Open(b, "cpu", accel.Options{})
+					d := newDecoder(b, e, shape25M, wdt, T, R, ctx)
+					benchSteps(b, d, "replay")
+				})
+			}
 		}
 	}
 }

@@ -58,23 +58,73 @@ func benchSiLU(b *testing.B, n int) {
 
 func BenchmarkSoftmax(b *testing.B) {
 	r := rand.New(rand.NewPCG(1, 2))
-	n := 64
-	x, y := make([]float32, n), make([]float32, n)
-	for i := range x {
-		x[i] = float32(r.NormFloat64() * 3)
+	for _, n := range []int{64, 512} {
+		x, y := make([]float32, n), make([]float32, n)
+		for i := range x {
+			x[i] = float32(r.NormFloat64() * 3)
+		}
+		for _, on := range []bool{false, true} {
+			name := "go"
+			if on {
+				name = "simd"
+			}
+			b.Run(fmt.Sprintf("%d/%s", n, name), func(b *testing.B) {
+				benchVec(b, on, func() {
+					copy(y, x)
+					softmax32(y)
+				})
+				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/elem")
+			})
+		}
 	}
+}
+
+// BenchmarkRMSScale: RMSNorm's scaling of a 768-wide row (the 110M shape).
+func BenchmarkRMSScale(b *testing.B) {
+	r := rand.New(rand.NewPCG(1, 2))
+	const n = 768
+	x, w, out := normF32(r, n), normF32(r, n), make([]float32, n)
 	for _, on := range []bool{false, true} {
 		name := "go"
 		if on {
 			name = "simd"
 		}
 		b.Run(name, func(b *testing.B) {
-			benchVec(b, on, func() {
-				copy(y, x)
-				softmax32(y)
-			})
+			benchVec(b, on, func() { rmsScale(out, x, w, 0.37) })
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/elem")
 		})
+	}
+}
+
+// BenchmarkAttentionHeads times the attention of the 110M shape's head
+// layout (12 heads of 64, no grouping) for one token at context 512 and 64
+// tokens at context 256 (each at its last position), split between two
+// workers' halves, plain Go against the vector kernels (the general path:
+// scores, softmax, weighted values).
+func BenchmarkAttentionHeads(b *testing.B) {
+	for _, sh := range [][2]int{{1, 512}, {64, 256}} {
+		T, ctx := sh[0], sh[1]
+		r := rand.New(rand.NewPCG(1, 2))
+		c := attnCall(r, T, 12, 12, 64, 16, ctx)
+		pos := c.o[5].i32()
+		for i := range pos {
+			pos[i] = int32(ctx - 1)
+		}
+		units, _ := unitsAttention(c)
+		k := &kctx{}
+		for _, on := range []bool{false, true} {
+			name := "go"
+			if on {
+				name = "simd"
+			}
+			b.Run(fmt.Sprintf("T%d/ctx%d/%s", T, ctx, name), func(b *testing.B) {
+				benchVec(b, on, func() {
+					runAttention(c, 0, units/2, k)
+					runAttention(c, units/2, units, k)
+				})
+				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(T*ctx*12), "ns/score")
+			})
+		}
 	}
 }
 

@@ -14,16 +14,26 @@ import (
 
 // The vector kernels against the scalar ones, on the same inputs in one
 // binary: the same bits, always. These run where the build has the archsimd
-// kernels and the CPU runs them (GOEXPERIMENT=simd on an AVX-512 machine);
-// elsewhere they skip, and TestModesAgree still checks the plain-Go kernels
-// on packed weights against the row-major ones.
+// kernels and the CPU runs them (GOEXPERIMENT=simd on an AVX-512 or AVX2
+// machine), each set this CPU runs in turn (an AVX-512 machine runs the
+// AVX2 set too); elsewhere they skip, and TestModesAgree still checks the
+// plain-Go kernels on packed weights against the row-major ones.
 
 func needVec(t *testing.T) *vecOps {
 	t.Helper()
 	if vecBuilt == nil || goamd64v3 {
-		t.Skip("no archsimd kernels in this build or on this CPU (GOEXPERIMENT=simd, amd64, AVX-512)")
+		t.Skip("no archsimd kernels in this build or on this CPU (GOEXPERIMENT=simd, amd64, AVX-512 or AVX2+FMA)")
 	}
 	return vecBuilt
+}
+
+// eachVecSet runs f on every vector set this CPU runs, as subtests.
+func eachVecSet(t *testing.T, f func(t *testing.T, vk *vecOps)) {
+	t.Helper()
+	needVec(t)
+	for _, vk := range vecSets() {
+		t.Run(vk.name, func(t *testing.T) { f(t, vk) })
+	}
 }
 
 // expInputs are float32s to test exponentials on: every range the kernels
@@ -54,12 +64,13 @@ func sameBits32(a, b float32) bool {
 	return math.Float32bits(a) == math.Float32bits(b) || (a != a && b != b)
 }
 
-func TestVecExp(t *testing.T) {
-	vk := needVec(t)
+func TestVecExp(t *testing.T) { eachVecSet(t, testVecExp) }
+
+func testVecExp(t *testing.T, vk *vecOps) {
 	r := rand.New(rand.NewPCG(3, 4))
 	in := expInputs(r)
 	for _, m := range []float32{0, 1.5, -3, 20} {
-		for _, n := range []int{1, 7, 8, 15, 16, 17, 64, 513, len(in)} {
+		for _, n := range []int{1, 7, 8, 9, 15, 16, 17, 24, 64, 513, len(in)} {
 			x := append([]float32(nil), in[:n]...)
 			vk.expShift(x, m)
 			for i, v := range in[:n] {
@@ -71,15 +82,16 @@ func TestVecExp(t *testing.T) {
 	}
 }
 
-func TestVecSiLU(t *testing.T) {
-	vk := needVec(t)
+func TestVecSiLU(t *testing.T) { eachVecSet(t, testVecSiLU) }
+
+func testVecSiLU(t *testing.T, vk *vecOps) {
 	r := rand.New(rand.NewPCG(5, 6))
 	a := expInputs(r)
 	b := make([]float32, len(a))
 	for i := range b {
 		b[i] = float32(r.NormFloat64())
 	}
-	for _, n := range []int{1, 5, 16, 31, 100, len(a)} {
+	for _, n := range []int{1, 5, 8, 9, 16, 31, 100, len(a)} {
 		want := make([]float32, n)
 		siluMulGo(want, a[:n], b[:n])
 		got := make([]float32, n)
@@ -100,12 +112,16 @@ func TestVecSiLU(t *testing.T) {
 }
 
 // TestVecExpExhaustive checks every float32 (REPRISE_EXHAUSTIVE=1; about a
-// minute on two cores).
+// minute on two cores per set).
 func TestVecExpExhaustive(t *testing.T) {
-	vk := needVec(t)
+	needVec(t)
 	if os.Getenv("REPRISE_EXHAUSTIVE") != "1" {
 		t.Skip("set REPRISE_EXHAUSTIVE=1 to check all 2^32 inputs")
 	}
+	eachVecSet(t, testVecExpExhaustive)
+}
+
+func testVecExpExhaustive(t *testing.T, vk *vecOps) {
 	const chunk = 1 << 16
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -163,7 +179,9 @@ func specialF32(r *rand.Rand, n int, sd float64) []float32 {
 // kernel and the plain-Go panel kernel, over shapes that exercise every
 // register block, the partial last panel and odd input counts.
 func TestVecMatMul(t *testing.T) {
-	needVec(t)
+	if !needVec(t).hasMM() {
+		t.Skipf("the %s set has no matmul kernels", vecBuilt.name)
+	}
 	r := rand.New(rand.NewPCG(7, 8))
 	for _, dt := range []accel.DType{accel.F32, accel.BF16} {
 		for _, T := range []int{1, 2, 3, 4, 5, 7, 64} {
@@ -237,7 +255,7 @@ func runRef(c *rcall, run func(c *rcall, lo, hi int)) []float32 {
 }
 
 // TestKernelSet: the vector kernels run exactly where they are built and the
-// CPU has AVX-512, and never in a GOAMD64=v3 (or higher) build.
+// CPU has AVX-512 or AVX2 with FMA, and never in a GOAMD64=v3 (or higher) build.
 func TestKernelSet(t *testing.T) {
 	t.Logf("kernel set %q (vector kernels built for this CPU: %v, GOAMD64>=v3: %v)", KernelSet(), SIMDBuilt(), goamd64v3)
 	if goamd64v3 && (SIMDBuilt() || KernelSet() != "go") {
@@ -245,5 +263,177 @@ func TestKernelSet(t *testing.T) {
 	}
 	if os.Getenv(EnvSIMD) == "0" && KernelSet() != "go" {
 		t.Fatalf("%s=0 but the kernel set is %q", EnvSIMD, KernelSet())
+	}
+	if SIMDBuilt() && os.Getenv(EnvSIMD) != "0" && KernelSet() != vecSets()[0].name {
+		t.Fatalf("kernel set %q, but this CPU runs %q", KernelSet(), vecSets()[0].name)
+	}
+}
+
+// vecSizes are lengths around the vector widths (8 and 16 lanes) and the
+// exponential kernels' block (expBlock).
+var vecSizes = []int{1, 2, 3, 7, 8, 9, 15, 16, 17, 23, 24, 31, 32, 33, 63, 64, 65, 100, 511, 512, 513, 1030}
+
+// TestVecElementwise: scale, division, maximum, the exponential with a
+// sixteen-lane pattern of shifts, the four-row sums and the bandwidth
+// probe's sum of every vector set against the plain-Go code, at every
+// length around the vector widths, on inputs with zeros of both signs,
+// subnormals, infinities and NaNs.
+func TestVecElementwise(t *testing.T) { eachVecSet(t, testVecElementwise) }
+
+func testVecElementwise(t *testing.T, vk *vecOps) {
+	r := rand.New(rand.NewPCG(9, 10))
+	special := func(n int) []float32 {
+		v := specialF32(r, n, 3)
+		for i := range v {
+			switch r.IntN(40) {
+			case 0:
+				v[i] = float32(math.Inf(1))
+			case 1:
+				v[i] = float32(math.Inf(-1))
+			case 2:
+				v[i] = float32(math.NaN())
+			}
+		}
+		return v
+	}
+	check := func(op string, n, i int, got, want float32) {
+		t.Helper()
+		if !sameBits32(got, want) {
+			t.Fatalf("%s n=%d: [%d] = %v (%08x), plain Go %v (%08x)", op, n, i, got, math.Float32bits(got), want, math.Float32bits(want))
+		}
+	}
+	for _, n := range vecSizes {
+		x, w := special(n), special(n)
+		for _, s := range []float32{0.37, 0, float32(math.Inf(1)), 3e38} {
+			want := make([]float32, n)
+			rmsScaleGo(want, x, w, s)
+			got := make([]float32, n)
+			vk.scale(got, x, w, s)
+			in := append([]float32(nil), x...)
+			vk.scale(in, in, w, s) // in place, as RMSNorm may run it
+			for i := range want {
+				check("scale", n, i, got[i], want[i])
+				check("scale in place", n, i, in[i], want[i])
+			}
+			got = append(got[:0], x...)
+			vk.div(got, s)
+			for i := range got {
+				check("div", n, i, got[i], x[i]/s)
+			}
+		}
+
+		// The maximum: of finite values with zeros of both signs, of all
+		// -Inf, and false with a NaN anywhere (the caller's scalar loop
+		// then decides).
+		fin := specialF32(r, n, 3)
+		m, ok := vk.max(fin)
+		want := fin[0]
+		for _, v := range fin[1:] {
+			if v > want {
+				want = v
+			}
+		}
+		if !ok || m != want {
+			t.Fatalf("max n=%d = %v, %v; want %v", n, m, ok, want)
+		}
+		inf := make([]float32, n)
+		for i := range inf {
+			inf[i] = float32(math.Inf(-1))
+		}
+		if m, ok := vk.max(inf); !ok || !math.IsInf(float64(m), -1) {
+			t.Fatalf("max of -Inf n=%d = %v, %v", n, m, ok)
+		}
+		for _, at := range []int{0, n / 2, n - 1} {
+			nan := append([]float32(nil), fin...)
+			nan[at] = float32(math.NaN())
+			if _, ok := vk.max(nan); ok {
+				t.Fatalf("max n=%d with a NaN at %d: ok", n, at)
+			}
+		}
+
+		// The exponential with a pattern of sixteen shifts (the attention's
+		// per-head rows).
+		var pat [16]float32
+		for i := range pat {
+			pat[i] = float32(r.NormFloat64() * 4)
+		}
+		e := append([]float32(nil), x...)
+		expShiftPattern(e, &pat, vk.name == "avx512")
+		for i, v := range x {
+			check("exp pattern", n, i, e[i], exp32(v-pat[i%16]))
+		}
+
+		// Four rows' sums, each in element order, at every length up to n.
+		var rows [4][]float32
+		for i := range rows {
+			rows[i] = special(n)
+		}
+		for _, k := range []int{0, 1, 3, 4, 5, n} {
+			if k > n {
+				continue
+			}
+			var sums [4]float32
+			vk.rowSums4(&rows, k, &sums)
+			for i, row := range rows {
+				var s float32
+				for _, v := range row[:k] {
+					s += v
+				}
+				check("rowSums4", k, i, sums[i], s)
+			}
+		}
+
+		// The bandwidth probe's sum is in no particular order: exact on
+		// small integers.
+		ints := make([]float32, n)
+		var s float32
+		for i := range ints {
+			ints[i] = float32(r.IntN(200) - 100)
+			s += ints[i]
+		}
+		check("sum", n, 0, vk.sum(ints), s)
+	}
+}
+
+// TestVecAttention: the attention (scores, softmax, weighted values) on
+// every vector set against the plain-Go kernels, for head sizes that take
+// each of the value kernels' widths and the scores' tails, grouped query
+// heads, a paged cache and splits between workers; with huge queries
+// (scores of ±Inf) and a NaN.
+func TestVecAttention(t *testing.T) { eachVecSet(t, testVecAttention) }
+
+func testVecAttention(t *testing.T, vk *vecOps) {
+	general := *vk
+	general.attn8 = nil
+	for _, tc := range []struct{ T, nh, nkv, hd, page, ctx int }{
+		{1, 4, 4, 64, 16, 1}, {2, 4, 2, 64, 16, 37}, {3, 6, 2, 64, 8, 130}, {2, 2, 1, 128, 16, 20},
+		{2, 4, 4, 8, 16, 9}, {2, 2, 2, 16, 16, 17}, {2, 2, 1, 24, 16, 23}, {3, 2, 2, 40, 16, 31},
+		{2, 2, 2, 72, 32, 64}, {1, 2, 2, 96, 16, 7}, {2, 2, 1, 12, 16, 19},
+	} {
+		for _, special := range []string{"", "big", "nan"} {
+			name := fmt.Sprintf("T%d/h%d/kv%d/hd%d/ctx%d/%s", tc.T, tc.nh, tc.nkv, tc.hd, tc.ctx, special)
+			r := rand.New(rand.NewPCG(uint64(tc.hd*1000+tc.ctx), uint64(len(special))))
+			c := attnCall(r, tc.T, tc.nh, tc.nkv, tc.hd, tc.page, tc.ctx)
+			q := c.o[1].f32()
+			switch special {
+			case "big":
+				for i := range q {
+					q[i] *= 1e37
+				}
+			case "nan":
+				q[len(q)-3] = float32(math.NaN())
+			}
+			units, _ := unitsAttention(c)
+			want := runAttnPieces(c, nil, []int{0, units})
+			for _, cuts := range [][]int{{0, units}, {0, units / 2, units}} {
+				got := runAttnPieces(c, &general, cuts)
+				for i := range want {
+					if !sameBits32(got[i], want[i]) {
+						t.Fatalf("%s, cuts %v: out[%d] = %v (%#x), plain Go %v (%#x)", name, cuts, i,
+							got[i], math.Float32bits(got[i]), want[i], math.Float32bits(want[i]))
+					}
+				}
+			}
+		}
 	}
 }
