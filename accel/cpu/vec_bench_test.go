@@ -97,32 +97,42 @@ func BenchmarkRMSScale(b *testing.B) {
 }
 
 // BenchmarkAttentionHeads times the attention of the 110M shape's head
-// layout (12 heads of 64, no grouping) for one token at context 512 and 64
-// tokens at context 256 (each at its last position), split between two
-// workers' halves, plain Go against the vector kernels (the general path:
-// scores, softmax, weighted values).
+// layout (12 heads of 64, no grouping), split between two workers' halves,
+// plain Go against the vector kernels (the general path: scores, softmax,
+// weighted values): one token at context 512 (decode), and the 512 tokens
+// of one sequence's prefill (token t attends to positions 0..t).
 func BenchmarkAttentionHeads(b *testing.B) {
-	for _, sh := range [][2]int{{1, 512}, {64, 256}} {
-		T, ctx := sh[0], sh[1]
+	for _, prefill := range []bool{false, true} {
+		const ctx = 512
+		T, scores := 1, ctx
+		name := "decode/ctx512"
 		r := rand.New(rand.NewPCG(1, 2))
-		c := attnCall(r, T, 12, 12, 64, 16, ctx)
-		pos := c.o[5].i32()
-		for i := range pos {
-			pos[i] = int32(ctx - 1)
+		if prefill {
+			T, scores, name = ctx, ctx*(ctx+1)/2, "prefill/T512"
 		}
+		// One sequence's cache; T query rows over it.
+		c := attnCall(r, 1, 12, 12, 64, 16, ctx)
+		rows, pos := make([]int32, T), make([]int32, T)
+		for t := range pos {
+			pos[t] = int32(ctx - T + t)
+		}
+		c.o[0] = operand{b: make([]byte, 4*T*12*64), rows: T, cols: 12 * 64, dt: accel.F32}
+		c.o[1] = operand{b: accel.F32Bytes(normF32(r, T*12*64)), rows: T, cols: 12 * 64, dt: accel.F32}
+		c.o[4] = operand{b: accel.I32Bytes(rows), rows: 1, cols: T, dt: accel.I32}
+		c.o[5] = operand{b: accel.I32Bytes(pos), rows: 1, cols: T, dt: accel.I32}
 		units, _ := unitsAttention(c)
 		k := &kctx{}
 		for _, on := range []bool{false, true} {
-			name := "go"
+			set := "go"
 			if on {
-				name = "simd"
+				set = "simd"
 			}
-			b.Run(fmt.Sprintf("T%d/ctx%d/%s", T, ctx, name), func(b *testing.B) {
+			b.Run(name+"/"+set, func(b *testing.B) {
 				benchVec(b, on, func() {
 					runAttention(c, 0, units/2, k)
 					runAttention(c, units/2, units, k)
 				})
-				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(T*ctx*12), "ns/score")
+				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(scores*12), "ns/score")
 			})
 		}
 	}
