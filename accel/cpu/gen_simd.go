@@ -2,7 +2,8 @@
 
 // gen_simd writes simd_gen_amd64.go: the packed-panel matrix kernels, one
 // function per register block (R rows of x by P panels of 16 outputs) and
-// weight type, and the kernels built on the vector exponential. Run it with
+// weight type, and the kernels built on the vector exponential (AVX-512,
+// and AVX2 for simd_avx2_amd64.go). Run it with
 // `GOEXPERIMENT=simd go generate ./accel/cpu`.
 //
 // Every kernel keeps one accumulator vector per (row, panel): lane j of
@@ -68,6 +69,7 @@ func main() {
 		genBF16(p, s[0], s[1])
 	}
 	genExp(p)
+	genExp8(p)
 	src, err := format.Source(b.Bytes())
 	if err != nil {
 		os.WriteFile(*outFile, b.Bytes(), 0o644)
@@ -240,23 +242,9 @@ func expCode(s string) string {
 	// compiler loads each constant once for both halves, keeps it in a
 	// register and spills; with two, every load folds into its operation.
 	tab := map[string]string{"a": "expTab", "b": "expTabB"}[s]
-	c := func(i int) string { return fmt.Sprintf("archsimd.LoadFloat64x8(&%s.coef[%d])", tab, 11-i) }
 	code := `		ok# := v#.GreaterEqual(archsimd.LoadFloat32x8(&expTab.lo)).And(v#.LessEqual(archsimd.LoadFloat32x8(&expTab.hi)))
 		xd# := v#.ConvertToFloat64()
-		t# := xd#.MulAdd(archsimd.LoadFloat64x8(&expTab.log2e), archsimd.LoadFloat64x8(&expTab.magic))
-		k# := t#.Sub(archsimd.LoadFloat64x8(&expTab.magic))
-		r# := xd#.Sub(k#.Mul(archsimd.LoadFloat64x8(&expTab.ln2hi))).Sub(k#.Mul(archsimd.LoadFloat64x8(&expTab.ln2lo)))
-		r2# := r#.Mul(r#)
-		r4# := r2#.Mul(r2#)
-`
-	for i := 0; i < 12; i += 2 {
-		code += fmt.Sprintf("\t\tp%d# := %s.MulAdd(r#, %s)\n", i, c(i+1), c(i))
-	}
-	code += `		q0# := p2#.MulAdd(r2#, p0#)
-		q1# := p6#.MulAdd(r2#, p4#)
-		q2# := p10#.MulAdd(r2#, p8#)
-		y# := q2#.MulAdd(r4#, q1#).MulAdd(r4#, q0#)
-		y# = y#.Mul(t#.AsUint64x8().Add(archsimd.LoadUint64x8(&expTab.bias)).ShiftAllLeft(52).AsFloat64x8())
+` + expPoly("8", "expTab") + `		y# = y#.Mul(t#.AsUint64x8().Add(archsimd.LoadUint64x8(&expTab.bias)).ShiftAllLeft(52).AsFloat64x8())
 		near# := y#.AsUint64x8().Add(archsimd.LoadUint64x8(&expTab.shift29)).And(archsimd.LoadUint64x8(&expTab.mant29)).Less(archsimd.LoadUint64x8(&expTab.marg2))
 		uf# := v#.Less(archsimd.LoadFloat32x8(&expTab.under))
 		fl# := (^ok#.ToBits() | near#.ToBits()) &^ uf#.ToBits()
@@ -337,4 +325,131 @@ func vSiLU(out, a, b []float32, flags *[expBlock / 16]uint16) bool {
 }
 
 `, expCode("a"), expCode("b"), expCode("a"), expCode("b"))
+}
+
+// expPoly is the exponential's reduction and polynomial on Float64xN from
+// xd<s> (N: 8 or 4 lanes; tab: the constants), giving t<s> (k in its low
+// bits) and y<s> (e^r).
+func expPoly(n, tab string) string {
+	c := func(i int) string { return fmt.Sprintf("archsimd.LoadFloat64xN(&TAB.coef[%d])", 11-i) }
+	code := `		t# := xd#.MulAdd(archsimd.LoadFloat64xN(&TAB.log2e), archsimd.LoadFloat64xN(&TAB.magic))
+		k# := t#.Sub(archsimd.LoadFloat64xN(&TAB.magic))
+		r# := xd#.Sub(k#.Mul(archsimd.LoadFloat64xN(&TAB.ln2hi))).Sub(k#.Mul(archsimd.LoadFloat64xN(&TAB.ln2lo)))
+		r2# := r#.Mul(r#)
+		r4# := r2#.Mul(r2#)
+`
+	for i := 0; i < 12; i += 2 {
+		code += fmt.Sprintf("\t\tp%d# := %s.MulAdd(r#, %s)\n", i, c(i+1), c(i))
+	}
+	code += `		q0# := p2#.MulAdd(r2#, p0#)
+		q1# := p6#.MulAdd(r2#, p4#)
+		q2# := p10#.MulAdd(r2#, p8#)
+		y# := q2#.MulAdd(r4#, q1#).MulAdd(r4#, q0#)
+`
+	return strings.NewReplacer("Float64xN", "Float64x"+n, "TAB", tab).Replace(code)
+}
+
+// expCode4 is expCode for a four-lane half (s: a for lanes 0-3 of the
+// eight-lane v, b for 4-7) of the AVX2 kernels: the same operations on
+// Float64x4, giving y<s> and near<s>; the range tests are the caller's, on
+// all eight lanes. The shift of the exponent is per lane (VPSLLVQ): a
+// constant-count shift is compiled with a legacy-SSE MOVQ of the count
+// (see mmQ4_0).
+func expCode4(s string) string {
+	tab := map[string]string{"a": "exp4Tab", "b": "exp4TabB"}[s]
+	half := map[string]string{"a": "GetLo", "b": "GetHi"}[s]
+	code := `		xd# := v.HALF().ConvertToFloat64()
+` + expPoly("4", "TAB") + `		y# = y#.Mul(t#.AsUint64x4().Add(archsimd.LoadUint64x4(&TAB.bias)).ShiftLeft(archsimd.LoadUint64x4(&TAB.shl52)).AsFloat64x4())
+		near# := archsimd.LoadInt64x4(&TAB.marg2).Greater(y#.AsInt64x4().Add(archsimd.LoadInt64x4(&TAB.shift29)).And(archsimd.LoadInt64x4(&TAB.mant29)))
+`
+	return strings.NewReplacer("TAB", tab, "HALF", half, "#", s).Replace(code)
+}
+
+// expRange8 is the AVX2 kernels' range tests of the eight lanes of v
+// (after the halves: their masks then live in no register across them).
+const expRange8 = `		ok := v.GreaterEqual(archsimd.LoadFloat32x8(&exp4Tab.lo)).And(v.LessEqual(archsimd.LoadFloat32x8(&exp4Tab.hi)))
+		uf := v.Less(archsimd.LoadFloat32x8(&exp4Tab.under))
+		keep := v.GreaterEqual(archsimd.LoadFloat32x8(&exp4Tab.under))
+`
+
+// expJoin8 puts the halves together: fl, the lanes for the scalar path,
+// and e, the exponentials.
+const expJoin8 = `		fl := (^ok.ToBits() | neara.ToBits() | nearb.ToBits()<<4) &^ uf.ToBits() & valid
+		e := v.SetLo(ya.ConvertToFloat32()).SetHi(yb.ConvertToFloat32()).Masked(keep)
+`
+
+// expStore8 stores the lanes of val the kernel is sure of at ptr, records
+// the others in flags, and ends the kernel.
+func expStore8(val, ptr string) string {
+	return strings.NewReplacer("VAL", val, "PTR", ptr).Replace(`		if st := valid &^ fl; st == 0xff {
+			VAL.Store(PTR)
+		} else {
+			VAL.StoreMasked(PTR, archsimd.LoadInt32x8(&avx2Masks[st]).ToMask())
+		}
+		if g&1 == 0 {
+			flags[g>>1] = uint16(fl)
+		} else {
+			flags[g>>1] |= uint16(fl) << 8
+		}
+		any |= fl
+	}
+	archsimd.ClearAVXUpperBits()
+	return any != 0
+}
+`)
+}
+
+func genExp8(p func(string, ...any)) {
+	p(`// vExpShift8 is vExpShift on eight lanes at a time (AVX2): x[i] =
+// exp32(x[i] - m[i%%16]) for the lanes it is sure of, the others left as
+// they were and reported in flags (bit j of flags[g]: element 16g+j),
+// returning whether any was left.
+//
+//go:noinline
+//go:norace
+//go:nocheckptr
+func vExpShift8(x []float32, m *[16]float32, flags *[expBlock / 16]uint16) bool {
+	var any uint8
+	for g := 0; 8*g < len(x); g++ {
+		valid := uint8(0xff)
+		if r := len(x) - 8*g; r < 8 {
+			valid >>= 8 - r
+		}
+		xp := (*[8]float32)(unsafe.Pointer(&x[8*g]))
+		mv := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(unsafe.Pointer(m), (g&1)*32)))
+		var v archsimd.Float32x8
+		if valid == 0xff {
+			v = archsimd.LoadFloat32x8(xp).Sub(mv)
+		} else {
+			v = archsimd.LoadMaskedFloat32x8(xp, archsimd.LoadInt32x8(&avx2Masks[valid]).ToMask()).Sub(mv)
+		}
+%s%s%s%s%s
+// vSiLU8 sets out[i] = (a[i] * (1 / (1 + exp32(-a[i])))) * b[i] for the
+// lanes it is sure of, as vExpShift8.
+//
+//go:noinline
+//go:norace
+//go:nocheckptr
+func vSiLU8(out, a, b []float32, flags *[expBlock / 16]uint16) bool {
+	var any uint8
+	for g := 0; 8*g < len(out); g++ {
+		valid := uint8(0xff)
+		if r := len(out) - 8*g; r < 8 {
+			valid >>= 8 - r
+		}
+		ap := (*[8]float32)(unsafe.Pointer(&a[8*g]))
+		bp := (*[8]float32)(unsafe.Pointer(&b[8*g]))
+		var av, bv archsimd.Float32x8
+		if valid == 0xff {
+			av, bv = archsimd.LoadFloat32x8(ap), archsimd.LoadFloat32x8(bp)
+		} else {
+			vm := archsimd.LoadInt32x8(&avx2Masks[valid]).ToMask()
+			av, bv = archsimd.LoadMaskedFloat32x8(ap, vm), archsimd.LoadMaskedFloat32x8(bp, vm)
+		}
+		v := av.AsUint32x8().Xor(archsimd.LoadUint32x8(&exp4Tab.sign)).AsFloat32x8()
+%s%s%s%s		one := archsimd.LoadFloat32x8(&exp4Tab.one)
+		s := av.Mul(one.Div(one.Add(e))).Mul(bv)
+		op := (*[8]float32)(unsafe.Pointer(&out[8*g]))
+%s`, expCode4("a"), expCode4("b"), expRange8, expJoin8, expStore8("e", "xp"),
+		expCode4("a"), expCode4("b"), expRange8, expJoin8, expStore8("s", "op"))
 }

@@ -311,6 +311,13 @@ func vScores(att, kc unsafe.Pointer, offs []int, qb unsafe.Pointer, hd int, scal
 }
 
 func vAttnAVGo(dst, vc []float32, offs []int, maxOff int, att []float32) {
+	attnAV(dst, vc, offs, maxOff, att, true)
+}
+
+// attnAV adds att[p] * vc[offs[p]:][:len(dst)] to dst for every p in order
+// on the AVX-512 kernels (wide) or the AVX2 ones, the head in pieces of
+// 64 and then 16 (AVX-512) or 32 (AVX2) and 8.
+func attnAV(dst, vc []float32, offs []int, maxOff int, att []float32, wide bool) {
 	hd := len(dst)
 	if len(offs) == 0 {
 		return
@@ -323,15 +330,22 @@ func vAttnAVGo(dst, vc []float32, offs []int, maxOff int, att []float32) {
 	v := unsafe.Pointer(&vc[0])
 	a := unsafe.Pointer(&att[0])
 	for c := 0; c < hd; {
+		dc, vcc := unsafe.Add(d, c*4), unsafe.Add(v, c*4)
 		switch {
-		case hd-c >= 64:
-			vAV64(unsafe.Add(d, c*4), unsafe.Add(v, c*4), offs, a)
+		case hd-c >= 64 && wide:
+			vAV64(dc, vcc, offs, a)
 			c += 64
-		case hd-c >= 16:
-			vAV16(unsafe.Add(d, c*4), unsafe.Add(v, c*4), offs, a)
+		case hd-c >= 64:
+			vAV64x8(dc, vcc, offs, a)
+			c += 64
+		case hd-c >= 16 && wide:
+			vAV16(dc, vcc, offs, a)
 			c += 16
+		case hd-c >= 32 && !wide:
+			vAV32x8(dc, vcc, offs, a)
+			c += 32
 		default:
-			vAV8(unsafe.Add(d, c*4), unsafe.Add(v, c*4), offs, a)
+			vAV8(dc, vcc, offs, a)
 			c += 8
 		}
 	}
@@ -390,21 +404,27 @@ func vAV8(dst, vc unsafe.Pointer, offs []int, att unsafe.Pointer) {
 	archsimd.ClearAVXUpperBits()
 }
 
-func vSumGo(x []float32) float32 {
-	if len(x) < 64 {
-		var s float32
-		for _, v := range x {
-			s += v
-		}
-		return s
+func vSumGo(x []float32) float32 { return sumVec(x, true) }
+
+// sumVec is the bandwidth probe's sum on the AVX-512 kernel (wide: blocks
+// of 64) or the AVX2 one (blocks of 32).
+func sumVec(x []float32, wide bool) float32 {
+	blk := 32
+	if wide {
+		blk = 64
 	}
+	n := len(x) / blk * blk
 	var out [16]float32
-	vSum64(x[:len(x)&^63], &out)
+	if n > 0 && wide {
+		vSum64(x[:n], &out)
+	} else if n > 0 {
+		vSum32(x[:n], (*[8]float32)(out[:8]))
+	}
 	var s float32
 	for _, v := range out {
 		s += v
 	}
-	for _, v := range x[len(x)&^63:] {
+	for _, v := range x[n:] {
 		s += v
 	}
 	return s
@@ -430,16 +450,29 @@ func vSum64(x []float32, out *[16]float32) {
 	archsimd.ClearAVXUpperBits()
 }
 
-func vMaxGo(x []float32) (float32, bool) {
+func vMaxGo(x []float32) (float32, bool) { return maxVec(x, true) }
+
+// maxVec is the maximum of x on the AVX-512 kernel (wide) or the AVX2 one,
+// false where x is empty or holds a NaN (the caller's scalar loop then
+// decides).
+func maxVec(x []float32, wide bool) (float32, bool) {
 	if len(x) == 0 {
 		return 0, false
 	}
 	var out [16]float32
-	if vMax(x, &out) {
-		return 0, false // a NaN: the caller's scalar loop decides
+	lanes := out[:]
+	var nan bool
+	if wide {
+		nan = vMax(x, &out)
+	} else {
+		nan = vMax8(x, (*[8]float32)(out[:8]))
+		lanes = out[:8]
 	}
-	m := out[0]
-	for _, v := range out[1:] {
+	if nan {
+		return 0, false
+	}
+	m := lanes[0]
+	for _, v := range lanes[1:] {
 		if v > m {
 			m = v
 		}

@@ -65,8 +65,12 @@ var avx2Masks = func() (t [256][8]int32) {
 }()
 
 // exp4Tab holds the constants of the four-lane float64 exponential (the
-// values of expTab) and of the eight-lane float32 code around it.
-var exp4Tab = func() (t exp4Consts) {
+// values of expTab) and of the eight-lane float32 code around it, for the
+// kernels vExpShift8 and vSiLU8 (simd_gen_amd64.go, written by gen_simd.go);
+// exp4TabB is the same for their second half, as expTabB.
+var exp4Tab, exp4TabB = newExp4Consts(), newExp4Consts()
+
+func newExp4Consts() (t exp4Consts) {
 	for i := range t.coef {
 		for j := range t.coef[i] {
 			t.coef[i][j] = expTab.coef[i][0]
@@ -82,7 +86,7 @@ var exp4Tab = func() (t exp4Consts) {
 		t.one[j], t.sign[j] = 1, 1<<31
 	}
 	return
-}()
+}
 
 type exp4Consts struct {
 	coef                       [12][4]float64 // 1/n!, n = 11 down to 0
@@ -149,196 +153,8 @@ func vExpShift8Go(x []float32, m float32) {
 
 func vSiLU8Go(out, a, b []float32) { siluVec(out, a, b, false) }
 
-// vExpShift8 is vExpShift on eight lanes at a time: x[i] = exp32(x[i] -
-// m[i%16]) for the lanes it is sure of, the others left as they were and
-// reported in flags (bit j of flags[g]: element 16g+j), returning whether
-// any was left.
-//
-//go:noinline
-//go:norace
-//go:nocheckptr
-func vExpShift8(x []float32, m *[16]float32, flags *[expBlock / 16]uint16) bool {
-	t := &exp4Tab
-	var any uint8
-	for g := 0; 8*g < len(x); g++ {
-		valid := uint8(0xff)
-		if r := len(x) - 8*g; r < 8 {
-			valid >>= 8 - r
-		}
-		xp := (*[8]float32)(unsafe.Pointer(&x[8*g]))
-		mv := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(unsafe.Pointer(m), (g&1)*32)))
-		var v archsimd.Float32x8
-		if valid == 0xff {
-			v = archsimd.LoadFloat32x8(xp).Sub(mv)
-		} else {
-			v = archsimd.LoadMaskedFloat32x8(xp, archsimd.LoadInt32x8(&avx2Masks[valid]).ToMask()).Sub(mv)
-		}
-		ok := v.GreaterEqual(archsimd.LoadFloat32x8(&t.lo)).And(v.LessEqual(archsimd.LoadFloat32x8(&t.hi)))
-		uf := v.Less(archsimd.LoadFloat32x8(&t.under))
-		keep := v.GreaterEqual(archsimd.LoadFloat32x8(&t.under))
-		xda := v.GetLo().ConvertToFloat64()
-		ta := xda.MulAdd(archsimd.LoadFloat64x4(&t.log2e), archsimd.LoadFloat64x4(&t.magic))
-		ka := ta.Sub(archsimd.LoadFloat64x4(&t.magic))
-		ra := xda.Sub(ka.Mul(archsimd.LoadFloat64x4(&t.ln2hi))).Sub(ka.Mul(archsimd.LoadFloat64x4(&t.ln2lo)))
-		r2a := ra.Mul(ra)
-		r4a := r2a.Mul(r2a)
-		p0a := archsimd.LoadFloat64x4(&t.coef[10]).MulAdd(ra, archsimd.LoadFloat64x4(&t.coef[11]))
-		p2a := archsimd.LoadFloat64x4(&t.coef[8]).MulAdd(ra, archsimd.LoadFloat64x4(&t.coef[9]))
-		p4a := archsimd.LoadFloat64x4(&t.coef[6]).MulAdd(ra, archsimd.LoadFloat64x4(&t.coef[7]))
-		p6a := archsimd.LoadFloat64x4(&t.coef[4]).MulAdd(ra, archsimd.LoadFloat64x4(&t.coef[5]))
-		p8a := archsimd.LoadFloat64x4(&t.coef[2]).MulAdd(ra, archsimd.LoadFloat64x4(&t.coef[3]))
-		p10a := archsimd.LoadFloat64x4(&t.coef[0]).MulAdd(ra, archsimd.LoadFloat64x4(&t.coef[1]))
-		q0a := p2a.MulAdd(r2a, p0a)
-		q1a := p6a.MulAdd(r2a, p4a)
-		q2a := p10a.MulAdd(r2a, p8a)
-		ya := q2a.MulAdd(r4a, q1a).MulAdd(r4a, q0a)
-		ya = ya.Mul(ta.AsUint64x4().Add(archsimd.LoadUint64x4(&t.bias)).ShiftLeft(archsimd.LoadUint64x4(&t.shl52)).AsFloat64x4())
-		neara := archsimd.LoadInt64x4(&t.marg2).Greater(ya.AsInt64x4().Add(archsimd.LoadInt64x4(&t.shift29)).And(archsimd.LoadInt64x4(&t.mant29)))
-		xdb := v.GetHi().ConvertToFloat64()
-		tb := xdb.MulAdd(archsimd.LoadFloat64x4(&t.log2e), archsimd.LoadFloat64x4(&t.magic))
-		kb := tb.Sub(archsimd.LoadFloat64x4(&t.magic))
-		rb := xdb.Sub(kb.Mul(archsimd.LoadFloat64x4(&t.ln2hi))).Sub(kb.Mul(archsimd.LoadFloat64x4(&t.ln2lo)))
-		r2b := rb.Mul(rb)
-		r4b := r2b.Mul(r2b)
-		p0b := archsimd.LoadFloat64x4(&t.coef[10]).MulAdd(rb, archsimd.LoadFloat64x4(&t.coef[11]))
-		p2b := archsimd.LoadFloat64x4(&t.coef[8]).MulAdd(rb, archsimd.LoadFloat64x4(&t.coef[9]))
-		p4b := archsimd.LoadFloat64x4(&t.coef[6]).MulAdd(rb, archsimd.LoadFloat64x4(&t.coef[7]))
-		p6b := archsimd.LoadFloat64x4(&t.coef[4]).MulAdd(rb, archsimd.LoadFloat64x4(&t.coef[5]))
-		p8b := archsimd.LoadFloat64x4(&t.coef[2]).MulAdd(rb, archsimd.LoadFloat64x4(&t.coef[3]))
-		p10b := archsimd.LoadFloat64x4(&t.coef[0]).MulAdd(rb, archsimd.LoadFloat64x4(&t.coef[1]))
-		q0b := p2b.MulAdd(r2b, p0b)
-		q1b := p6b.MulAdd(r2b, p4b)
-		q2b := p10b.MulAdd(r2b, p8b)
-		yb := q2b.MulAdd(r4b, q1b).MulAdd(r4b, q0b)
-		yb = yb.Mul(tb.AsUint64x4().Add(archsimd.LoadUint64x4(&t.bias)).ShiftLeft(archsimd.LoadUint64x4(&t.shl52)).AsFloat64x4())
-		nearb := archsimd.LoadInt64x4(&t.marg2).Greater(yb.AsInt64x4().Add(archsimd.LoadInt64x4(&t.shift29)).And(archsimd.LoadInt64x4(&t.mant29)))
-		fl := (^ok.ToBits() | neara.ToBits() | nearb.ToBits()<<4) &^ uf.ToBits() & valid
-		e := v.SetLo(ya.ConvertToFloat32()).SetHi(yb.ConvertToFloat32()).Masked(keep)
-		if st := valid &^ fl; st == 0xff {
-			e.Store(xp)
-		} else {
-			e.StoreMasked(xp, archsimd.LoadInt32x8(&avx2Masks[st]).ToMask())
-		}
-		if g&1 == 0 {
-			flags[g>>1] = uint16(fl)
-		} else {
-			flags[g>>1] |= uint16(fl) << 8
-		}
-		any |= fl
-	}
-	archsimd.ClearAVXUpperBits()
-	return any != 0
-}
-
-// vSiLU8 sets out[i] = (a[i] * (1 / (1 + exp32(-a[i])))) * b[i] for the
-// lanes it is sure of, as vExpShift8.
-//
-//go:noinline
-//go:norace
-//go:nocheckptr
-func vSiLU8(out, a, b []float32, flags *[expBlock / 16]uint16) bool {
-	t := &exp4Tab
-	var any uint8
-	for g := 0; 8*g < len(out); g++ {
-		valid := uint8(0xff)
-		if r := len(out) - 8*g; r < 8 {
-			valid >>= 8 - r
-		}
-		ap := (*[8]float32)(unsafe.Pointer(&a[8*g]))
-		bp := (*[8]float32)(unsafe.Pointer(&b[8*g]))
-		var av, bv archsimd.Float32x8
-		if valid == 0xff {
-			av, bv = archsimd.LoadFloat32x8(ap), archsimd.LoadFloat32x8(bp)
-		} else {
-			vm := archsimd.LoadInt32x8(&avx2Masks[valid]).ToMask()
-			av, bv = archsimd.LoadMaskedFloat32x8(ap, vm), archsimd.LoadMaskedFloat32x8(bp, vm)
-		}
-		v := av.AsUint32x8().Xor(archsimd.LoadUint32x8(&t.sign)).AsFloat32x8()
-		ok := v.GreaterEqual(archsimd.LoadFloat32x8(&t.lo)).And(v.LessEqual(archsimd.LoadFloat32x8(&t.hi)))
-		uf := v.Less(archsimd.LoadFloat32x8(&t.under))
-		keep := v.GreaterEqual(archsimd.LoadFloat32x8(&t.under))
-		xda := v.GetLo().ConvertToFloat64()
-		ta := xda.MulAdd(archsimd.LoadFloat64x4(&t.log2e), archsimd.LoadFloat64x4(&t.magic))
-		ka := ta.Sub(archsimd.LoadFloat64x4(&t.magic))
-		ra := xda.Sub(ka.Mul(archsimd.LoadFloat64x4(&t.ln2hi))).Sub(ka.Mul(archsimd.LoadFloat64x4(&t.ln2lo)))
-		r2a := ra.Mul(ra)
-		r4a := r2a.Mul(r2a)
-		p0a := archsimd.LoadFloat64x4(&t.coef[10]).MulAdd(ra, archsimd.LoadFloat64x4(&t.coef[11]))
-		p2a := archsimd.LoadFloat64x4(&t.coef[8]).MulAdd(ra, archsimd.LoadFloat64x4(&t.coef[9]))
-		p4a := archsimd.LoadFloat64x4(&t.coef[6]).MulAdd(ra, archsimd.LoadFloat64x4(&t.coef[7]))
-		p6a := archsimd.LoadFloat64x4(&t.coef[4]).MulAdd(ra, archsimd.LoadFloat64x4(&t.coef[5]))
-		p8a := archsimd.LoadFloat64x4(&t.coef[2]).MulAdd(ra, archsimd.LoadFloat64x4(&t.coef[3]))
-		p10a := archsimd.LoadFloat64x4(&t.coef[0]).MulAdd(ra, archsimd.LoadFloat64x4(&t.coef[1]))
-		q0a := p2a.MulAdd(r2a, p0a)
-		q1a := p6a.MulAdd(r2a, p4a)
-		q2a := p10a.MulAdd(r2a, p8a)
-		ya := q2a.MulAdd(r4a, q1a).MulAdd(r4a, q0a)
-		ya = ya.Mul(ta.AsUint64x4().Add(archsimd.LoadUint64x4(&t.bias)).ShiftLeft(archsimd.LoadUint64x4(&t.shl52)).AsFloat64x4())
-		neara := archsimd.LoadInt64x4(&t.marg2).Greater(ya.AsInt64x4().Add(archsimd.LoadInt64x4(&t.shift29)).And(archsimd.LoadInt64x4(&t.mant29)))
-		xdb := v.GetHi().ConvertToFloat64()
-		tb := xdb.MulAdd(archsimd.LoadFloat64x4(&t.log2e), archsimd.LoadFloat64x4(&t.magic))
-		kb := tb.Sub(archsimd.LoadFloat64x4(&t.magic))
-		rb := xdb.Sub(kb.Mul(archsimd.LoadFloat64x4(&t.ln2hi))).Sub(kb.Mul(archsimd.LoadFloat64x4(&t.ln2lo)))
-		r2b := rb.Mul(rb)
-		r4b := r2b.Mul(r2b)
-		p0b := archsimd.LoadFloat64x4(&t.coef[10]).MulAdd(rb, archsimd.LoadFloat64x4(&t.coef[11]))
-		p2b := archsimd.LoadFloat64x4(&t.coef[8]).MulAdd(rb, archsimd.LoadFloat64x4(&t.coef[9]))
-		p4b := archsimd.LoadFloat64x4(&t.coef[6]).MulAdd(rb, archsimd.LoadFloat64x4(&t.coef[7]))
-		p6b := archsimd.LoadFloat64x4(&t.coef[4]).MulAdd(rb, archsimd.LoadFloat64x4(&t.coef[5]))
-		p8b := archsimd.LoadFloat64x4(&t.coef[2]).MulAdd(rb, archsimd.LoadFloat64x4(&t.coef[3]))
-		p10b := archsimd.LoadFloat64x4(&t.coef[0]).MulAdd(rb, archsimd.LoadFloat64x4(&t.coef[1]))
-		q0b := p2b.MulAdd(r2b, p0b)
-		q1b := p6b.MulAdd(r2b, p4b)
-		q2b := p10b.MulAdd(r2b, p8b)
-		yb := q2b.MulAdd(r4b, q1b).MulAdd(r4b, q0b)
-		yb = yb.Mul(tb.AsUint64x4().Add(archsimd.LoadUint64x4(&t.bias)).ShiftLeft(archsimd.LoadUint64x4(&t.shl52)).AsFloat64x4())
-		nearb := archsimd.LoadInt64x4(&t.marg2).Greater(yb.AsInt64x4().Add(archsimd.LoadInt64x4(&t.shift29)).And(archsimd.LoadInt64x4(&t.mant29)))
-		fl := (^ok.ToBits() | neara.ToBits() | nearb.ToBits()<<4) &^ uf.ToBits() & valid
-		e := v.SetLo(ya.ConvertToFloat32()).SetHi(yb.ConvertToFloat32()).Masked(keep)
-		one := archsimd.LoadFloat32x8(&t.one)
-		s := av.Mul(one.Div(one.Add(e))).Mul(bv)
-		op := (*[8]float32)(unsafe.Pointer(&out[8*g]))
-		if st := valid &^ fl; st == 0xff {
-			s.Store(op)
-		} else {
-			s.StoreMasked(op, archsimd.LoadInt32x8(&avx2Masks[st]).ToMask())
-		}
-		if g&1 == 0 {
-			flags[g>>1] = uint16(fl)
-		} else {
-			flags[g>>1] |= uint16(fl) << 8
-		}
-		any |= fl
-	}
-	archsimd.ClearAVXUpperBits()
-	return any != 0
-}
-
 func vAttnAV8Go(dst, vc []float32, offs []int, maxOff int, att []float32) {
-	hd := len(dst)
-	if len(offs) == 0 {
-		return
-	}
-	if maxOff+hd > len(vc) {
-		panic("cpu: attention values: a cache row out of range")
-	}
-	_ = att[:len(offs)]
-	d := unsafe.Pointer(&dst[0])
-	v := unsafe.Pointer(&vc[0])
-	a := unsafe.Pointer(&att[0])
-	for c := 0; c < hd; {
-		switch {
-		case hd-c >= 64:
-			vAV64x8(unsafe.Add(d, c*4), unsafe.Add(v, c*4), offs, a)
-			c += 64
-		case hd-c >= 32:
-			vAV32x8(unsafe.Add(d, c*4), unsafe.Add(v, c*4), offs, a)
-			c += 32
-		default:
-			vAV8(unsafe.Add(d, c*4), unsafe.Add(v, c*4), offs, a)
-			c += 8
-		}
-	}
+	attnAV(dst, vc, offs, maxOff, att, false)
 }
 
 // vAV64x8 and vAV32x8 add att[p] * v_p to 64 or 32 elements of dst for
@@ -403,25 +219,7 @@ func vAV32x8(dst, vc unsafe.Pointer, offs []int, att unsafe.Pointer) {
 	archsimd.ClearAVXUpperBits()
 }
 
-func vSum8Go(x []float32) float32 {
-	if len(x) < 32 {
-		var s float32
-		for _, v := range x {
-			s += v
-		}
-		return s
-	}
-	var out [8]float32
-	vSum32(x[:len(x)&^31], &out)
-	var s float32
-	for _, v := range out {
-		s += v
-	}
-	for _, v := range x[len(x)&^31:] {
-		s += v
-	}
-	return s
-}
+func vSum8Go(x []float32) float32 { return sumVec(x, false) }
 
 // vSum32 adds x (a multiple of 32 elements) into eight lanes, four
 // accumulators deep: a memory-bandwidth probe, not a reference sum.
@@ -443,22 +241,7 @@ func vSum32(x []float32, out *[8]float32) {
 	archsimd.ClearAVXUpperBits()
 }
 
-func vMax8Go(x []float32) (float32, bool) {
-	if len(x) == 0 {
-		return 0, false
-	}
-	var out [8]float32
-	if vMax8(x, &out) {
-		return 0, false // a NaN: the caller's scalar loop decides
-	}
-	m := out[0]
-	for _, v := range out[1:] {
-		if v > m {
-			m = v
-		}
-	}
-	return m, true
-}
+func vMax8Go(x []float32) (float32, bool) { return maxVec(x, false) }
 
 // vMax8 stores into out eight lanes whose maximum is the maximum of x, and
 // reports whether x holds a NaN (then out means nothing), as vMax: two

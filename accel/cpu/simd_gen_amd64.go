@@ -878,3 +878,166 @@ func vSiLU(out, a, b []float32, flags *[expBlock / 16]uint16) bool {
 	archsimd.ClearAVXUpperBits()
 	return any != 0
 }
+
+// vExpShift8 is vExpShift on eight lanes at a time (AVX2): x[i] =
+// exp32(x[i] - m[i%16]) for the lanes it is sure of, the others left as
+// they were and reported in flags (bit j of flags[g]: element 16g+j),
+// returning whether any was left.
+//
+//go:noinline
+//go:norace
+//go:nocheckptr
+func vExpShift8(x []float32, m *[16]float32, flags *[expBlock / 16]uint16) bool {
+	var any uint8
+	for g := 0; 8*g < len(x); g++ {
+		valid := uint8(0xff)
+		if r := len(x) - 8*g; r < 8 {
+			valid >>= 8 - r
+		}
+		xp := (*[8]float32)(unsafe.Pointer(&x[8*g]))
+		mv := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(unsafe.Pointer(m), (g&1)*32)))
+		var v archsimd.Float32x8
+		if valid == 0xff {
+			v = archsimd.LoadFloat32x8(xp).Sub(mv)
+		} else {
+			v = archsimd.LoadMaskedFloat32x8(xp, archsimd.LoadInt32x8(&avx2Masks[valid]).ToMask()).Sub(mv)
+		}
+		xda := v.GetLo().ConvertToFloat64()
+		ta := xda.MulAdd(archsimd.LoadFloat64x4(&exp4Tab.log2e), archsimd.LoadFloat64x4(&exp4Tab.magic))
+		ka := ta.Sub(archsimd.LoadFloat64x4(&exp4Tab.magic))
+		ra := xda.Sub(ka.Mul(archsimd.LoadFloat64x4(&exp4Tab.ln2hi))).Sub(ka.Mul(archsimd.LoadFloat64x4(&exp4Tab.ln2lo)))
+		r2a := ra.Mul(ra)
+		r4a := r2a.Mul(r2a)
+		p0a := archsimd.LoadFloat64x4(&exp4Tab.coef[10]).MulAdd(ra, archsimd.LoadFloat64x4(&exp4Tab.coef[11]))
+		p2a := archsimd.LoadFloat64x4(&exp4Tab.coef[8]).MulAdd(ra, archsimd.LoadFloat64x4(&exp4Tab.coef[9]))
+		p4a := archsimd.LoadFloat64x4(&exp4Tab.coef[6]).MulAdd(ra, archsimd.LoadFloat64x4(&exp4Tab.coef[7]))
+		p6a := archsimd.LoadFloat64x4(&exp4Tab.coef[4]).MulAdd(ra, archsimd.LoadFloat64x4(&exp4Tab.coef[5]))
+		p8a := archsimd.LoadFloat64x4(&exp4Tab.coef[2]).MulAdd(ra, archsimd.LoadFloat64x4(&exp4Tab.coef[3]))
+		p10a := archsimd.LoadFloat64x4(&exp4Tab.coef[0]).MulAdd(ra, archsimd.LoadFloat64x4(&exp4Tab.coef[1]))
+		q0a := p2a.MulAdd(r2a, p0a)
+		q1a := p6a.MulAdd(r2a, p4a)
+		q2a := p10a.MulAdd(r2a, p8a)
+		ya := q2a.MulAdd(r4a, q1a).MulAdd(r4a, q0a)
+		ya = ya.Mul(ta.AsUint64x4().Add(archsimd.LoadUint64x4(&exp4Tab.bias)).ShiftLeft(archsimd.LoadUint64x4(&exp4Tab.shl52)).AsFloat64x4())
+		neara := archsimd.LoadInt64x4(&exp4Tab.marg2).Greater(ya.AsInt64x4().Add(archsimd.LoadInt64x4(&exp4Tab.shift29)).And(archsimd.LoadInt64x4(&exp4Tab.mant29)))
+		xdb := v.GetHi().ConvertToFloat64()
+		tb := xdb.MulAdd(archsimd.LoadFloat64x4(&exp4TabB.log2e), archsimd.LoadFloat64x4(&exp4TabB.magic))
+		kb := tb.Sub(archsimd.LoadFloat64x4(&exp4TabB.magic))
+		rb := xdb.Sub(kb.Mul(archsimd.LoadFloat64x4(&exp4TabB.ln2hi))).Sub(kb.Mul(archsimd.LoadFloat64x4(&exp4TabB.ln2lo)))
+		r2b := rb.Mul(rb)
+		r4b := r2b.Mul(r2b)
+		p0b := archsimd.LoadFloat64x4(&exp4TabB.coef[10]).MulAdd(rb, archsimd.LoadFloat64x4(&exp4TabB.coef[11]))
+		p2b := archsimd.LoadFloat64x4(&exp4TabB.coef[8]).MulAdd(rb, archsimd.LoadFloat64x4(&exp4TabB.coef[9]))
+		p4b := archsimd.LoadFloat64x4(&exp4TabB.coef[6]).MulAdd(rb, archsimd.LoadFloat64x4(&exp4TabB.coef[7]))
+		p6b := archsimd.LoadFloat64x4(&exp4TabB.coef[4]).MulAdd(rb, archsimd.LoadFloat64x4(&exp4TabB.coef[5]))
+		p8b := archsimd.LoadFloat64x4(&exp4TabB.coef[2]).MulAdd(rb, archsimd.LoadFloat64x4(&exp4TabB.coef[3]))
+		p10b := archsimd.LoadFloat64x4(&exp4TabB.coef[0]).MulAdd(rb, archsimd.LoadFloat64x4(&exp4TabB.coef[1]))
+		q0b := p2b.MulAdd(r2b, p0b)
+		q1b := p6b.MulAdd(r2b, p4b)
+		q2b := p10b.MulAdd(r2b, p8b)
+		yb := q2b.MulAdd(r4b, q1b).MulAdd(r4b, q0b)
+		yb = yb.Mul(tb.AsUint64x4().Add(archsimd.LoadUint64x4(&exp4TabB.bias)).ShiftLeft(archsimd.LoadUint64x4(&exp4TabB.shl52)).AsFloat64x4())
+		nearb := archsimd.LoadInt64x4(&exp4TabB.marg2).Greater(yb.AsInt64x4().Add(archsimd.LoadInt64x4(&exp4TabB.shift29)).And(archsimd.LoadInt64x4(&exp4TabB.mant29)))
+		ok := v.GreaterEqual(archsimd.LoadFloat32x8(&exp4Tab.lo)).And(v.LessEqual(archsimd.LoadFloat32x8(&exp4Tab.hi)))
+		uf := v.Less(archsimd.LoadFloat32x8(&exp4Tab.under))
+		keep := v.GreaterEqual(archsimd.LoadFloat32x8(&exp4Tab.under))
+		fl := (^ok.ToBits() | neara.ToBits() | nearb.ToBits()<<4) &^ uf.ToBits() & valid
+		e := v.SetLo(ya.ConvertToFloat32()).SetHi(yb.ConvertToFloat32()).Masked(keep)
+		if st := valid &^ fl; st == 0xff {
+			e.Store(xp)
+		} else {
+			e.StoreMasked(xp, archsimd.LoadInt32x8(&avx2Masks[st]).ToMask())
+		}
+		if g&1 == 0 {
+			flags[g>>1] = uint16(fl)
+		} else {
+			flags[g>>1] |= uint16(fl) << 8
+		}
+		any |= fl
+	}
+	archsimd.ClearAVXUpperBits()
+	return any != 0
+}
+
+// vSiLU8 sets out[i] = (a[i] * (1 / (1 + exp32(-a[i])))) * b[i] for the
+// lanes it is sure of, as vExpShift8.
+//
+//go:noinline
+//go:norace
+//go:nocheckptr
+func vSiLU8(out, a, b []float32, flags *[expBlock / 16]uint16) bool {
+	var any uint8
+	for g := 0; 8*g < len(out); g++ {
+		valid := uint8(0xff)
+		if r := len(out) - 8*g; r < 8 {
+			valid >>= 8 - r
+		}
+		ap := (*[8]float32)(unsafe.Pointer(&a[8*g]))
+		bp := (*[8]float32)(unsafe.Pointer(&b[8*g]))
+		var av, bv archsimd.Float32x8
+		if valid == 0xff {
+			av, bv = archsimd.LoadFloat32x8(ap), archsimd.LoadFloat32x8(bp)
+		} else {
+			vm := archsimd.LoadInt32x8(&avx2Masks[valid]).ToMask()
+			av, bv = archsimd.LoadMaskedFloat32x8(ap, vm), archsimd.LoadMaskedFloat32x8(bp, vm)
+		}
+		v := av.AsUint32x8().Xor(archsimd.LoadUint32x8(&exp4Tab.sign)).AsFloat32x8()
+		xda := v.GetLo().ConvertToFloat64()
+		ta := xda.MulAdd(archsimd.LoadFloat64x4(&exp4Tab.log2e), archsimd.LoadFloat64x4(&exp4Tab.magic))
+		ka := ta.Sub(archsimd.LoadFloat64x4(&exp4Tab.magic))
+		ra := xda.Sub(ka.Mul(archsimd.LoadFloat64x4(&exp4Tab.ln2hi))).Sub(ka.Mul(archsimd.LoadFloat64x4(&exp4Tab.ln2lo)))
+		r2a := ra.Mul(ra)
+		r4a := r2a.Mul(r2a)
+		p0a := archsimd.LoadFloat64x4(&exp4Tab.coef[10]).MulAdd(ra, archsimd.LoadFloat64x4(&exp4Tab.coef[11]))
+		p2a := archsimd.LoadFloat64x4(&exp4Tab.coef[8]).MulAdd(ra, archsimd.LoadFloat64x4(&exp4Tab.coef[9]))
+		p4a := archsimd.LoadFloat64x4(&exp4Tab.coef[6]).MulAdd(ra, archsimd.LoadFloat64x4(&exp4Tab.coef[7]))
+		p6a := archsimd.LoadFloat64x4(&exp4Tab.coef[4]).MulAdd(ra, archsimd.LoadFloat64x4(&exp4Tab.coef[5]))
+		p8a := archsimd.LoadFloat64x4(&exp4Tab.coef[2]).MulAdd(ra, archsimd.LoadFloat64x4(&exp4Tab.coef[3]))
+		p10a := archsimd.LoadFloat64x4(&exp4Tab.coef[0]).MulAdd(ra, archsimd.LoadFloat64x4(&exp4Tab.coef[1]))
+		q0a := p2a.MulAdd(r2a, p0a)
+		q1a := p6a.MulAdd(r2a, p4a)
+		q2a := p10a.MulAdd(r2a, p8a)
+		ya := q2a.MulAdd(r4a, q1a).MulAdd(r4a, q0a)
+		ya = ya.Mul(ta.AsUint64x4().Add(archsimd.LoadUint64x4(&exp4Tab.bias)).ShiftLeft(archsimd.LoadUint64x4(&exp4Tab.shl52)).AsFloat64x4())
+		neara := archsimd.LoadInt64x4(&exp4Tab.marg2).Greater(ya.AsInt64x4().Add(archsimd.LoadInt64x4(&exp4Tab.shift29)).And(archsimd.LoadInt64x4(&exp4Tab.mant29)))
+		xdb := v.GetHi().ConvertToFloat64()
+		tb := xdb.MulAdd(archsimd.LoadFloat64x4(&exp4TabB.log2e), archsimd.LoadFloat64x4(&exp4TabB.magic))
+		kb := tb.Sub(archsimd.LoadFloat64x4(&exp4TabB.magic))
+		rb := xdb.Sub(kb.Mul(archsimd.LoadFloat64x4(&exp4TabB.ln2hi))).Sub(kb.Mul(archsimd.LoadFloat64x4(&exp4TabB.ln2lo)))
+		r2b := rb.Mul(rb)
+		r4b := r2b.Mul(r2b)
+		p0b := archsimd.LoadFloat64x4(&exp4TabB.coef[10]).MulAdd(rb, archsimd.LoadFloat64x4(&exp4TabB.coef[11]))
+		p2b := archsimd.LoadFloat64x4(&exp4TabB.coef[8]).MulAdd(rb, archsimd.LoadFloat64x4(&exp4TabB.coef[9]))
+		p4b := archsimd.LoadFloat64x4(&exp4TabB.coef[6]).MulAdd(rb, archsimd.LoadFloat64x4(&exp4TabB.coef[7]))
+		p6b := archsimd.LoadFloat64x4(&exp4TabB.coef[4]).MulAdd(rb, archsimd.LoadFloat64x4(&exp4TabB.coef[5]))
+		p8b := archsimd.LoadFloat64x4(&exp4TabB.coef[2]).MulAdd(rb, archsimd.LoadFloat64x4(&exp4TabB.coef[3]))
+		p10b := archsimd.LoadFloat64x4(&exp4TabB.coef[0]).MulAdd(rb, archsimd.LoadFloat64x4(&exp4TabB.coef[1]))
+		q0b := p2b.MulAdd(r2b, p0b)
+		q1b := p6b.MulAdd(r2b, p4b)
+		q2b := p10b.MulAdd(r2b, p8b)
+		yb := q2b.MulAdd(r4b, q1b).MulAdd(r4b, q0b)
+		yb = yb.Mul(tb.AsUint64x4().Add(archsimd.LoadUint64x4(&exp4TabB.bias)).ShiftLeft(archsimd.LoadUint64x4(&exp4TabB.shl52)).AsFloat64x4())
+		nearb := archsimd.LoadInt64x4(&exp4TabB.marg2).Greater(yb.AsInt64x4().Add(archsimd.LoadInt64x4(&exp4TabB.shift29)).And(archsimd.LoadInt64x4(&exp4TabB.mant29)))
+		ok := v.GreaterEqual(archsimd.LoadFloat32x8(&exp4Tab.lo)).And(v.LessEqual(archsimd.LoadFloat32x8(&exp4Tab.hi)))
+		uf := v.Less(archsimd.LoadFloat32x8(&exp4Tab.under))
+		keep := v.GreaterEqual(archsimd.LoadFloat32x8(&exp4Tab.under))
+		fl := (^ok.ToBits() | neara.ToBits() | nearb.ToBits()<<4) &^ uf.ToBits() & valid
+		e := v.SetLo(ya.ConvertToFloat32()).SetHi(yb.ConvertToFloat32()).Masked(keep)
+		one := archsimd.LoadFloat32x8(&exp4Tab.one)
+		s := av.Mul(one.Div(one.Add(e))).Mul(bv)
+		op := (*[8]float32)(unsafe.Pointer(&out[8*g]))
+		if st := valid &^ fl; st == 0xff {
+			s.Store(op)
+		} else {
+			s.StoreMasked(op, archsimd.LoadInt32x8(&avx2Masks[st]).ToMask())
+		}
+		if g&1 == 0 {
+			flags[g>>1] = uint16(fl)
+		} else {
+			flags[g>>1] |= uint16(fl) << 8
+		}
+		any |= fl
+	}
+	archsimd.ClearAVXUpperBits()
+	return any != 0
+}
