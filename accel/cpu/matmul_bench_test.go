@@ -10,41 +10,69 @@ import (
 )
 
 // BenchmarkMatMulKernel times the packed matmul kernels on one thread, per
-// register block, for the 25M model's shapes and one that stays in L1 (in x
-// out) at T rows:
+// kernel set this CPU runs and register block, for the 25M model's shapes
+// and one that stays in L1 (in x out) at T rows, with the plain-Go
+// row-major kernel (the device's kernel without vector kernels) as "go":
 // GFLOP/s counts a multiply and an add per weight and row.
 func BenchmarkMatMulKernel(b *testing.B) {
-	if vecBuilt == nil {
-		b.Skip("no vector kernels in this build")
+	sets := vecSets()
+	if len(sets) == 0 {
+		b.Skip("no vector kernels in this build or on this CPU")
 	}
 	old := vec.Load()
-	vec.Store(vecBuilt)
 	defer vec.Store(old)
 	r := rand.New(rand.NewPCG(1, 2))
+	gflops := func(b *testing.B, T, in, out int) {
+		b.ReportMetric(2*float64(T*in*out)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+	}
 	// 64x48: the weights (12 KiB) stay in L1, which shows the kernels'
 	// own ceiling.
 	for _, sh := range [][2]int{{64, 48}, {512, 512}, {512, 1376}, {1376, 512}} {
 		for _, T := range []int{64, 512} {
-			for _, blk := range [][2]int{{3, 2}, {2, 3}, {2, 2}, {1, 4}} {
-				for _, dt := range []accel.DType{accel.F32, accel.BF16} {
-					in, out := sh[0], sh[1]
-					b.Run(fmt.Sprintf("%s/%dx%d/T%d/R%dP%d", dt, in, out, T, blk[0], blk[1]), func(b *testing.B) {
-						c := matCall(r, dt, T, out, in)
-						p := packWeights(c.o[2])
-						k := &kctx{}
-						oldR, oldP, oldRB, oldPB := mmBlockR, mmBlockP, mmBlockRBF16, mmBlockPBF16
-						mmBlockR, mmBlockP, mmBlockRBF16, mmBlockPBF16 = blk[0], blk[1], blk[0], blk[1]
-						defer func() { mmBlockR, mmBlockP, mmBlockRBF16, mmBlockPBF16 = oldR, oldP, oldRB, oldPB }()
-						b.ResetTimer()
-						for i := 0; i < b.N; i++ {
-							runMatMulPacked(c, p, 0, p.panels, 0, T, k)
-						}
-						b.ReportMetric(2*float64(T*in*out)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
-					})
+			for _, dt := range []accel.DType{accel.F32, accel.BF16} {
+				in, out := sh[0], sh[1]
+				c := benchMatCall(r, dt, T, out, in)
+				b.Run(fmt.Sprintf("go/%s/%dx%d/T%d", dt, in, out, T), func(b *testing.B) {
+					vec.Store(nil)
+					n, _ := unitsMatMul(c)
+					for i := 0; i < b.N; i++ {
+						p0, p1, t0, t1 := matUnits(c, 0, n)
+						runMatMulRows(c, p0, p1, t0, t1)
+					}
+					gflops(b, T, in, out)
+				})
+				p := packWeights(c.o[2])
+				k := &kctx{}
+				for _, set := range sets {
+					for _, blk := range [][2]int{{3, 2}, {2, 3}, {2, 2}, {3, 1}, {2, 1}, {1, 4}} {
+						b.Run(fmt.Sprintf("%s/%s/%dx%d/T%d/R%dP%d", set.name, dt, in, out, T, blk[0], blk[1]), func(b *testing.B) {
+							ops := *set
+							ops.blocks.f32, ops.blocks.bf16 = blk, blk
+							vec.Store(&ops)
+							for i := 0; i < b.N; i++ {
+								runMatMulPacked(c, p, 0, p.panels, 0, T, k)
+							}
+							gflops(b, T, in, out)
+						})
+					}
 				}
 			}
 		}
 	}
+}
+
+// benchMatCall is matCall on normal numbers: subnormal products take a
+// slow path in the multipliers of some CPUs, the scalar and the vector ones
+// alike, and would time that.
+func benchMatCall(r *rand.Rand, dt accel.DType, T, out, in int) *rcall {
+	c := matCall(r, dt, T, out, in)
+	copy(c.o[1].f32(), acceltest.Rand(r, T*in, 1))
+	if w := acceltest.Rand(r, out*in, 0.3); dt == accel.BF16 {
+		c.o[2].b = bf16Bytes(w)
+	} else {
+		c.o[2].b = accel.F32Bytes(w)
+	}
+	return c
 }
 
 // BenchmarkPrefillMatMuls times the matmuls of one 25M-model layer at

@@ -42,10 +42,16 @@ const EnvSIMD = "REPRISE_CPU_SIMD"
 // (stride ys bytes), 16*P outputs per row.
 type mmKernel func(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
 
+// mmBlocks are the register blocks (R rows of x, P panels) a kernel set's
+// matmuls walk, for float32 and bfloat16 weights, over several rows of x
+// and over one: each set's fastest, measured by BenchmarkMatMulKernel.
+type mmBlocks struct{ f32, bf16, f32Row, bf16Row [2]int }
+
 // vecOps are the vector kernels of a build.
 type vecOps struct {
 	name      string
 	f32, bf16 [3][4]mmKernel // [R-1][P-1]
+	blocks    mmBlocks
 	// scale sets out[j] = w[j] * (s * x[j]).
 	scale func(out, x, w []float32, s float32)
 	// expShift sets x[i] = exp32(x[i] - m).
