@@ -78,65 +78,76 @@ func benchMatCall(r *rand.Rand, dt accel.DType, T, out, in int) *rcall {
 // BenchmarkPrefillMatMuls times the matmuls of one 25M-model layer at
 // T = 512 tokens (q, k, v, o: 512x512; w1, w3: 512x1376; w2: 1376x512),
 // launched on the device as a replayed graph over every thread: the
-// 512-token prefill's matmul throughput.
+// 512-token prefill's matmul throughput, on the plain-Go kernels ("go") and
+// on each vector kernel set this CPU runs.
 func BenchmarkPrefillMatMuls(b *testing.B) {
+	sets := append([]*vecOps{nil}, vecSets()...)
 	for _, dt := range []accel.DType{accel.F32, accel.BF16} {
-		b.Run(dt.String(), func(b *testing.B) {
-			r := rand.New(rand.NewPCG(3, 4))
-			e := acceltest.Open(b, "cpu", accel.Options{})
-			const T, d, h = 512, 512, 1376
-			up := func(rows, cols int) accel.Tensor {
-				v := acceltest.Rand(r, rows*cols, 0.05)
-				if dt == accel.F32 {
-					return e.F32(v, rows, cols)
+		for _, set := range sets {
+			name := "go"
+			if set != nil {
+				name = set.name
+			}
+			b.Run(dt.String()+"/"+name, func(b *testing.B) {
+				old := vec.Load()
+				defer vec.Store(old)
+				vec.Store(set)
+				r := rand.New(rand.NewPCG(3, 4))
+				e := acceltest.Open(b, "cpu", accel.Options{})
+				const T, d, h = 512, 512, 1376
+				up := func(rows, cols int) accel.Tensor {
+					v := acceltest.Rand(r, rows*cols, 0.05)
+					if dt == accel.F32 {
+						return e.F32(v, rows, cols)
+					}
+					data := bf16Bytes(v)
+					buf, err := e.Dev.Alloc(int64(len(data)))
+					if err != nil {
+						b.Fatal(err)
+					}
+					if err := accel.Upload(e.S, buf, data); err != nil {
+						b.Fatal(err)
+					}
+					return accel.Tensor{Buf: buf, DType: dt, Rows: rows, Cols: cols}
 				}
-				data := bf16Bytes(v)
-				buf, err := e.Dev.Alloc(int64(len(data)))
+				x := e.F32(acceltest.Rand(r, T*d, 1), T, d)
+				hx := e.F32(acceltest.Rand(r, T*h, 1), T, h)
+				ws := []accel.Tensor{up(d, d), up(d, d), up(d, d), up(d, d), up(h, d), up(h, d), up(d, h)}
+				ys := []accel.Tensor{e.Zeros(accel.F32, T, d), e.Zeros(accel.F32, T, h)}
+				flops := 0.0
+				run := func(l *accel.Launcher) {
+					for i, w := range ws {
+						if i < 4 {
+							l.MatMul(ys[0], x, w)
+						} else if i < 6 {
+							l.MatMul(ys[1], x, w)
+						} else {
+							l.MatMul(ys[0], hx, w)
+						}
+					}
+				}
+				for _, w := range ws {
+					flops += 2 * float64(T*w.Rows*w.Cols)
+				}
+				pool, _ := e.Dev.NewPool()
+				g, err := accel.Capture(e.S, pool, func() error { l := accel.On(e.S); run(l); return l.Err() })
 				if err != nil {
 					b.Fatal(err)
 				}
-				if err := accel.Upload(e.S, buf, data); err != nil {
+				ex, err := g.Instantiate()
+				if err != nil {
 					b.Fatal(err)
 				}
-				return accel.Tensor{Buf: buf, DType: dt, Rows: rows, Cols: cols}
-			}
-			x := e.F32(acceltest.Rand(r, T*d, 1), T, d)
-			hx := e.F32(acceltest.Rand(r, T*h, 1), T, h)
-			ws := []accel.Tensor{up(d, d), up(d, d), up(d, d), up(d, d), up(h, d), up(h, d), up(d, h)}
-			ys := []accel.Tensor{e.Zeros(accel.F32, T, d), e.Zeros(accel.F32, T, h)}
-			flops := 0.0
-			run := func(l *accel.Launcher) {
-				for i, w := range ws {
-					if i < 4 {
-						l.MatMul(ys[0], x, w)
-					} else if i < 6 {
-						l.MatMul(ys[1], x, w)
-					} else {
-						l.MatMul(ys[0], hx, w)
-					}
-				}
-			}
-			for _, w := range ws {
-				flops += 2 * float64(T*w.Rows*w.Cols)
-			}
-			pool, _ := e.Dev.NewPool()
-			g, err := accel.Capture(e.S, pool, func() error { l := accel.On(e.S); run(l); return l.Err() })
-			if err != nil {
-				b.Fatal(err)
-			}
-			ex, err := g.Instantiate()
-			if err != nil {
-				b.Fatal(err)
-			}
-			_ = ex.Launch(e.S)
-			_ = e.S.Synchronize()
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
 				_ = ex.Launch(e.S)
 				_ = e.S.Synchronize()
-			}
-			b.ReportMetric(flops*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
-		})
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					_ = ex.Launch(e.S)
+					_ = e.S.Synchronize()
+				}
+				b.ReportMetric(flops*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+			})
+		}
 	}
 }
 

@@ -17,15 +17,19 @@ type kernelMode struct {
 	vec     bool // the archsimd kernels (only where built)
 	packGo  bool // pack without vector kernels (plain-Go panel kernel)
 	threads int
+	ops     *vecOps // with vec: this set (nil: the build's default)
 }
 
+// modes are the plain-Go kernels, on row-major and on packed weights, and
+// every vector kernel set this CPU runs (AVX-512 and AVX2 on a CPU with
+// both), at 1-3 threads.
 func modes() []kernelMode {
 	var ms []kernelMode
 	for _, th := range []int{1, 2, 3} {
-		ms = append(ms, kernelMode{fmt.Sprintf("go/t%d", th), false, false, th})
-		ms = append(ms, kernelMode{fmt.Sprintf("gopacked/t%d", th), false, true, th})
-		if SIMDBuilt() {
-			ms = append(ms, kernelMode{fmt.Sprintf("simd/t%d", th), true, false, th})
+		ms = append(ms, kernelMode{name: fmt.Sprintf("go/t%d", th), threads: th})
+		ms = append(ms, kernelMode{name: fmt.Sprintf("gopacked/t%d", th), packGo: true, threads: th})
+		for _, set := range vecSets() {
+			ms = append(ms, kernelMode{name: fmt.Sprintf("%s/t%d", set.name, th), vec: true, threads: th, ops: set})
 		}
 	}
 	return ms
@@ -35,7 +39,9 @@ func modes() []kernelMode {
 func withMode(tb testing.TB, m kernelMode) {
 	old, oldPack := vec.Load(), packGo.Load()
 	tb.Cleanup(func() { vec.Store(old); packGo.Store(oldPack) })
-	if m.vec {
+	if m.vec && m.ops != nil {
+		vec.Store(m.ops)
+	} else if m.vec {
 		vec.Store(vecBuilt)
 	} else {
 		vec.Store(nil)

@@ -9,9 +9,12 @@ import (
 // Vector kernels.
 //
 // Built with GOEXPERIMENT=simd on amd64, the device has kernels on the
-// simd/archsimd package (simd_amd64.go, simd_mm_amd64.go), used when the CPU
-// has AVX-512 (F, CD, BW, DQ, VL); every other build and machine runs the
-// plain-Go kernels. Both give the same bits: the vector kernels keep the
+// simd/archsimd package (simd_amd64.go, simd_gen_amd64.go), used when the
+// CPU has AVX-512 (F, CD, BW, DQ, VL), and a 256-bit set where it has AVX2
+// and FMA but not AVX-512 (simd_avx2mm_amd64.go, simd_gen_avx2_amd64.go:
+// the float32 and bf16 matmuls; its other operations run the plain-Go
+// functions); every other build and machine runs the plain-Go kernels. All
+// give the same bits: the vector kernels keep the
 // reference's order of every float32 operation and vectorise only across
 // independent chains (outputs of a matmul, elements of an axpy or of an
 // elementwise op), and never fuse a multiply with an add. Exponentials are
@@ -103,7 +106,8 @@ func simdOps() *vecOps { return vec.Load() }
 // packingOn reports whether MatMul weights get packed copies.
 func packingOn() bool { return vec.Load() != nil || packGo.Load() }
 
-// KernelSet names the kernels the device runs: "avx512" (archsimd) or "go".
+// KernelSet names the kernels the device runs: "avx512" or "avx2"
+// (archsimd), or "go".
 func KernelSet() string {
 	if v := vec.Load(); v != nil {
 		return v.name
@@ -112,6 +116,6 @@ func KernelSet() string {
 }
 
 // SIMDBuilt reports whether this build has vector kernels that this CPU can
-// run (GOEXPERIMENT=simd, amd64, AVX-512, not GOAMD64=v3), whether or not
+// run (GOEXPERIMENT=simd, amd64, AVX-512 or AVX2, not GOAMD64=v3), whether or not
 // they are turned off.
 func SIMDBuilt() bool { return vecBuilt != nil && !goamd64v3 }

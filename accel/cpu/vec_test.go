@@ -13,14 +13,14 @@ import (
 
 // The vector kernels against the scalar ones, on the same inputs in one
 // binary: the same bits, always. These run where the build has the archsimd
-// kernels and the CPU runs them (GOEXPERIMENT=simd on an AVX-512 machine);
-// elsewhere they skip, and TestModesAgree still checks the plain-Go kernels
+// kernels and the CPU runs them (GOEXPERIMENT=simd on an AVX2 or AVX-512
+// machine; TestVecMatMul checks every set the CPU runs); elsewhere they skip, and TestModesAgree still checks the plain-Go kernels
 // on packed weights against the row-major ones.
 
 func needVec(t *testing.T) *vecOps {
 	t.Helper()
 	if vecBuilt == nil || goamd64v3 {
-		t.Skip("no archsimd kernels in this build or on this CPU (GOEXPERIMENT=simd, amd64, AVX-512)")
+		t.Skip("no archsimd kernels in this build or on this CPU (GOEXPERIMENT=simd, amd64, AVX2 or AVX-512)")
 	}
 	return vecBuilt
 }
