@@ -22,7 +22,10 @@
 // heavy kernels (matmul, the exponentials of SiLU and softmax, attention's
 // scores and weighted sums, RMSNorm's scaling) run on simd/archsimd vector
 // code (simd_amd64.go, attn8_amd64.go for eight-wide heads, and
-// simd_gen_amd64.go from gen_simd.go); every other
+// simd_gen_amd64.go from gen_simd.go); on a CPU with AVX2 and FMA but not
+// AVX-512 all of them but the eight-wide heads' attention run on 256-bit
+// kernels (simd_avx2_amd64.go, and simd_gen_avx2_amd64.go from
+// gen_avx2mm.go for the matmuls); every other
 // build runs the plain-Go kernels (REPRISE_CPU_SIMD=0 forces them). Both give
 // the same bits (simd.go says how, and how the two hazards of archsimd code
 // are kept out; hazard_test.go checks the code's structure).

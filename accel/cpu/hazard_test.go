@@ -34,7 +34,7 @@ func TestSIMDStructure(t *testing.T) {
 	fset := token.NewFileSet()
 	kernels := 0
 	for _, name := range files {
-		if strings.HasSuffix(name, "_test.go") || name == "gen_simd.go" {
+		if strings.HasSuffix(name, "_test.go") || strings.HasPrefix(name, "gen_") {
 			continue
 		}
 		f, err := parser.ParseFile(fset, name, nil, parser.ParseComments)
@@ -215,7 +215,8 @@ func checkKernel(t *testing.T, fset *token.FileSet, file string, fn *ast.FuncDec
 	}
 }
 
-// TestGeneratedUpToDate: simd_gen_amd64.go is what gen_simd.go writes.
+// TestGeneratedUpToDate: simd_gen_amd64.go is what gen_simd.go writes, and
+// simd_gen_avx2_amd64.go what gen_avx2mm.go writes.
 func TestGeneratedUpToDate(t *testing.T) {
 	goTool, err := osexec.LookPath("go")
 	if err != nil {
@@ -224,21 +225,23 @@ func TestGeneratedUpToDate(t *testing.T) {
 	if testing.Short() {
 		t.Skip("short")
 	}
-	out := filepath.Join(t.TempDir(), "gen.go")
-	cmd := osexec.Command(goTool, "run", "gen_simd.go", "-o", out)
-	cmd.Env = append(os.Environ(), "GOEXPERIMENT=")
-	if msg, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go run gen_simd.go: %v\n%s", err, msg)
-	}
-	want, err := os.ReadFile(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	have, err := os.ReadFile("simd_gen_amd64.go")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(want, have) {
-		t.Fatal("simd_gen_amd64.go is stale: run `GOEXPERIMENT=simd go generate ./accel/cpu`")
+	for _, g := range [][2]string{{"gen_simd.go", "simd_gen_amd64.go"}, {"gen_avx2mm.go", "simd_gen_avx2_amd64.go"}} {
+		out := filepath.Join(t.TempDir(), "gen.go")
+		cmd := osexec.Command(goTool, "run", g[0], "-o", out)
+		cmd.Env = append(os.Environ(), "GOEXPERIMENT=")
+		if msg, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("go run %s: %v\n%s", g[0], err, msg)
+		}
+		want, err := os.ReadFile(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		have, err := os.ReadFile(g[1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(want, have) {
+			t.Fatalf("%s is stale: run `GOEXPERIMENT=simd go generate ./accel/cpu`", g[1])
+		}
 	}
 }

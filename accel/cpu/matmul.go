@@ -24,17 +24,6 @@ func (d *Device) packFor(c *rcall) *packed {
 	return e.p
 }
 
-// mmBlockR, mmBlockP are the register block of the packed float32 kernels
-// for more than one row of x: mmBlockR rows by mmBlockP panels (see
-// gen_simd.go); bf16's needs registers for the widened halves, and its
-// larger blocks spill. The blocks were chosen by BenchmarkMatMulKernel
-// (2x3: 78-84 GFLOP/s on one core, 3x2: 70-74; bf16 2x2: 68-70, 2x3 and 3x2
-// spill: 40-43).
-var (
-	mmBlockR, mmBlockP         = 2, 3
-	mmBlockRBF16, mmBlockPBF16 = 2, 2
-)
-
 // runMatMulPacked computes output panels [lo, hi) of rows [t0, t1) of
 // y = x·Wᵀ from packed W. The kernels walk a group of panels over every row,
 // so a group's weights are read from memory once and from cache for the
@@ -47,12 +36,11 @@ func runMatMulPacked(c *rcall, p *packed, lo, hi, t0, t1 int, k *kctx) {
 		runMatMulPackedGo(c, p, lo, hi, t0, t1)
 		return
 	}
-	ks := &vk.f32
-	R, P := mmBlockR, mmBlockP
+	ks, blk, row := &vk.f32, vk.blocks.f32, vk.blocks.f32Row
 	if p.dt == accel.BF16 {
-		ks = &vk.bf16
-		R, P = mmBlockRBF16, mmBlockPBF16
+		ks, blk, row = &vk.bf16, vk.blocks.bf16, vk.blocks.bf16Row
 	}
+	R, P := blk[0], blk[1]
 	y, x := c.o[0], c.o[1]
 	in, out := x.cols, y.cols
 	if t1 <= t0 || out == 0 || hi <= lo {
@@ -71,7 +59,7 @@ func runMatMulPacked(c *rcall, p *packed, lo, hi, t0, t1 int, k *kctx) {
 		full = hi - 1 // the last panel is partial
 	}
 	if t1-t0 == 1 {
-		R, P = 1, 4
+		R, P = row[0], row[1]
 	}
 	for pn := lo; pn < full; {
 		np := min(P, full-pn)

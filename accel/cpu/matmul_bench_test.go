@@ -10,105 +10,144 @@ import (
 )
 
 // BenchmarkMatMulKernel times the packed matmul kernels on one thread, per
-// register block, for the 25M model's shapes and one that stays in L1 (in x
-// out) at T rows:
+// kernel set this CPU runs and register block, for the 25M model's shapes
+// and one that stays in L1 (in x out) at T rows, with the plain-Go
+// row-major kernel (the device's kernel without vector kernels) as "go":
 // GFLOP/s counts a multiply and an add per weight and row.
 func BenchmarkMatMulKernel(b *testing.B) {
-	if !vecBuilt.hasMM() {
-		b.Skip("no vector matmul kernels in this build or on this CPU")
+	sets := vecSets()
+	if len(sets) == 0 {
+		b.Skip("no vector kernels in this build or on this CPU")
 	}
 	old := vec.Load()
-	vec.Store(vecBuilt)
 	defer vec.Store(old)
 	r := rand.New(rand.NewPCG(1, 2))
+	gflops := func(b *testing.B, T, in, out int) {
+		b.ReportMetric(2*float64(T*in*out)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+	}
 	// 64x48: the weights (12 KiB) stay in L1, which shows the kernels'
 	// own ceiling.
 	for _, sh := range [][2]int{{64, 48}, {512, 512}, {512, 1376}, {1376, 512}} {
 		for _, T := range []int{64, 512} {
-			for _, blk := range [][2]int{{3, 2}, {2, 3}, {2, 2}, {1, 4}} {
-				for _, dt := range []accel.DType{accel.F32, accel.BF16} {
-					in, out := sh[0], sh[1]
-					b.Run(fmt.Sprintf("%s/%dx%d/T%d/R%dP%d", dt, in, out, T, blk[0], blk[1]), func(b *testing.B) {
-						c := matCall(r, dt, T, out, in)
-						p := packWeights(c.o[2])
-						k := &kctx{}
-						oldR, oldP, oldRB, oldPB := mmBlockR, mmBlockP, mmBlockRBF16, mmBlockPBF16
-						mmBlockR, mmBlockP, mmBlockRBF16, mmBlockPBF16 = blk[0], blk[1], blk[0], blk[1]
-						defer func() { mmBlockR, mmBlockP, mmBlockRBF16, mmBlockPBF16 = oldR, oldP, oldRB, oldPB }()
-						b.ResetTimer()
-						for i := 0; i < b.N; i++ {
-							runMatMulPacked(c, p, 0, p.panels, 0, T, k)
-						}
-						b.ReportMetric(2*float64(T*in*out)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
-					})
+			for _, dt := range []accel.DType{accel.F32, accel.BF16} {
+				in, out := sh[0], sh[1]
+				c := benchMatCall(r, dt, T, out, in)
+				b.Run(fmt.Sprintf("go/%s/%dx%d/T%d", dt, in, out, T), func(b *testing.B) {
+					vec.Store(nil)
+					n, _ := unitsMatMul(c)
+					for i := 0; i < b.N; i++ {
+						p0, p1, t0, t1 := matUnits(c, 0, n)
+						runMatMulRows(c, p0, p1, t0, t1)
+					}
+					gflops(b, T, in, out)
+				})
+				p := packWeights(c.o[2])
+				k := &kctx{}
+				for _, set := range sets {
+					for _, blk := range [][2]int{{3, 2}, {2, 3}, {2, 2}, {3, 1}, {2, 1}, {1, 4}} {
+						b.Run(fmt.Sprintf("%s/%s/%dx%d/T%d/R%dP%d", set.name, dt, in, out, T, blk[0], blk[1]), func(b *testing.B) {
+							ops := *set
+							ops.blocks.f32, ops.blocks.bf16 = blk, blk
+							vec.Store(&ops)
+							for i := 0; i < b.N; i++ {
+								runMatMulPacked(c, p, 0, p.panels, 0, T, k)
+							}
+							gflops(b, T, in, out)
+						})
+					}
 				}
 			}
 		}
 	}
 }
 
+// benchMatCall is matCall on normal numbers: subnormal products take a
+// slow path in the multipliers of some CPUs, the scalar and the vector ones
+// alike, and would time that.
+func benchMatCall(r *rand.Rand, dt accel.DType, T, out, in int) *rcall {
+	c := matCall(r, dt, T, out, in)
+	copy(c.o[1].f32(), acceltest.Rand(r, T*in, 1))
+	if w := acceltest.Rand(r, out*in, 0.3); dt == accel.BF16 {
+		c.o[2].b = bf16Bytes(w)
+	} else {
+		c.o[2].b = accel.F32Bytes(w)
+	}
+	return c
+}
+
 // BenchmarkPrefillMatMuls times the matmuls of one 25M-model layer at
 // T = 512 tokens (q, k, v, o: 512x512; w1, w3: 512x1376; w2: 1376x512),
 // launched on the device as a replayed graph over every thread: the
-// 512-token prefill's matmul throughput.
+// 512-token prefill's matmul throughput, on the plain-Go kernels ("go") and
+// on each vector kernel set this CPU runs.
 func BenchmarkPrefillMatMuls(b *testing.B) {
+	sets := append([]*vecOps{nil}, vecSets()...)
 	for _, dt := range []accel.DType{accel.F32, accel.BF16} {
-		b.Run(dt.String(), func(b *testing.B) {
-			r := rand.New(rand.NewPCG(3, 4))
-			e := acceltest.Open(b, "cpu", accel.Options{})
-			const T, d, h = 512, 512, 1376
-			up := func(rows, cols int) accel.Tensor {
-				v := acceltest.Rand(r, rows*cols, 0.05)
-				if dt == accel.F32 {
-					return e.F32(v, rows, cols)
+		for _, set := range sets {
+			name := "go"
+			if set != nil {
+				name = set.name
+			}
+			b.Run(dt.String()+"/"+name, func(b *testing.B) {
+				old := vec.Load()
+				defer vec.Store(old)
+				vec.Store(set)
+				r := rand.New(rand.NewPCG(3, 4))
+				e := acceltest.Open(b, "cpu", accel.Options{})
+				const T, d, h = 512, 512, 1376
+				up := func(rows, cols int) accel.Tensor {
+					v := acceltest.Rand(r, rows*cols, 0.05)
+					if dt == accel.F32 {
+						return e.F32(v, rows, cols)
+					}
+					data := bf16Bytes(v)
+					buf, err := e.Dev.Alloc(int64(len(data)))
+					if err != nil {
+						b.Fatal(err)
+					}
+					if err := accel.Upload(e.S, buf, data); err != nil {
+						b.Fatal(err)
+					}
+					return accel.Tensor{Buf: buf, DType: dt, Rows: rows, Cols: cols}
 				}
-				data := bf16Bytes(v)
-				buf, err := e.Dev.Alloc(int64(len(data)))
+				x := e.F32(acceltest.Rand(r, T*d, 1), T, d)
+				hx := e.F32(acceltest.Rand(r, T*h, 1), T, h)
+				ws := []accel.Tensor{up(d, d), up(d, d), up(d, d), up(d, d), up(h, d), up(h, d), up(d, h)}
+				ys := []accel.Tensor{e.Zeros(accel.F32, T, d), e.Zeros(accel.F32, T, h)}
+				flops := 0.0
+				run := func(l *accel.Launcher) {
+					for i, w := range ws {
+						if i < 4 {
+							l.MatMul(ys[0], x, w)
+						} else if i < 6 {
+							l.MatMul(ys[1], x, w)
+						} else {
+							l.MatMul(ys[0], hx, w)
+						}
+					}
+				}
+				for _, w := range ws {
+					flops += 2 * float64(T*w.Rows*w.Cols)
+				}
+				pool, _ := e.Dev.NewPool()
+				g, err := accel.Capture(e.S, pool, func() error { l := accel.On(e.S); run(l); return l.Err() })
 				if err != nil {
 					b.Fatal(err)
 				}
-				if err := accel.Upload(e.S, buf, data); err != nil {
+				ex, err := g.Instantiate()
+				if err != nil {
 					b.Fatal(err)
 				}
-				return accel.Tensor{Buf: buf, DType: dt, Rows: rows, Cols: cols}
-			}
-			x := e.F32(acceltest.Rand(r, T*d, 1), T, d)
-			hx := e.F32(acceltest.Rand(r, T*h, 1), T, h)
-			ws := []accel.Tensor{up(d, d), up(d, d), up(d, d), up(d, d), up(h, d), up(h, d), up(d, h)}
-			ys := []accel.Tensor{e.Zeros(accel.F32, T, d), e.Zeros(accel.F32, T, h)}
-			flops := 0.0
-			run := func(l *accel.Launcher) {
-				for i, w := range ws {
-					if i < 4 {
-						l.MatMul(ys[0], x, w)
-					} else if i < 6 {
-						l.MatMul(ys[1], x, w)
-					} else {
-						l.MatMul(ys[0], hx, w)
-					}
-				}
-			}
-			for _, w := range ws {
-				flops += 2 * float64(T*w.Rows*w.Cols)
-			}
-			pool, _ := e.Dev.NewPool()
-			g, err := accel.Capture(e.S, pool, func() error { l := accel.On(e.S); run(l); return l.Err() })
-			if err != nil {
-				b.Fatal(err)
-			}
-			ex, err := g.Instantiate()
-			if err != nil {
-				b.Fatal(err)
-			}
-			_ = ex.Launch(e.S)
-			_ = e.S.Synchronize()
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
 				_ = ex.Launch(e.S)
 				_ = e.S.Synchronize()
-			}
-			b.ReportMetric(flops*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
-		})
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					_ = ex.Launch(e.S)
+					_ = e.S.Synchronize()
+				}
+				b.ReportMetric(flops*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+			})
+		}
 	}
 }
 

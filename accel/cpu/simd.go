@@ -10,9 +10,10 @@ import (
 //
 // Built with GOEXPERIMENT=simd on amd64, the device has kernels on the
 // simd/archsimd package (simd_amd64.go, simd_gen_amd64.go), used when the
-// CPU has AVX-512 (F, CD, BW, DQ, VL), and 256-bit ones for the elementwise
-// ops and the attention (simd_avx2_amd64.go) where it has AVX2 and FMA but
-// not AVX-512; every other build and machine runs the plain-Go kernels. Both give the same bits: the vector kernels keep the
+// CPU has AVX-512 (F, CD, BW, DQ, VL), and 256-bit ones (simd_avx2_amd64.go,
+// and simd_gen_avx2_amd64.go for the float32 and bf16 matmuls) where it has
+// AVX2 and FMA but not AVX-512; every other build and machine runs the
+// plain-Go kernels. All give the same bits: the vector kernels keep the
 // reference's order of every float32 operation and vectorise only across
 // independent chains (outputs of a matmul, elements of an axpy or of an
 // elementwise op), and never fuse a multiply with an add. Exponentials are
@@ -43,10 +44,16 @@ const EnvSIMD = "REPRISE_CPU_SIMD"
 // (stride ys bytes), 16*P outputs per row.
 type mmKernel func(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
 
+// mmBlocks are the register blocks (R rows of x, P panels) a kernel set's
+// matmuls walk, for float32 and bfloat16 weights, over several rows of x
+// and over one: each set's fastest, measured by BenchmarkMatMulKernel.
+type mmBlocks struct{ f32, bf16, f32Row, bf16Row [2]int }
+
 // vecOps are the vector kernels of a build.
 type vecOps struct {
 	name      string
 	f32, bf16 [3][4]mmKernel // [R-1][P-1]
+	blocks    mmBlocks
 	// scale sets out[j] = w[j] * (s * x[j]).
 	scale func(out, x, w []float32, s float32)
 	// expShift sets x[i] = exp32(x[i] - m).

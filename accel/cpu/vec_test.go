@@ -175,49 +175,51 @@ func specialF32(r *rand.Rand, n int, sd float64) []float32 {
 	return v
 }
 
-// TestVecMatMul: the packed vector kernels against the row-major scalar
-// kernel and the plain-Go panel kernel, over shapes that exercise every
-// register block, the partial last panel and odd input counts.
+// TestVecMatMul: the packed vector kernels of every set this CPU runs
+// (AVX-512, AVX2), on the set's own register blocks and on every other
+// block, against the row-major scalar kernel and the plain-Go panel kernel,
+// over shapes that exercise every block, the partial last panel and odd
+// input counts.
 func TestVecMatMul(t *testing.T) {
-	if !needVec(t).hasMM() {
-		t.Skipf("the %s set has no matmul kernels", vecBuilt.name)
+	sets := vecSets()
+	if len(sets) == 0 {
+		t.Skip("no archsimd kernels in this build or on this CPU (GOEXPERIMENT=simd, amd64, AVX2 or AVX-512)")
 	}
+	old := vec.Load()
+	defer vec.Store(old)
 	r := rand.New(rand.NewPCG(7, 8))
 	for _, dt := range []accel.DType{accel.F32, accel.BF16} {
 		for _, T := range []int{1, 2, 3, 4, 5, 7, 64} {
 			for _, out := range []int{1, 15, 16, 17, 48, 64, 100} {
 				for _, in := range []int{1, 2, 3, 7, 64, 65} {
-					name := fmt.Sprintf("%s/T%d/out%d/in%d", dt, T, out, in)
 					c := matCall(r, dt, T, out, in)
 					want := runRef(c, func(c *rcall, lo, hi int) { p0, p1, t0, t1 := matUnits(c, lo, hi); runMatMulRows(c, p0, p1, t0, t1) })
 					p := packWeights(c.o[2])
 					k := &kctx{}
-					withVec := func(on bool, fn func()) {
-						old := vec.Load()
-						defer vec.Store(old)
-						if on {
-							vec.Store(vecBuilt)
-						} else {
-							vec.Store(nil)
-						}
-						fn()
-					}
-					var gotVec, gotGo []float32
-					withVec(true, func() {
-						gotVec = runRef(c, func(c *rcall, lo, hi int) {
-							p0, p1, t0, t1 := matUnits(c, lo, hi)
-							runMatMulPacked(c, p, p0, p1, t0, t1, k)
-						})
+					gotGo := runRef(c, func(c *rcall, lo, hi int) {
+						p0, p1, t0, t1 := matUnits(c, lo, hi)
+						runMatMulPackedGo(c, p, p0, p1, t0, t1)
 					})
-					withVec(false, func() {
-						gotGo = runRef(c, func(c *rcall, lo, hi int) {
-							p0, p1, t0, t1 := matUnits(c, lo, hi)
-							runMatMulPackedGo(c, p, p0, p1, t0, t1)
-						})
-					})
-					for i := range want {
-						if !sameBits32(gotVec[i], want[i]) || !sameBits32(gotGo[i], want[i]) {
-							t.Fatalf("%s: y[%d] vector %v, panel Go %v, row-major %v", name, i, gotVec[i], gotGo[i], want[i])
+					for _, set := range sets {
+						for _, blk := range [][2]int{{0, 0}, {1, 1}, {1, 2}, {1, 3}, {1, 4}, {2, 1}, {2, 2}, {2, 3}, {3, 1}, {3, 2}} {
+							if blk[0] > T {
+								continue
+							}
+							ops := *set
+							if blk[0] > 0 { // {0, 0}: the set's own blocks
+								ops.blocks = mmBlocks{f32: blk, bf16: blk, f32Row: [2]int{1, blk[1]}, bf16Row: [2]int{1, blk[1]}}
+							}
+							vec.Store(&ops)
+							gotVec := runRef(c, func(c *rcall, lo, hi int) {
+								p0, p1, t0, t1 := matUnits(c, lo, hi)
+								runMatMulPacked(c, p, p0, p1, t0, t1, k)
+							})
+							for i := range want {
+								if !sameBits32(gotVec[i], want[i]) || !sameBits32(gotGo[i], want[i]) {
+									t.Fatalf("%s/%s/T%d/out%d/in%d/R%dP%d: y[%d] vector %v, panel Go %v, row-major %v",
+										set.name, dt, T, out, in, blk[0], blk[1], i, gotVec[i], gotGo[i], want[i])
+								}
+							}
 						}
 					}
 				}
