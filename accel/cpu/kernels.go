@@ -1102,8 +1102,8 @@ func sampleRow(sc *sampleScratch, row []float32, t float32, k int, topP float32,
 }
 
 // runLogProbs: per row, the log-softmax (max and the sum of exponentials in
-// float64, the row in order), the sampled token's and, by one pass keeping
-// the best k in a sorted list, the top k's.
+// float64, the row in order: sumExpShift), the sampled token's and, by one
+// pass keeping the best k in a sorted list, the top k's.
 //
 //go:norace
 func runLogProbs(c *rcall, lo, hi int, _ *kctx) {
@@ -1117,11 +1117,7 @@ func runLogProbs(c *rcall, lo, hi int, _ *kctx) {
 				m = x
 			}
 		}
-		sum := 0.0
-		for _, x := range row {
-			sum += math.Exp(float64(x - m))
-		}
-		lse := float32(math.Log(sum))
+		lse := float32(math.Log(sumExpShift(row, m)))
 		lp := func(i int) float32 { return row[i] - m - lse }
 		out, top := vals[r*(k+1):(r+1)*(k+1)], ids[r*k:(r+1)*k]
 		if t := int(toks[r]); t >= 0 && t < v {
