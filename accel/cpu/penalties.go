@@ -24,11 +24,7 @@ func runPenalize(c *rcall, lo, hi int, _ *kctx) {
 		x, y := logits[r*v:(r+1)*v], out[r*v:(r+1)*v]
 		p := params[4*r : 4*r+4]
 		if i := int(rows[2*r]); i >= 0 && i < n {
-			cr, br := counts[i*v:(i+1)*v], bias[i*v:(i+1)*v]
-			mask := rows[2*r+1]&accel.PenaltyMaskStops != 0
-			for j := range y {
-				y[j] = accel.Penalize(x[j], cr[j], br[j], p[0], p[1], p[2], mask)
-			}
+			penalizeRow(y, x, counts[i*v:(i+1)*v], bias[i*v:(i+1)*v], p[0], p[1], p[2], rows[2*r+1]&accel.PenaltyMaskStops != 0)
 		} else if &x[0] != &y[0] {
 			// A loop, not copy: the runtime's copy reports to the race
 			// detector even here, and a one-row call runs on every worker
@@ -37,20 +33,59 @@ func runPenalize(c *rcall, lo, hi int, _ *kctx) {
 				y[j] = z
 			}
 		}
-		minP, t := p[3], temp[r]
-		if !(minP > 0) || !(t > 0) {
-			continue
+		if minP, t := p[3], temp[r]; minP > 0 && t > 0 {
+			minPRow(y, minP, t)
 		}
-		m := y[0]
-		for _, z := range y {
-			if z > m {
-				m = z
-			}
+	}
+}
+
+// penalizeRow is accel.Penalize over a row. Most of a row's tokens were
+// never seen and are no stop token (a zero count word): for those
+// Penalize adds the bias and subtracts frequency × 0, which is what the
+// short path does, operation for operation (x - freq·0 keeps the sign
+// rules of a zero result), so the results are the same bits.
+//
+//go:norace
+func penalizeRow(y, x []float32, cr []int32, br []float32, rep, pres, freq float32, mask bool) {
+	f0 := freq * 0
+	cr, br = cr[:len(y)], br[:len(y)]
+	for j, c := range cr {
+		if c == 0 {
+			y[j] = x[j] + br[j] - f0
+		} else {
+			y[j] = accel.Penalize(x[j], c, br[j], rep, pres, freq, mask)
 		}
-		for j, z := range y {
-			if math.Exp(float64((z-m)/t)) < float64(minP) {
-				y[j] = float32(math.Inf(-1))
-			}
+	}
+}
+
+// minPMargin bounds how far from log(min_p) an exponent a = (z-max)/t
+// must lie for a < log(min_p) to decide exp(a) < min_p the way
+// math.Exp(a) < min_p does: math.Exp and math.Log are within a few units in
+// the last place (2^-52 relative), log(min_p) of a float32 min_p in (0, 1]
+// lies in [-104, 0], so an absolute 1e-9 is far outside any rounding.
+const minPMargin = 1e-9
+
+// minPRow sets to -Inf the logits of y whose probability at temperature t
+// is below minP times the largest's: math.Exp((z-max)/t) < minP, in
+// float64. Only an exponent within minPMargin of log(minP) is
+// exponentiated; the others are decided by comparing it with log(minP),
+// which gives the same answer (NaN and -Inf exponents included).
+//
+//go:norace
+func minPRow(y []float32, minP, t float32) {
+	m := y[0]
+	for _, z := range y {
+		if z > m {
+			m = z
+		}
+	}
+	p := float64(minP)
+	lp := math.Log(p)
+	below, above := lp-minPMargin, lp+minPMargin
+	for j, z := range y {
+		a := float64((z - m) / t)
+		if a < below || (a <= above && math.Exp(a) < p) {
+			y[j] = float32(math.Inf(-1))
 		}
 	}
 }
