@@ -25,7 +25,10 @@ const DefaultTemperature = 1.0
 type job struct {
 	p      *genParams
 	prompt []int
-	reqs   []engine.Request
+	// req is what every choice asks for, with the first choice's seed;
+	// seeds are each choice's (the choices differ in nothing else).
+	req   engine.Request
+	seeds []uint64
 	// echo is the prompt's text, for echo.
 	echo string
 }
@@ -124,22 +127,24 @@ func (s *Server) prepare(ctx context.Context, p *genParams) (*job, *apiError) {
 		return nil, err
 	}
 	choices := max(p.n, p.bestOf, 1)
-	reqs := make([]engine.Request, choices)
-	for i := range reqs {
-		// Choice i of a seeded request uses seed+i: it equals the same
-		// request with n=1 and that seed.
-		seed := mrand.Uint64()
+	// Choice i of a seeded request uses seed+i: it equals the same request
+	// with n=1 and that seed.
+	seeds := make([]uint64, choices)
+	for i := range seeds {
+		seeds[i] = mrand.Uint64()
 		if p.seedSet {
-			seed = uint64(p.seed) + uint64(i)
-		}
-		reqs[i] = engine.Request{Prompt: prompt, MaxTokens: n, StopTokens: stops, IgnoreEOS: p.ignoreEOS,
-			LogProbs: p.logprobs || choices > max(p.n, 1), TopLogProbs: p.topLogprobs, Penalties: p.pen,
-			Sampling: engine.Sampling{Temperature: float32(temp), TopK: p.topK, TopP: float32(p.topP), Seed: seed}}
-		if err := s.eng.Validate(reqs[i]); err != nil {
-			return nil, badRequest("", codeInvalidValue, "%s", strings.TrimPrefix(err.Error(), engine.ErrInvalidRequest.Error()+": "))
+			seeds[i] = uint64(p.seed) + uint64(i)
 		}
 	}
-	return &job{p: p, prompt: ids, reqs: reqs, echo: echo}, nil
+	req := engine.Request{Prompt: prompt, MaxTokens: n, StopTokens: stops, IgnoreEOS: p.ignoreEOS,
+		LogProbs: p.logprobs || choices > max(p.n, 1), TopLogProbs: p.topLogprobs, Penalties: p.pen,
+		Sampling: engine.Sampling{Temperature: float32(temp), TopK: p.topK, TopP: float32(p.topP), Seed: seeds[0]}}
+	// Validated once: the choices differ only in the seed, which
+	// Validate does not look at.
+	if err := s.eng.Validate(req); err != nil {
+		return nil, badRequest("", codeInvalidValue, "%s", strings.TrimPrefix(err.Error(), engine.ErrInvalidRequest.Error()+": "))
+	}
+	return &job{p: p, prompt: ids, req: req, seeds: seeds, echo: echo}, nil
 }
 
 // decode is the text of tokens as the reference program prints them,
@@ -263,11 +268,7 @@ func (s *Server) handleGenerate(chat bool) http.HandlerFunc {
 		g := &generation{s: s, w: w, ctx: r.Context(), j: j, chat: chat, endpoint: endpoint, arrived: arrived,
 			submitted: submitted, created: time.Now().Unix(), rc: http.NewResponseController(w), rec: rec}
 		// The choices share one prefill of the prompt.
-		seeds := make([]uint64, len(j.reqs))
-		for i, req := range j.reqs {
-			seeds[i] = req.Sampling.Seed
-		}
-		hs, err := s.eng.SubmitChoices(r.Context(), j.reqs[0], seeds)
+		hs, err := s.eng.SubmitChoices(r.Context(), j.req, j.seeds)
 		if err != nil {
 			writeError(w, s.submitError(err, rec.id))
 			return
