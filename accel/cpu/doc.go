@@ -49,6 +49,11 @@
 // rows (quant_rows_amd64.go); both give the scalar code's bits, so a row's
 // result is the same in any batch.
 //
+// The log probabilities' float64 exponentials (exp64.go) are math.Exp's
+// amd64 routine written out, in Go and as a four-lane AVX2 and FMA kernel
+// (exp64_amd64.go); each runs only where a check at start-up finds it gives
+// math.Exp's bits (math.Exp runs elsewhere), so the sums are math.Exp's.
+//
 // # Threads
 //
 // A pool of persistent worker goroutines (REPRISE_CPU_THREADS, default
