@@ -159,28 +159,16 @@ func sumExpShift(x []float32, m float32) float64 {
 		}
 		return sum
 	}
-	switch exp64Variant {
-	case 1:
-		for _, v := range x {
-			a := float64(v - m)
-			if a >= -expFastRange && a <= expFastRange {
-				sum += expFMA(a)
-			} else {
-				sum += math.Exp(a)
-			}
-		}
-	case 2:
-		for _, v := range x {
-			a := float64(v - m)
-			if a >= -expFastRange && a <= expFastRange {
-				sum += expNoFMA(a)
-			} else {
-				sum += math.Exp(a)
-			}
-		}
-	default:
-		for _, v := range x {
-			sum += math.Exp(float64(v - m))
+	variant := exp64Variant
+	for _, v := range x {
+		a := float64(v - m)
+		switch {
+		case variant == 0 || !(a >= -expFastRange && a <= expFastRange):
+			sum += math.Exp(a)
+		case variant == 1:
+			sum += expFMA(a)
+		default:
+			sum += expNoFMA(a)
 		}
 	}
 	return sum
