@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/reprise-ml/reprise/graph"
+	"github.com/reprise-ml/reprise/internal/cputime"
 )
 
 // DecodeBench is what BenchDecode measured for one batch size and mode.
@@ -132,12 +133,12 @@ func (e *Engine) benchDecode(bs, warmup, steps int, maxTime time.Duration, eager
 		for j, r := range reqs {
 			rows[j] = graph.Row{ID: r.id, Tokens: []int32{3 + last[j]%200}}
 		}
-		ts, cs := time.Now(), processCPU()
+		ts, cs := time.Now(), cputime.Process()
 		next, err := e.runStep(WalkDecode, rows, reqs, reqs)
 		if err != nil {
 			return res, err
 		}
-		d, cd := time.Since(ts), processCPU()-cs
+		d, cd := time.Since(ts), cputime.Process()-cs
 		copy(last, next)
 		if i >= warmup {
 			if len(times) == 0 || cd < res.CPU {
