@@ -397,7 +397,9 @@ func unitsMatMul(c *rcall) (int, int) {
 // matRowSplitMax is the most weight bytes a MatMul splits by rows.
 const matRowSplitMax = 256 << 10
 
-func matRowSplit(c *rcall) bool { return rowSplit(c.o[1].rows) && len(c.o[2].b) <= matRowSplitMax }
+func matRowSplit(c *rcall) bool {
+	return rowSplit(c.o[1].rows) && (len(c.o[2].b) <= matRowSplitMax || quantRowSplit(c))
+}
 
 // matUnits is the panels and rows units [lo, hi) of a MatMul cover.
 func matUnits(c *rcall, lo, hi int) (p0, p1, t0, t1 int) {

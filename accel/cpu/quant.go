@@ -48,6 +48,26 @@ type qacts struct {
 	s16   []int32
 }
 
+// quantRowSplitMin is the number of rows from which a Q8_0 or Q4_0 MatMul
+// is split by rows whatever the size of W. Every piece quantizes its own
+// rows of x: split by panels, each of the pieces (eight in an eager launch,
+// one per worker in a replay) quantized all of them, and x's Q8_0 numerics
+// (an f16 scale per 32 values) quantize several times slower than the
+// K-quants' Q8_K (BenchmarkQuantizeActs). With this many rows the product
+// is compute-bound, so that each worker reading all of W (from the shared
+// cache, mostly) costs little. The K-quants keep the panel split: their
+// quantization is cheap, and the eight eager pieces balance the two workers
+// better on a loaded machine (Q4_K_M's 512-token prefill was slower split
+// by rows in two runs of docs/BENCH.md's comparison).
+const quantRowSplitMin = 32
+
+// quantRowSplit reports whether c is a Q8_0 or Q4_0 MatMul split by rows
+// whatever the size of W.
+func quantRowSplit(c *rcall) bool {
+	dt := c.o[2].dt
+	return (dt == accel.Q8_0 || dt == accel.Q4_0) && c.o[1].rows >= quantRowSplitMin
+}
+
 // quantVec: the quantized matmul's vector kernels are on (quant_amd64.go
 // sets it where the build and CPU have them; tests turn it off).
 var quantVec atomic.Bool

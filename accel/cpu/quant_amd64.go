@@ -46,9 +46,9 @@ func runMatMulQuantVec(c *rcall, a *qacts, p *packed, lo, hi, t0, t1 int, k *kct
 	case accel.Q8_0:
 		kern, kern4 = mmQ8_0, mmQ8_0x4
 	case accel.Q4_K:
-		kern = mmQ4_K
+		kern, kern4 = mmQ4_K, mmQ4_Kx4
 	case accel.Q6_K:
-		kern = mmQ6_K
+		kern, kern4 = mmQ6_K, mmQ6_Kx4
 	}
 	y := c.o[0]
 	in, out := c.o[1].cols, y.cols

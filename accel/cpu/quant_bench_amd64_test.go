@@ -55,7 +55,8 @@ func mmQ4_0Widen(y, x, w unsafe.Pointer, nb int) {
 }
 
 // BenchmarkQuantMatMulKernel times the quantized matmul on one thread for
-// the 25M and 110M models' shapes (in x out) at T rows: the AVX2 integer kernels on
+// the 25M and 110M models' shapes (in x out) at T rows (1: batch-1 decode,
+// 16 and 64: batched decode, 512: prefill): the AVX2 integer kernels on
 // packed panels (8-bit x), the plain-Go kernels on ggml's blocks, and, for
 // Q4_0, the weights widened to float32 in registers (mmQ4_0Widen). GMAC/s
 // counts one multiply-add per weight and row; x's quantization is included
@@ -67,7 +68,7 @@ func BenchmarkQuantMatMulKernel(b *testing.B) {
 	}
 	r := rand.New(rand.NewPCG(1, 2))
 	for _, sh := range [][2]int{{512, 512}, {512, 1376}, {1376, 512}, {768, 2048}, {2048, 768}} {
-		for _, T := range []int{1, 16, 64} {
+		for _, T := range []int{1, 16, 64, 512} {
 			for _, dt := range quantDTypes {
 				in, out := sh[0], sh[1]
 				if in%dt.BlockSize() != 0 {

@@ -93,21 +93,29 @@ func TestQuantMatMul(t *testing.T) {
 				oldQ := quantVec.Load()
 				quantVec.Store(true)
 				defer quantVec.Store(oldQ)
-				p := packWeights(c.o[2])
-				k := &kctx{}
-				got := runRef(c, func(c *rcall, lo, hi int) {
-					p0, p1, t0, t1 := matUnits(c, lo, hi)
-					quantizeActs(&k.qa, c.o[1].f32(), in, t0, t1, kBlocks(dt))
-					if !runMatMulQuantVec(c, &k.qa, p, p0, p1, t0, t1, k) {
-						t.Fatal("no vector kernel")
-					}
-				})
+				got := runQuantVec(t, c)
 				if i, ok := bitsEqual(got, plain); !ok {
 					t.Fatalf("vector kernels differ at %d: %g, plain Go %g", i, got[i], plain[i])
 				}
 			})
 		}
 	}
+}
+
+// runQuantVec runs c on the quantized vector kernels (quantVec on) over
+// W's packed panels, in runRef's two pieces, and returns y.
+func runQuantVec(t *testing.T, c *rcall) []float32 {
+	t.Helper()
+	in, dt := c.o[1].cols, c.o[2].dt
+	p := packWeights(c.o[2])
+	k := &kctx{}
+	return runRef(c, func(c *rcall, lo, hi int) {
+		p0, p1, t0, t1 := matUnits(c, lo, hi)
+		quantizeActs(&k.qa, c.o[1].f32(), in, t0, t1, kBlocks(dt))
+		if !runMatMulQuantVec(c, &k.qa, p, p0, p1, t0, t1, k) {
+			t.Fatal("no vector kernel")
+		}
+	})
 }
 
 // TestQuantizeActsVec: x quantized on the vector kernels equals the scalar
@@ -181,6 +189,52 @@ func TestQuantizeActsVec(t *testing.T) {
 				if got.sx[j] != want.sx[j] {
 					t.Fatalf("k %v row %d: sum %d: %d, scalar %d", k, i, j, got.sx[j], want.sx[j])
 				}
+			}
+		}
+	}
+}
+
+// TestQuantMatMulRows: the multi-row vector kernels (several rows of x per
+// pass over a weight panel) give every row the bits of the one-row plain-Go
+// path, at every row count (1..9 cover each remainder of the four-row
+// kernels; 64 and 512 are batched decode and prefill, split across pieces by
+// rows or by panels) and at output counts that leave a partial last panel.
+// A row's result thus does not depend on the batch it was served in.
+func TestQuantMatMulRows(t *testing.T) {
+	if !quantVecBuilt {
+		t.Skip("no quantized vector kernels here")
+	}
+	r := rand.New(rand.NewPCG(9, 10))
+	counts := []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 64, 512}
+	for _, dt := range quantDTypes {
+		for _, T := range counts {
+			for _, sh := range [][2]int{{40, 256}, {16, 512}} {
+				out, in := sh[0], sh[1]
+				if T == 512 && out != 40 {
+					continue // one shape at 512 rows is enough (plain Go is slow under -race)
+				}
+				t.Run(fmt.Sprintf("%s/T%d/%dx%d", dt, T, out, in), func(t *testing.T) {
+					c, _, _ := quantCall(t, r, dt, T, out, in)
+					old := quantVec.Load()
+					defer quantVec.Store(old)
+					quantVec.Store(false)
+					k := &kctx{}
+					plain := runRef(c, func(c *rcall, lo, hi int) { runMatMul(c, lo, hi, k) })
+					quantVec.Store(true)
+					got := runQuantVec(t, c)
+					if i, ok := bitsEqual(got, plain); !ok {
+						t.Fatalf("row %d out %d: %g, plain Go %g", i/out, i%out, got[i], plain[i])
+					}
+					// The last row alone on the one-row plain-Go path.
+					c1 := *c
+					c1.o[0] = operand{b: make([]byte, 4*out), rows: 1, cols: out, dt: accel.F32}
+					c1.o[1] = operand{b: c.o[1].b[(T-1)*in*4 : T*in*4], rows: 1, cols: in, dt: accel.F32}
+					quantVec.Store(false)
+					alone := runRef(&c1, func(c *rcall, lo, hi int) { runMatMul(c, lo, hi, k) })
+					if i, ok := bitsEqual(got[(T-1)*out:], alone); !ok {
+						t.Fatalf("last row alone differs at %d: %g, in the batch %g", i, alone[i], got[(T-1)*out+i])
+					}
+				})
 			}
 		}
 	}
