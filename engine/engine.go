@@ -244,11 +244,10 @@ func New(dev accel.Device, m Model, opts Options) (*Engine, error) {
 	}
 	pages := opts.KVPages
 	kvdim := info.KVHeads * info.HeadSize
-	pageBytes := int64(2*info.Layers*opts.PageSize*kvdim) * 4
 	if pages == 0 {
 		want := opts.MaxBatch*((info.MaxSeq+opts.PageSize-1)/opts.PageSize) + 1
 		budget := int64(float64(dev.MemInfo().Free) * opts.KVMemoryFraction)
-		pages = int(min(int64(want), budget/pageBytes))
+		pages = kvPagesWithin(budget, want, info.Layers, opts.PageSize, kvdim)
 	}
 	var err error
 	if e.kv, err = newKVCache(dev, kvConfig{Layers: info.Layers, KVDim: kvdim, PageSize: opts.PageSize, Pages: pages, MaxLen: info.MaxSeq}); err != nil {

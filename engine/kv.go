@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/reprise-ml/reprise/accel"
+	"github.com/reprise-ml/reprise/accel/alloc"
 	"github.com/reprise-ml/reprise/graph"
 )
 
@@ -108,6 +109,35 @@ func (c *kvCache) alloc(dev accel.Device) error {
 	}
 	c.refs = make([]int32, cfg.Pages)
 	return nil
+}
+
+// kvPagesWithin is the most pages, at most want, whose K and V tensors the
+// allocator can place within budget bytes: the tensors are allocated one per
+// layer and kind, and the allocator rounds each to its segments and packs
+// small ones together (alloc.Packer predicts where), so pages × page bytes
+// alone can be up to a segment per tensor short.
+func kvPagesWithin(budget int64, want, layers, pageSize, kvdim int) int {
+	reserved := func(pages int) int64 {
+		var p alloc.Packer
+		for range 2 * layers {
+			p.Alloc(int64(pages*pageSize) * int64(kvdim) * 4)
+		}
+		return p.Reserved()
+	}
+	pageBytes := 2 * int64(layers) * int64(pageSize) * int64(kvdim) * 4
+	hi := int(min(int64(want), budget/pageBytes))
+	if hi <= 0 || reserved(hi) <= budget {
+		return hi
+	}
+	lo := 0 // reserved(lo) <= budget, reserved(hi) > budget
+	for hi-lo > 1 {
+		if mid := (lo + hi) / 2; reserved(mid) <= budget {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	return lo
 }
 
 // PageBytes is the device memory one page takes over every layer.

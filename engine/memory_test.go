@@ -10,16 +10,42 @@ import (
 	"testing"
 	"time"
 
+	"github.com/reprise-ml/reprise/accel"
 	"github.com/reprise-ml/reprise/engine"
 	"github.com/reprise-ml/reprise/model/llama"
 )
+
+// tightModel is the model options of tightEngine.
+var tightModel = llama.Options{DecodeBatchSizes: []int{1, 8, 16}, PrefillLengths: []int{64, 256}, PrefillBatchSizes: []int{1, 4}}
+
+// newTight opens stories260K on a CPU device of capacity bytes and an
+// engine over it, as tightEngine does, but returns New's error.
+func newTight(t *testing.T, capacity int64, eo engine.Options) (*engine.Engine, accel.Device, error) {
+	t.Helper()
+	dev, err := accel.Open("cpu", 0, accel.Options{MemoryLimit: capacity})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dev.Close() })
+	m, _, err := llama.Open(dev, llama.Source{}, tightModel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(m.Close)
+	eo.MaxBatch, eo.MaxPrefillRows, eo.MaxPrefillTokens, eo.PlanCache = 16, 4, 256, "off"
+	e, err := engine.New(dev, m, eo)
+	if err == nil {
+		t.Cleanup(e.Close)
+	}
+	return e, dev, err
+}
 
 // tightEngine builds an engine of stories260K on a CPU device of capacity
 // bytes; it is not started.
 func tightEngine(t *testing.T, capacity int64, eo engine.Options, logs *logCounter) *engine.Engine {
 	t.Helper()
 	eo.MaxBatch, eo.MaxPrefillRows, eo.MaxPrefillTokens = 16, 4, 256
-	return tightEngineOf(t, capacity, eo, llama.Options{DecodeBatchSizes: []int{1, 8, 16}, PrefillLengths: []int{64, 256}, PrefillBatchSizes: []int{1, 4}}, logs)
+	return tightEngineOf(t, capacity, eo, tightModel, logs)
 }
 
 func tightEngineOf(t *testing.T, capacity int64, eo engine.Options, mo llama.Options, logs *logCounter) *engine.Engine {
@@ -57,16 +83,15 @@ func largestSteps(t *testing.T, e *engine.Engine, n int) (failed int, last error
 	return failed, last
 }
 
-// An automatically sized KV cache that would leave less than the largest
-// step needs is made smaller, so that every request runs.
+// An automatically sized KV cache leaves the largest step room (made
+// smaller at Start where it would not), so that every request runs. The
+// cache is sized by where the allocator will place its tensors
+// (kvPagesWithin): sized by bytes alone it asked for more than the device
+// could place, and New failed.
 func TestAutoKVLeavesTheLargestStepRoom(t *testing.T) {
 	e := tightEngine(t, 12<<20, engine.Options{KVMemoryFraction: 0.999}, nil)
-	before := e.KV().Config().Pages
 	if err := e.Start(context.Background()); err != nil {
 		t.Fatal(err)
-	}
-	if after := e.KV().Config().Pages; after >= before {
-		t.Errorf("the KV cache kept %d pages (of %d asked)", after, before)
 	}
 	if n, err := largestSteps(t, e, 16); n > 0 {
 		t.Fatalf("%d of 16 requests failed: %v", n, err)
@@ -75,15 +100,40 @@ func TestAutoKVLeavesTheLargestStepRoom(t *testing.T) {
 
 // A KV cache of a given size that leaves the largest step no room is refused
 // at Start, saying how much memory is needed, instead of a server that
-// fails every request.
+// fails every request. The cache asked for is the largest the device can
+// allocate beside the model.
 func TestKVPagesThatLeaveNoRoomAreRefused(t *testing.T) {
-	probe := tightEngine(t, 12<<20, engine.Options{KVMemoryFraction: 0.999}, nil)
-	pages := probe.KV().Config().Pages
+	// The device holds the model, a two-page cache and the largest step, and
+	// no more; the cache given is the largest New can place in it.
+	probe, dev, err := newTight(t, 64<<20, engine.Options{KVPages: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := probe.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	capacity := dev.Allocator().Stats().PeakReserved
 	probe.Close()
-	e := tightEngine(t, 12<<20, engine.Options{KVPages: pages}, nil)
-	err := e.Start(context.Background())
+	lo, hi := 2, 4096 // New succeeds with lo pages and fails with hi
+	if _, _, err := newTight(t, capacity, engine.Options{KVPages: hi}); err == nil {
+		t.Fatalf("%d KV pages fitted in %d bytes", hi, capacity)
+	}
+	for hi-lo > 1 {
+		mid := (lo + hi) / 2
+		if e, _, err := newTight(t, capacity, engine.Options{KVPages: mid}); err == nil {
+			e.Close()
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	e, _, err := newTight(t, capacity, engine.Options{KVPages: lo})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = e.Start(context.Background())
 	if !errors.Is(err, engine.ErrTooLittleMemory) || !strings.Contains(err.Error(), "are needed") {
-		t.Fatalf("Start: %v, want ErrTooLittleMemory saying what is needed", err)
+		t.Fatalf("Start with %d KV pages in %d bytes: %v, want ErrTooLittleMemory saying what is needed", lo, capacity, err)
 	}
 }
 
