@@ -1111,6 +1111,15 @@ func sampleRow(sc *sampleScratch, row []float32, t float32, k int, topP float32,
 func runLogProbs(c *rcall, lo, hi int, _ *kctx) {
 	vals, ids, logits, toks := c.o[0].f32(), c.o[1].i32(), c.o[2].f32(), c.o[3].i32()
 	v, k := c.o[2].cols, c.i[0]
+	// best[:n] holds a row's best so far, by value then index: worker-local,
+	// so the outputs are only ever written whole. Allocated once per call,
+	// not per row: nothing reads past best[:n].
+	var buf [64]int32
+	best := buf[:0]
+	if k > len(buf) {
+		best = make([]int32, 0, k)
+	}
+	best = best[:k]
 	for r := lo; r < hi; r++ {
 		row := logits[r*v : (r+1)*v]
 		m := row[0]
@@ -1127,17 +1136,12 @@ func runLogProbs(c *rcall, lo, hi int, _ *kctx) {
 		} else {
 			out[0] = float32(math.Inf(-1))
 		}
-		// best[:n] holds the best so far, by value then index: worker-local,
-		// so the outputs are only ever written whole.
-		var buf [64]int32
-		best := buf[:0]
-		if k > len(buf) {
-			best = make([]int32, 0, k)
-		}
-		best = best[:k]
-		n := 0
+		// Once best is full, th is the value of its last entry: what a
+		// logit must beat to enter (read from row[best[k-1]] at every logit,
+		// it was most of the op's time).
+		n, th := 0, float32(0)
 		for i, x := range row {
-			if n == k && !(x > row[best[k-1]]) {
+			if n == k && !(x > th) {
 				continue
 			}
 			j := min(n, k-1)
@@ -1146,7 +1150,9 @@ func runLogProbs(c *rcall, lo, hi int, _ *kctx) {
 				j--
 			}
 			best[j] = int32(i)
-			n = min(n+1, k)
+			if n = min(n+1, k); n == k {
+				th = row[best[k-1]]
+			}
 		}
 		for j := 0; j < k; j++ {
 			top[j] = best[j]
