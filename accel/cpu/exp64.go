@@ -84,8 +84,16 @@ func expNoFMA(x float64) float64 {
 }
 
 // exp64Variant is the Go variant that gives math.Exp's bits here (0: none,
-// use math.Exp; 1: expFMA; 2: expNoFMA).
-var exp64Variant = pickExp64(exp64Probes())
+// use math.Exp; 1: expFMA; 2: expNoFMA); exp64VecOK says the vector
+// exponential gives them too (it reproduces the FMA variant). Both are
+// checked once, at init, on one set of probes.
+var exp64Variant, exp64VecOK = pickExps()
+
+func pickExps() (int, bool) {
+	xs := exp64Probes()
+	v := pickExp64(xs)
+	return v, exp64VecBuilt && v == 1 && checkExp64Vec(xs)
+}
 
 // exp64Probes are arguments spread over the fast range, with the integers
 // and half-integers of x/ln2 (where the rounding of k turns) and their
@@ -114,10 +122,6 @@ func pickExp64(xs []float64) int {
 	}
 	return 0
 }
-
-// exp64VecOK: the vector exponential gives math.Exp's bits here (it
-// reproduces the FMA variant; init checks it on the probes too).
-var exp64VecOK = exp64VecBuilt && exp64Variant == 1 && checkExp64Vec(exp64Probes())
 
 func checkExp64Vec(xs []float64) bool {
 	x := make([]float32, 0, len(xs))
