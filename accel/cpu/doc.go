@@ -49,10 +49,12 @@
 // rows (quant_rows_amd64.go); both give the scalar code's bits, so a row's
 // result is the same in any batch.
 //
-// The log probabilities' float64 exponentials (exp64.go) are math.Exp's
-// amd64 routine written out, in Go and as a four-lane AVX2 and FMA kernel
-// (exp64_amd64.go); each runs only where a check at start-up finds it gives
-// math.Exp's bits (math.Exp runs elsewhere), so the sums are math.Exp's.
+// The sampling ops have AVX2 kernels too, used wherever a vector set is
+// (logprobs_amd64.go, penalties_amd64.go), with the plain Go's bits: the
+// log probabilities' float32 exponentials summed in eight float64 lanes
+// and their top k found from the buckets' maxima (logprobs.go), the
+// penalty pass's short path for tokens never seen, and min_p's comparisons
+// against float32 bounds that decide as its float64 test does.
 //
 // # Threads
 //

@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"math"
+	"math/bits"
 
 	"github.com/reprise-ml/reprise/accel"
 )
@@ -43,12 +44,24 @@ func runPenalize(c *rcall, lo, hi int, _ *kctx) {
 // never seen and are no stop token (a zero count word): for those
 // Penalize adds the bias and subtracts frequency × 0, which is what the
 // short path does, operation for operation (x - freq·0 keeps the sign
-// rules of a zero result), so the results are the same bits.
+// rules of a zero result), so the results are the same bits. The vector
+// kernel takes the short path on every token of a block of 64 and marks
+// those with a count word, which Penalize then redoes.
 //
 //go:norace
 func penalizeRow(y, x []float32, cr []int32, br []float32, rep, pres, freq float32, mask bool) {
 	f0 := freq * 0
-	cr, br = cr[:len(y)], br[:len(y)]
+	cr, br, x = cr[:len(y)], br[:len(y)], x[:len(y)]
+	if penVecOn() {
+		for b := 0; b < len(y); b += 64 {
+			e := min(len(y), b+64)
+			for m := penalizeShortVec(y[b:e], x[b:e], cr[b:e], br[b:e], f0); m != 0; m &= m - 1 {
+				j := b + bits.TrailingZeros64(m)
+				y[j] = accel.Penalize(x[j], cr[j], br[j], rep, pres, freq, mask)
+			}
+		}
+		return
+	}
 	for j, c := range cr {
 		if c == 0 {
 			y[j] = x[j] + br[j] - f0
@@ -69,25 +82,62 @@ const minPMargin = 1e-9
 // is below minP times the largest's: math.Exp((z-max)/t) < minP, in
 // float64. Only an exponent within minPMargin of log(minP) is
 // exponentiated; the others are decided by comparing it with log(minP),
-// which gives the same answer (NaN and -Inf exponents included).
+// which gives the same answer (NaN and -Inf exponents included). The
+// vector kernel compares the float32 quotients (z-max)/t, which it computes
+// as the scalar code does, with the float32 bounds that decide the same
+// (minPBounds), and marks those within them for the scalar code.
 //
 //go:norace
 func minPRow(y []float32, minP, t float32) {
-	m := y[0]
-	for _, z := range y {
-		if z > m {
-			m = z
+	vec := penVecOn()
+	m, ok := float32(0), false
+	if vk := simdOps(); vec && vk != nil {
+		m, ok = vk.max(y)
+	}
+	if !ok {
+		m = y[0]
+		for _, z := range y {
+			if z > m {
+				m = z
+			}
 		}
 	}
 	p := float64(minP)
 	lp := math.Log(p)
 	below, above := lp-minPMargin, lp+minPMargin
-	for j, z := range y {
-		a := float64((z - m) / t)
+	drop := func(j int) {
+		a := float64((y[j] - m) / t)
 		if a < below || (a <= above && math.Exp(a) < p) {
 			y[j] = float32(math.Inf(-1))
 		}
 	}
+	if vec {
+		lo, hi := minPBounds(below, above)
+		for b := 0; b < len(y); b += 64 {
+			for u := minPVec(y[b:min(len(y), b+64)], m, t, lo, hi); u != 0; u &= u - 1 {
+				drop(b + bits.TrailingZeros64(u))
+			}
+		}
+		return
+	}
+	for j := range y {
+		drop(j)
+	}
+}
+
+// minPBounds are the float32 bounds of min_p's test: for a float32 d,
+// float64(d) < below exactly where d < lo (lo the least float32 at least
+// below), and float64(d) <= above where d <= hi (hi the largest float32 at
+// most above).
+func minPBounds(below, above float64) (lo, hi float32) {
+	lo, hi = float32(below), float32(above)
+	if float64(lo) < below {
+		lo = math.Nextafter32(lo, float32(math.Inf(1)))
+	}
+	if float64(hi) > above {
+		hi = math.Nextafter32(hi, float32(math.Inf(-1)))
+	}
+	return lo, hi
 }
 
 //go:norace

@@ -16,7 +16,9 @@ var penaltyValues = []float32{0, float32(math.Copysign(0, -1)), 1, -1, 2.5, -3.7
 // penalizeRow's short path for zero count words gives the bits
 // accel.Penalize gives, element by element, whatever the logit, bias and
 // parameters.
-func TestPenalizeRowBits(t *testing.T) {
+func TestPenalizeRowBits(t *testing.T) { withEachKernelSet(t, testPenalizeRowBits) }
+
+func testPenalizeRowBits(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
 	pick := func() float32 {
 		if r.IntN(2) == 0 {
@@ -25,7 +27,7 @@ func TestPenalizeRowBits(t *testing.T) {
 		return float32(r.NormFloat64() * 4)
 	}
 	words := []int32{0, 0, 0, 1, 3, accel.PenaltyPromptBit, accel.PenaltyStopBit, accel.PenaltyStopBit | 2, accel.PenaltyPromptBit | accel.PenaltyStopBit}
-	const V = 64
+	const V = 75 // a block of 64 and a part of one
 	x, y, br := make([]float32, V), make([]float32, V), make([]float32, V)
 	cr := make([]int32, V)
 	for trial := 0; trial < 2000; trial++ {
@@ -35,7 +37,12 @@ func TestPenalizeRowBits(t *testing.T) {
 		rep, pres, freq := pick(), pick(), pick()
 		mask := r.IntN(2) == 0
 		penalizeRow(y, x, cr, br, rep, pres, freq, mask)
+		in := append([]float32(nil), x...)
+		penalizeRow(in, in, cr, br, rep, pres, freq, mask) // in place
 		for j := range y {
+			if math.Float32bits(in[j]) != math.Float32bits(y[j]) {
+				t.Fatalf("in place, logit %d: %v, out of place %v", j, in[j], y[j])
+			}
 			want := accel.Penalize(x[j], cr[j], br[j], rep, pres, freq, mask)
 			if math.Float32bits(y[j]) != math.Float32bits(want) && !(y[j] != y[j] && want != want) {
 				t.Fatalf("x %v, word %#x, bias %v, rep %v, pres %v, freq %v, mask %v: %v (%#x), Penalize gives %v (%#x)",
@@ -48,7 +55,9 @@ func TestPenalizeRowBits(t *testing.T) {
 // minPRow masks exactly the logits that exponentiating every one of them
 // masks (math.Exp((z-max)/t) < min_p), logits placed on and around the
 // threshold included.
-func TestMinPRowExact(t *testing.T) {
+func TestMinPRowExact(t *testing.T) { withEachKernelSet(t, testMinPRowExact) }
+
+func testMinPRowExact(t *testing.T) {
 	r := rand.New(rand.NewPCG(5, 6))
 	minPs := []float32{1, 0.5, 0.05, 1e-3, 1e-20, 1.5e-45, math.Nextafter32(1, 0)}
 	temps := []float32{1, 0.8, 1e-3, 7, 1e-30}
@@ -101,5 +110,22 @@ func TestMinPRowExact(t *testing.T) {
 				t.Fatalf("min_p %v, t %v, max %v: logit %d is %v, exponentiating every logit gives %v", minP, temp, mx, j, y[j], want[j])
 			}
 		}
+	}
+}
+
+// withEachKernelSet runs f, as subtests, with the plain-Go kernels and
+// with each vector set this CPU runs in use.
+func withEachKernelSet(t *testing.T, f func(t *testing.T)) {
+	for _, vk := range append([]*vecOps{nil}, vecSets()...) {
+		name := "go"
+		if vk != nil {
+			name = vk.name
+		}
+		t.Run(name, func(t *testing.T) {
+			old := vec.Load()
+			defer vec.Store(old)
+			vec.Store(vk)
+			f(t)
+		})
 	}
 }
