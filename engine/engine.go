@@ -365,6 +365,7 @@ func (e *Engine) Close() {
 	}
 	e.stager.Close()
 	_ = e.dev.FreeHost(e.host)
+	e.scores.close()
 	e.kv.Close(e.dev)
 	e.pos.Close()
 	e.samp.Close()

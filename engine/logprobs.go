@@ -1,7 +1,9 @@
 package engine
 
 import (
+	"encoding/binary"
 	"fmt"
+	"math"
 	"strings"
 
 	"github.com/reprise-ml/reprise/accel"
@@ -73,17 +75,24 @@ func KeyHas(key, v string) bool {
 }
 
 // stepScores are the last step's log probabilities, by request: loop-owned.
+// Its buffers (host and decoded) are kept from step to step, so that a
+// step with log probabilities allocates nothing to read them.
 type stepScores struct {
+	ok   bool // the last step's, else none
 	k    int
 	vals []float32
 	ids  []int32
 	row  map[int64]int
+	host accel.HostBuffer // pinned; grown as needed, freed by Close
+	dev  accel.Device
 }
 
 // readScores reads a KeyLogProbs step's scores for its n real rows (and
-// forgets the last step's otherwise).
+// forgets the last step's otherwise): both outputs copied into one pinned
+// buffer and waited for once.
 func (e *Engine) readScores(s accel.Stream, key string, outs map[string]accel.Tensor, reqs []*request, n int) error {
-	e.scores.row = nil
+	sc := &e.scores
+	sc.ok = false
 	if !KeyHas(key, KeyLogProbs) {
 		return nil
 	}
@@ -91,19 +100,64 @@ func (e *Engine) readScores(s accel.Stream, key string, outs map[string]accel.Te
 	if vt.IsNil() || it.IsNil() || vt.Rows < n || it.Rows < n || vt.Cols != it.Cols+1 {
 		return fmt.Errorf("engine: a %s step's forward gave no %d-row %q and %q outputs (got %v, %v)", KeyLogProbs, n, OutLogProbs, OutLogProbIDs, vt, it)
 	}
-	vals, err := accel.DownloadF32(s, vt.RowSlice(0, n))
-	if err != nil {
+	vb, ib := vt.RowSlice(0, n).Bytes(), it.RowSlice(0, n).Bytes()
+	if sc.host.Len() < vb+ib {
+		if sc.dev != nil {
+			_ = sc.dev.FreeHost(sc.host)
+			sc.dev, sc.host = nil, accel.HostBuffer{}
+		}
+		h, err := e.dev.AllocHost(vb + ib)
+		if err != nil {
+			return fmt.Errorf("engine: log probabilities' read-back buffer: %w", err)
+		}
+		sc.dev, sc.host = e.dev, h
+	}
+	hv, hi := sc.host.Slice(0, vb), sc.host.Slice(vb, ib)
+	if err := s.CopyDtoH(hv, vt.Buf.Slice(0, vb)); err != nil {
 		return err
 	}
-	ids, err := accel.DownloadI32(s, it.RowSlice(0, n))
-	if err != nil {
+	if err := s.CopyDtoH(hi, it.Buf.Slice(0, ib)); err != nil {
 		return err
 	}
-	e.scores = stepScores{k: it.Cols, vals: vals, ids: ids, row: make(map[int64]int, n)}
+	if err := s.Synchronize(); err != nil {
+		return err
+	}
+	sc.vals = decodeF32(sc.vals[:0], hv.Bytes())
+	sc.ids = decodeI32(sc.ids[:0], hi.Bytes())
+	sc.k = it.Cols
+	if sc.row == nil {
+		sc.row = make(map[int64]int, n)
+	} else {
+		clear(sc.row)
+	}
 	for i, r := range reqs[:n] {
-		e.scores.row[r.id] = i
+		sc.row[r.id] = i
 	}
+	sc.ok = true
 	return nil
+}
+
+// close frees the read-back buffer.
+func (sc *stepScores) close() {
+	if sc.dev != nil {
+		_ = sc.dev.FreeHost(sc.host)
+	}
+	*sc = stepScores{}
+}
+
+// decodeF32 and decodeI32 append the little-endian values of b to v.
+func decodeF32(v []float32, b []byte) []float32 {
+	for i := 0; i+4 <= len(b); i += 4 {
+		v = append(v, math.Float32frombits(binary.LittleEndian.Uint32(b[i:])))
+	}
+	return v
+}
+
+func decodeI32(v []int32, b []byte) []int32 {
+	for i := 0; i+4 <= len(b); i += 4 {
+		v = append(v, int32(binary.LittleEndian.Uint32(b[i:])))
+	}
+	return v
 }
 
 // output is the Output of a token sampled for r in the last step: with
@@ -111,7 +165,7 @@ func (e *Engine) readScores(s accel.Stream, key string, outs map[string]accel.Te
 func (e *Engine) output(r *request, tok int32) Output {
 	o := Output{Token: tok}
 	i, ok := e.scores.row[r.id]
-	if !r.req.LogProbs || !ok {
+	if !r.req.LogProbs || !e.scores.ok || !ok {
 		return o
 	}
 	k := e.scores.k
