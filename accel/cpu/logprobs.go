@@ -214,7 +214,11 @@ func runLogProbs(c *rcall, lo, hi int, _ *kctx) {
 		best, keys = make([]int32, 0, k), make([]uint64, 0, k)
 	}
 	best, keys = best[:k], keys[:k]
-	marks := make([]uint64, (v+63)/64)
+	var mbuf [16]uint64 // vocabularies up to 1024
+	marks := mbuf[:]
+	if w := (v + 63) / 64; w > len(mbuf) {
+		marks = make([]uint64, w)
+	}
 	for r := lo; r < hi; r++ {
 		row := logits[r*v : (r+1)*v]
 		topLP(row, best, keys, marks)
