@@ -105,23 +105,22 @@ func minPRow(y []float32, minP, t float32) {
 	p := float64(minP)
 	lp := math.Log(p)
 	below, above := lp-minPMargin, lp+minPMargin
-	drop := func(j int) {
-		a := float64((y[j] - m) / t)
-		if a < below || (a <= above && math.Exp(a) < p) {
-			y[j] = float32(math.Inf(-1))
-		}
-	}
 	if vec {
 		lo, hi := minPBounds(below, above)
 		for b := 0; b < len(y); b += 64 {
 			for u := minPVec(y[b:min(len(y), b+64)], m, t, lo, hi); u != 0; u &= u - 1 {
-				drop(b + bits.TrailingZeros64(u))
+				j := b + bits.TrailingZeros64(u)
+				if a := float64((y[j] - m) / t); a < below || (a <= above && math.Exp(a) < p) {
+					y[j] = float32(math.Inf(-1))
+				}
 			}
 		}
 		return
 	}
-	for j := range y {
-		drop(j)
+	for j, z := range y {
+		if a := float64((z - m) / t); a < below || (a <= above && math.Exp(a) < p) {
+			y[j] = float32(math.Inf(-1))
+		}
 	}
 }
 

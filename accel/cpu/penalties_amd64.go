@@ -15,6 +15,8 @@ func penVecOn() bool { return lpVecOn() }
 // penalizeShortVec sets y[j] = (x[j] + b[j]) - f0 for every j (at most 64)
 // whose count word c[j] is 0, and marks the others, whose y[j] it sets to
 // x[j] (y may be x: Penalize then still reads the logit).
+//
+//go:norace
 func penalizeShortVec(y, x []float32, c []int32, b []float32, f0 float32) uint64 {
 	n := len(y)
 	if n == 0 {
@@ -58,6 +60,8 @@ func vPenalizeShort(y, x, c, b unsafe.Pointer, n int, f0 float32) uint64 {
 
 // minPVec sets y[j] to -Inf where (y[j] - m) / t < lo, for every j (at
 // most 64), and marks the j where lo <= (y[j] - m) / t <= hi.
+//
+//go:norace
 func minPVec(y []float32, m, t, lo, hi float32) uint64 {
 	if len(y) == 0 {
 		return 0
