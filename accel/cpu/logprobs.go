@@ -5,10 +5,10 @@ import (
 	"math/bits"
 )
 
-// The log probabilities (OpLogProbs): per row, the top k by one pass that
-// keeps the best k in a sorted list, the row's maximum (the first of
-// them), the sum of the exponentials of the row shifted by it, and the
-// log-softmax of the sampled token and of the top k.
+// The log probabilities (OpLogProbs): per row, the top k (by value, then
+// index), the row's maximum (the first of them), the sum of the
+// exponentials of the row shifted by it, and the log-softmax of the
+// sampled token and of the top k.
 //
 // A decode step at batch 64 runs this over every row's whole vocabulary,
 // and on a small model (stories260K: 512 tokens, a step of about a
@@ -18,8 +18,10 @@ import (
 // float64 in eight lanes (element i into lane i mod 8, each lane in element
 // order, the lanes added in a fixed tree), so that the AVX2 kernel
 // (logprobs_amd64.go) and the plain Go give the same bits, whatever the
-// row's place in the batch. The top-k's vector kernel only looks for the
-// next logit above the list's threshold: the selection is the scalar one.
+// row's place in the batch. The top k are one set of keys (lpKey) however
+// they are found: the plain Go scans the row keeping them in a sorted list,
+// the vector path starts the list from the buckets' maxima and looks at
+// only the logits that can still enter it (topLPVec).
 
 const (
 	lpLog2E = 1.44269504 // float32(log2 e)
