@@ -215,8 +215,9 @@ func checkKernel(t *testing.T, fset *token.FileSet, file string, fn *ast.FuncDec
 	}
 }
 
-// TestGeneratedUpToDate: simd_gen_amd64.go is what gen_simd.go writes, and
-// simd_gen_avx2_amd64.go what gen_avx2mm.go writes.
+// TestGeneratedUpToDate: simd_gen_amd64.go is what gen_simd.go writes,
+// simd_gen_avx2_amd64.go what gen_avx2mm.go writes and
+// quant_rows_gen_amd64.go what gen_quantrows.go writes.
 func TestGeneratedUpToDate(t *testing.T) {
 	goTool, err := osexec.LookPath("go")
 	if err != nil {
@@ -225,7 +226,7 @@ func TestGeneratedUpToDate(t *testing.T) {
 	if testing.Short() {
 		t.Skip("short")
 	}
-	for _, g := range [][2]string{{"gen_simd.go", "simd_gen_amd64.go"}, {"gen_avx2mm.go", "simd_gen_avx2_amd64.go"}} {
+	for _, g := range [][2]string{{"gen_simd.go", "simd_gen_amd64.go"}, {"gen_avx2mm.go", "simd_gen_avx2_amd64.go"}, {"gen_quantrows.go", "quant_rows_gen_amd64.go"}} {
 		out := filepath.Join(t.TempDir(), "gen.go")
 		cmd := osexec.Command(goTool, "run", g[0], "-o", out)
 		cmd.Env = append(os.Environ(), "GOEXPERIMENT=")

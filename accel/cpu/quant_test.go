@@ -1,6 +1,7 @@
 package cpu
 
 import (
+	"encoding/binary"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -236,6 +237,63 @@ func TestQuantMatMulRows(t *testing.T) {
 					}
 				})
 			}
+		}
+	}
+}
+
+// TestQuantMatMulRowsExtremes: the vector kernels give the plain-Go bits on
+// weights of random bytes (every value a file may hold: Q8_0's -128, every
+// nibble and 6-bit value, every scale and min byte), only the float16
+// scales kept finite, against rows of x whose quantized values are mostly
+// ±127 (the integer sums' largest pair sums and totals).
+func TestQuantMatMulRowsExtremes(t *testing.T) {
+	if !quantVecBuilt {
+		t.Skip("no quantized vector kernels here")
+	}
+	r := rand.New(rand.NewPCG(11, 12))
+	const out, in = 40, 512
+	half := func(b []byte) {
+		binary.LittleEndian.PutUint16(b, quant.FloatToHalf(float32(r.Float64()*0.02+0.001)))
+	}
+	for _, dt := range quantDTypes {
+		for _, T := range []int{1, 4, 5, 9, 64} {
+			t.Run(fmt.Sprintf("%s/T%d", dt, T), func(t *testing.T) {
+				c, _, _ := quantCall(t, r, dt, T, out, in)
+				wb := c.o[2].b
+				for i := range wb {
+					wb[i] = byte(r.Uint32())
+				}
+				bs := int(dt.RowBytes(dt.BlockSize()))
+				for b := 0; b < len(wb)/bs; b++ {
+					blk := wb[b*bs : (b+1)*bs]
+					switch dt {
+					case accel.Q8_0, accel.Q4_0:
+						half(blk)
+					case accel.Q4_K:
+						half(blk)
+						half(blk[2:])
+					case accel.Q6_K:
+						half(blk[208:])
+					}
+				}
+				x := c.o[1].f32()
+				for i := range x {
+					x[i] = float32(1 - 2*r.IntN(2))
+					if r.IntN(16) == 0 {
+						x[i] *= float32(r.Float64())
+					}
+				}
+				old := quantVec.Load()
+				defer quantVec.Store(old)
+				quantVec.Store(false)
+				k := &kctx{}
+				plain := runRef(c, func(c *rcall, lo, hi int) { runMatMul(c, lo, hi, k) })
+				quantVec.Store(true)
+				got := runQuantVec(t, c)
+				if i, ok := bitsEqual(got, plain); !ok {
+					t.Fatalf("row %d out %d: %g, plain Go %g", i/out, i%out, got[i], plain[i])
+				}
+			})
 		}
 	}
 }
