@@ -34,7 +34,9 @@ func main() {
 	p("package cpu\n\n")
 	p("import (\n\t\"runtime\"\n\t\"simd/archsimd\"\n\t\"unsafe\"\n)\n\n")
 	genQ8_0(p, 4)
+	genQ8_0Full(p, 3)
 	genQ4_0(p, 4)
+	genQ4_0Full(p, 3)
 	genQ4_K(p, 4)
 	src, err := format.Source(b.Bytes())
 	if err != nil {
@@ -248,6 +250,138 @@ func genQ4_K(p func(string, ...any), R int) {
 	}
 	p("d0, sp = unsafe.Add(d0, 4), unsafe.Add(sp, 64)\n")
 	p("}\n}\n")
+	p("runtime.KeepAlive(&fence)\n")
+	p("archsimd.ClearAVXUpperBits()\n}\n\n")
+}
+
+// genQ8_0Full writes mmQ8_0x<R>: R rows by one whole Q8_0 panel (both
+// 8-output halves at once, so that each broadcast of x serves two weight
+// vectors), each block's eight groups written out.
+func genQ8_0Full(p func(string, ...any), R int) {
+	p("// mmQ8_0x%d: %d rows by one Q8_0 panel (mmQ8_0's numerics), both 8-output\n", R, R)
+	p("// halves at once (gen_quantrows.go).\n")
+	p("//\n//go:noinline\n//go:norace\n//go:nocheckptr\n")
+	p("func mmQ8_0x%d(y unsafe.Pointer, ys uintptr, qx unsafe.Pointer, xs uintptr, dx, sx unsafe.Pointer, ds, ss uintptr, w unsafe.Pointer, nb int) {\n", R)
+	p("var fence [8][8]int32\n")
+	p("y0 := y\n")
+	for r := 1; r < R; r++ {
+		p("y%d := unsafe.Add(y%d, ys)\n", r, r-1)
+	}
+	for r := 0; r < R; r++ {
+		p("*(*[16]float32)(y%d) = [16]float32{}\n", r)
+	}
+	p("x0 := qx\n")
+	for r := 1; r < R; r++ {
+		p("x%d := unsafe.Add(x%d, xs)\n", r, r-1)
+	}
+	p("d0 := dx\n")
+	p("wb := w\n")
+	p("we := unsafe.Add(wb, uintptr(nb)*(64+8*64))\n")
+	p("for ; wb != we; wb = unsafe.Add(wb, 64+8*64) {\n")
+	for g := 0; g < 8; g++ {
+		p("// Group %d: inputs %d..%d of the block.\n", g, 4*g, 4*g+3)
+		if g > 0 {
+			p("c%d1.Store(&fence[%d])\n", R-1, g-1)
+		}
+		p("m80_%d := archsimd.LoadUint8x32(&q8Flip)\n", g)
+		p("ones%d := archsimd.LoadInt16x16(&q16Ones)\n", g)
+		for n := 0; n < 2; n++ {
+			p("w%d%d := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, %d))).Xor(m80_%d).AsInt8x32()\n", g, n, 64+64*g+32*n, g)
+			p("a%d%d := w%d%d.Abs().AsUint8x32()\n", g, n, g, n)
+		}
+		for r := 0; r < R; r++ {
+			p("xg%d%d := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(x%d, %d))).AsInt8x32()\n", g, r, r, 4*g)
+			for n := 0; n < 2; n++ {
+				t := fmt.Sprintf("a%d%d.DotProductPairsSaturated(xg%d%d.CopySign(w%d%d)).DotProductPairs(ones%d)", g, n, g, r, g, n, g)
+				if g == 0 {
+					p("c%d%d := %s\n", r, n, t)
+				} else {
+					p("c%d%d = c%d%d.Add(%s)\n", r, n, r, n, t)
+				}
+			}
+		}
+	}
+	p("c%d1.Store(&fence[7])\n", R-1)
+	p("dw0 := archsimd.LoadFloat32x8((*[8]float32)(wb))\n")
+	p("dw1 := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(wb, 32)))\n")
+	for r := 0; r < R; r++ {
+		p("dx%d := archsimd.BroadcastFloat32x8(*(*float32)(unsafe.Add(d0, %d*ds)))\n", r, r)
+		p("archsimd.LoadFloat32x8((*[8]float32)(y%d)).Add(dw0.Mul(dx%d).Mul(c%d0.ConvertToFloat32())).Store((*[8]float32)(y%d))\n", r, r, r, r)
+		p("archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(y%d, 32))).Add(dw1.Mul(dx%d).Mul(c%d1.ConvertToFloat32())).Store((*[8]float32)(unsafe.Add(y%d, 32)))\n", r, r, r, r)
+	}
+	for r := 0; r < R; r++ {
+		p("x%d = unsafe.Add(x%d, 32)\n", r, r)
+	}
+	p("d0 = unsafe.Add(d0, 4)\n")
+	p("}\n")
+	p("runtime.KeepAlive(&fence)\n")
+	p("archsimd.ClearAVXUpperBits()\n}\n\n")
+}
+
+// genQ4_0Full writes mmQ4_0x<R>: R rows by one whole Q4_0 panel (both
+// halves at once: each row's two broadcasts of x per vector serve both),
+// each block's four vector pairs written out, with a fence after every
+// row (a row's two broadcasts, four nibble vectors and two sums fill the
+// registers with the other rows' sums).
+func genQ4_0Full(p func(string, ...any), R int) {
+	p("// mmQ4_0x%d: %d rows by one Q4_0 panel (mmQ4_0's numerics), both 8-output\n", R, R)
+	p("// halves at once (gen_quantrows.go).\n")
+	p("//\n//go:noinline\n//go:norace\n//go:nocheckptr\n")
+	p("func mmQ4_0x%d(y unsafe.Pointer, ys uintptr, qx unsafe.Pointer, xs uintptr, dx, sx unsafe.Pointer, ds, ss uintptr, w unsafe.Pointer, nb int) {\n", R)
+	p("var fence [%d][16]int16\n", 4*R+1)
+	p("y0 := y\n")
+	for r := 1; r < R; r++ {
+		p("y%d := unsafe.Add(y%d, ys)\n", r, r-1)
+	}
+	for r := 0; r < R; r++ {
+		p("*(*[16]float32)(y%d) = [16]float32{}\n", r)
+	}
+	p("x0 := qx\n")
+	for r := 1; r < R; r++ {
+		p("x%d := unsafe.Add(x%d, xs)\n", r, r-1)
+	}
+	p("d0, sp := dx, sx\n")
+	p("wb := w\n")
+	p("we := unsafe.Add(wb, uintptr(nb)*(64+4*64))\n")
+	p("for ; wb != we; wb = unsafe.Add(wb, 64+4*64) {\n")
+	f := 0
+	for v := 0; v < 4; v++ {
+		p("// Vectors %d: inputs %d..%d (low nibbles) and %d..%d (high).\n", v, 4*v, 4*v+3, 16+4*v, 16+4*v+3)
+		p("m0f%d := archsimd.LoadUint8x32(&q8Low)\n", v)
+		for n := 0; n < 2; n++ {
+			p("u%d%d := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, %d)))\n", v, n, 64+64*v+32*n)
+			p("lo%d%d := u%d%d.And(m0f%d)\n", v, n, v, n, v)
+			p("hi%d%d := u%d%d.AsInt16x16().ShiftAllRight(4).AsUint8x32().And(m0f%d)\n", v, n, v, n, v)
+		}
+		for r := 0; r < R; r++ {
+			p("xl%d%d := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(x%d, %d))).AsInt8x32()\n", v, r, r, 4*v)
+			p("xh%d%d := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(x%d, %d))).AsInt8x32()\n", v, r, r, 16+4*v)
+			for n := 0; n < 2; n++ {
+				t := fmt.Sprintf("lo%d%d.DotProductPairsSaturated(xl%d%d).Add(hi%d%d.DotProductPairsSaturated(xh%d%d))", v, n, v, r, v, n, v, r)
+				if v == 0 {
+					p("s%d%d := %s\n", r, n, t)
+				} else {
+					p("s%d%d = s%d%d.Add(%s)\n", r, n, r, n, t)
+				}
+			}
+			p("s%d1.Store(&fence[%d])\n", r, f)
+			f++
+		}
+	}
+	p("ones := archsimd.LoadInt16x16(&q16Ones)\n")
+	p("dw0 := archsimd.LoadFloat32x8((*[8]float32)(wb))\n")
+	p("dw1 := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(wb, 32)))\n")
+	for r := 0; r < R; r++ {
+		p("dx%d := archsimd.BroadcastFloat32x8(*(*float32)(unsafe.Add(d0, %d*ds)))\n", r, r)
+		p("off%d := archsimd.BroadcastInt32x8(8 * *(*int32)(unsafe.Add(sp, %d*ss)))\n", r, r)
+		p("archsimd.LoadFloat32x8((*[8]float32)(y%d)).Add(dw0.Mul(dx%d).Mul(s%d0.DotProductPairs(ones).Sub(off%d).ConvertToFloat32())).Store((*[8]float32)(y%d))\n", r, r, r, r, r)
+		p("archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(y%d, 32))).Add(dw1.Mul(dx%d).Mul(s%d1.DotProductPairs(ones).Sub(off%d).ConvertToFloat32())).Store((*[8]float32)(unsafe.Add(y%d, 32)))\n", r, r, r, r, r)
+	}
+	for r := 0; r < R; r++ {
+		p("x%d = unsafe.Add(x%d, 32)\n", r, r)
+	}
+	p("d0, sp = unsafe.Add(d0, 4), unsafe.Add(sp, 4)\n")
+	p("}\n")
 	p("runtime.KeepAlive(&fence)\n")
 	p("archsimd.ClearAVXUpperBits()\n}\n\n")
 }

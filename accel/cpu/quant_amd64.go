@@ -40,11 +40,12 @@ func runMatMulQuantVec(c *rcall, a *qacts, p *packed, lo, hi, t0, t1 int, k *kct
 	}
 	var kern qKernel
 	var kern4 qKernel4
+	rows := 4 // kern4's rows
 	switch p.dt {
 	case accel.Q4_0:
-		kern, kern4 = mmQ4_0, mmQ4_0x4
+		kern, kern4, rows = mmQ4_0, mmQ4_0x3, 3
 	case accel.Q8_0:
-		kern, kern4 = mmQ8_0, mmQ8_0x4
+		kern, kern4, rows = mmQ8_0, mmQ8_0x3, 3
 	case accel.Q4_K:
 		kern, kern4 = mmQ4_K, mmQ4_Kx4
 	case accel.Q6_K:
@@ -66,7 +67,7 @@ func runMatMulQuantVec(c *rcall, a *qacts, p *packed, lo, hi, t0, t1 int, k *kct
 		full := o0+panelWidth <= out
 		wp := p.panel(pn)
 		t := t0
-		for ; kern4 != nil && t+4 <= t1; t += 4 {
+		for ; kern4 != nil && t+rows <= t1; t += rows {
 			r := t - t0
 			qx := unsafe.Pointer(&a.qx[r*in])
 			dx := unsafe.Pointer(&a.dx[r*nb])
@@ -76,7 +77,7 @@ func runMatMulQuantVec(c *rcall, a *qacts, p *packed, lo, hi, t0, t1 int, k *kct
 				continue
 			}
 			kern4(unsafe.Pointer(&k.tail[0]), panelWidth*4, qx, uintptr(in), dx, sx, uintptr(nb)*4, uintptr(ns)*4, wp, nb)
-			for i := 0; i < 4; i++ {
+			for i := 0; i < rows; i++ {
 				copyF32(yf[(t+i)*out+o0:(t+i+1)*out], k.tail[i*panelWidth:i*panelWidth+out-o0])
 			}
 		}
