@@ -33,11 +33,9 @@ func main() {
 	p("//go:build goexperiment.simd && amd64\n\n")
 	p("package cpu\n\n")
 	p("import (\n\t\"runtime\"\n\t\"simd/archsimd\"\n\t\"unsafe\"\n)\n\n")
-	genQ8_0(p, 4)
-	genQ8_0Full(p, 3)
-	genQ4_0(p, 4)
-	genQ4_0Full(p, 3)
-	genQ4_K(p, 4)
+	genQ8_0(p, 3)
+	genQ4_0(p, 3)
+	genQ4_K(p, 3)
 	src, err := format.Source(b.Bytes())
 	if err != nil {
 		log.Fatalf("format: %v\n%s", err, b.Bytes())
@@ -47,217 +45,14 @@ func main() {
 	}
 }
 
-// genQ8_0 writes mmQ8_0x<R>: R rows by one Q8_0 panel, one 8-output half
-// at a time, each block's eight groups written out.
-func genQ8_0(p func(string, ...any), R int) {
-	p("// mmQ8_0x%d: %d rows by one Q8_0 panel (mmQ8_0's numerics), one 8-output\n", R, R)
-	p("// half at a time; quant_rows_amd64.go describes the sign trick it uses.\n")
-	p("//\n//go:noinline\n//go:norace\n//go:nocheckptr\n")
-	p("func mmQ8_0x%d(y unsafe.Pointer, ys uintptr, qx unsafe.Pointer, xs uintptr, dx, sx unsafe.Pointer, ds, ss uintptr, w unsafe.Pointer, nb int) {\n", R)
-	p("var fence [8][8]int32\n")
-	p("for h := uintptr(0); h < 2; h++ {\n")
-	p("y0 := unsafe.Add(y, 32*h)\n")
-	for r := 1; r < R; r++ {
-		p("y%d := unsafe.Add(y%d, ys)\n", r, r-1)
-	}
-	for r := 0; r < R; r++ {
-		p("*(*[8]float32)(y%d) = [8]float32{}\n", r)
-	}
-	p("x0 := qx\n")
-	for r := 1; r < R; r++ {
-		p("x%d := unsafe.Add(x%d, xs)\n", r, r-1)
-	}
-	p("d0 := dx\n")
-	p("wb := unsafe.Add(w, 32*h)\n")
-	p("we := unsafe.Add(wb, uintptr(nb)*(64+8*64))\n")
-	p("for ; wb != we; wb = unsafe.Add(wb, 64+8*64) {\n")
-	p("ones := archsimd.BroadcastInt16x16(1)\n")
-	p("m80 := archsimd.LoadUint8x32(&q8Flip)\n")
-	for g := 0; g < 8; g++ {
-		p("// Group %d: inputs %d..%d of the block.\n", g, 4*g, 4*g+3)
-		p("w%d := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, %d))).Xor(m80).AsInt8x32()\n", g, 64+64*g)
-		p("a%d := w%d.Abs().AsUint8x32()\n", g, g)
-		if g > 0 {
-			p("c%d.Store(&fence[%d])\n", R-1, g-1)
-		}
-		if g == 0 {
-			for r := 0; r < R; r++ {
-				p("c%d := a%d.DotProductPairsSaturated(archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(x%d, %d))).AsInt8x32().CopySign(w%d)).DotProductPairs(ones)\n", r, g, r, 4*g, g)
-			}
-		} else {
-			for r := 0; r < R; r++ {
-				p("c%d = c%d.Add(a%d.DotProductPairsSaturated(archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(x%d, %d))).AsInt8x32().CopySign(w%d)).DotProductPairs(ones))\n", r, r, g, r, 4*g, g)
-			}
-		}
-	}
-	p("dw := archsimd.LoadFloat32x8((*[8]float32)(wb))\n")
-	for r := 0; r < R; r++ {
-		p("archsimd.LoadFloat32x8((*[8]float32)(y%d)).Add(dw.Mul(archsimd.BroadcastFloat32x8(*(*float32)(unsafe.Add(d0, %d*ds)))).Mul(c%d.ConvertToFloat32())).Store((*[8]float32)(y%d))\n", r, r, r, r)
-	}
-	for r := 0; r < R; r++ {
-		p("x%d = unsafe.Add(x%d, 32)\n", r, r)
-	}
-	p("d0 = unsafe.Add(d0, 4)\n")
-	p("}\n}\n")
-	p("runtime.KeepAlive(&fence)\n")
-	p("archsimd.ClearAVXUpperBits()\n}\n\n")
-}
-
-// genQ4_0 writes mmQ4_0x<R>: R rows by one Q4_0 panel, one 8-output half
-// at a time, each block's four vectors written out. Per row one int16 sum
-// of the nibbles times x (both nibbles of a vector: 8 vectors' pair sums of
-// at most 15·127·2 fit), folded to int32 by VPMADDWD at the block's end,
-// less 8·Σx.
-func genQ4_0(p func(string, ...any), R int) {
-	p("// mmQ4_0x%d: %d rows by one Q4_0 panel (mmQ4_0's numerics), one 8-output\n", R, R)
-	p("// half at a time (gen_quantrows.go).\n")
-	p("//\n//go:noinline\n//go:norace\n//go:nocheckptr\n")
-	p("func mmQ4_0x%d(y unsafe.Pointer, ys uintptr, qx unsafe.Pointer, xs uintptr, dx, sx unsafe.Pointer, ds, ss uintptr, w unsafe.Pointer, nb int) {\n", R)
-	p("var fence [5][16]int16\n")
-	p("for h := uintptr(0); h < 2; h++ {\n")
-	p("y0 := unsafe.Add(y, 32*h)\n")
-	for r := 1; r < R; r++ {
-		p("y%d := unsafe.Add(y%d, ys)\n", r, r-1)
-	}
-	for r := 0; r < R; r++ {
-		p("*(*[8]float32)(y%d) = [8]float32{}\n", r)
-	}
-	p("x0 := qx\n")
-	for r := 1; r < R; r++ {
-		p("x%d := unsafe.Add(x%d, xs)\n", r, r-1)
-	}
-	p("d0, sp := dx, sx\n")
-	p("wb := unsafe.Add(w, 32*h)\n")
-	p("we := unsafe.Add(wb, uintptr(nb)*(64+4*64))\n")
-	p("for ; wb != we; wb = unsafe.Add(wb, 64+4*64) {\n")
-	p("m0f := archsimd.BroadcastUint8x32(0x0f)\n")
-	for v := 0; v < 4; v++ {
-		p("// Vector %d: inputs %d..%d (low nibbles) and %d..%d (high).\n", v, 4*v, 4*v+3, 16+4*v, 16+4*v+3)
-		if v > 0 {
-			p("s%d.Store(&fence[%d])\n", R-1, v-1)
-		}
-		p("u%d := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, %d)))\n", v, 64+64*v)
-		p("lo%d := u%d.And(m0f)\n", v, v)
-		p("hi%d := u%d.AsInt16x16().ShiftAllRight(4).AsUint8x32().And(m0f)\n", v, v)
-		for r := 0; r < R; r++ {
-			t := fmt.Sprintf("lo%d.DotProductPairsSaturated(archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(x%d, %d))).AsInt8x32()).Add(hi%d.DotProductPairsSaturated(archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(x%d, %d))).AsInt8x32()))", v, r, 4*v, v, r, 16+4*v)
-			if v == 0 {
-				p("s%d := %s\n", r, t)
-			} else {
-				p("s%d = s%d.Add(%s)\n", r, r, t)
-			}
-		}
-	}
-	p("s%d.Store(&fence[4])\n", R-1)
-	p("ones := archsimd.LoadInt16x16(&q16Ones)\n")
-	p("dw := archsimd.LoadFloat32x8((*[8]float32)(wb))\n")
-	for r := 0; r < R; r++ {
-		p("archsimd.LoadFloat32x8((*[8]float32)(y%d)).Add(dw.Mul(archsimd.BroadcastFloat32x8(*(*float32)(unsafe.Add(d0, %d*ds)))).Mul(s%d.DotProductPairs(ones).Sub(archsimd.BroadcastInt32x8(8 * *(*int32)(unsafe.Add(sp, %d*ss)))).ConvertToFloat32())).Store((*[8]float32)(y%d))\n", r, r, r, r, r)
-	}
-	for r := 0; r < R; r++ {
-		p("x%d = unsafe.Add(x%d, 32)\n", r, r)
-	}
-	p("d0, sp = unsafe.Add(d0, 4), unsafe.Add(sp, 4)\n")
-	p("}\n}\n")
-	p("runtime.KeepAlive(&fence)\n")
-	p("archsimd.ClearAVXUpperBits()\n}\n\n")
-}
-
-// genQ4_K writes mmQ4_Kx<R>: R rows by one Q4_K panel, one 8-output half
-// at a time. Per super-block, sub-block by sub-block: each of its eight
-// vectors' nibbles (low for even sub-blocks, high for odd ones) against
-// each row's x, in int16 (8·15·127·2 fits), folded to int32 and times the
-// sub-block's scale into A, kept in memory (a: its store is the next
-// sub-block's fence); then the mins times x's sums of 32 into B, and
-// (d·dx)·A - (dmin·dx)·B added to y.
-func genQ4_K(p func(string, ...any), R int) {
-	p("// mmQ4_Kx%d: %d rows by one Q4_K panel (mmQ4_K's numerics), one 8-output\n", R, R)
-	p("// half at a time (gen_quantrows.go).\n")
-	p("//\n//go:noinline\n//go:norace\n//go:nocheckptr\n")
-	p("func mmQ4_Kx%d(y unsafe.Pointer, ys uintptr, qx unsafe.Pointer, xs uintptr, dx, sx unsafe.Pointer, ds, ss uintptr, w unsafe.Pointer, nb int) {\n", R)
-	p("var a [%d][8]int32\n", R)
-	p("var fence [8][16]int16\n")
-	p("for h := uintptr(0); h < 2; h++ {\n")
-	p("y0 := unsafe.Add(y, 32*h)\n")
-	for r := 1; r < R; r++ {
-		p("y%d := unsafe.Add(y%d, ys)\n", r, r-1)
-	}
-	for r := 0; r < R; r++ {
-		p("*(*[8]float32)(y%d) = [8]float32{}\n", r)
-	}
-	p("x0 := qx\n")
-	for r := 1; r < R; r++ {
-		p("x%d := unsafe.Add(x%d, xs)\n", r, r-1)
-	}
-	p("d0, sp := dx, sx\n")
-	p("wb := unsafe.Add(w, 32*h)\n")
-	p("// The scales and mins are bytes: this half's are 8 on.\n")
-	p("sm := unsafe.Add(w, 8*h)\n")
-	p("we := unsafe.Add(wb, uintptr(nb)*2432)\n")
-	p("for ; wb != we; wb, sm = unsafe.Add(wb, 2432), unsafe.Add(sm, 2432) {\n")
-	for sb := 0; sb < 8; sb++ {
-		c, hi := sb/2, sb%2
-		p("{\n// Sub-block %d: the %s nibbles of vectors %d..%d.\n", sb, []string{"low", "high"}[hi], 8*c, 8*c+7)
-		p("m0f := archsimd.LoadUint8x32(&q8Low)\n")
-		for g := 0; g < 8; g++ {
-			if g > 0 {
-				p("s%d.Store(&fence[%d])\n", R-1, g-1)
-			}
-			if hi == 0 {
-				p("v%d := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, %d))).And(m0f)\n", g, 384+64*(8*c+g))
-			} else {
-				p("v%d := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, %d))).AsInt16x16().ShiftAllRight(4).AsUint8x32().And(m0f)\n", g, 384+64*(8*c+g))
-			}
-			for r := 0; r < R; r++ {
-				t := fmt.Sprintf("v%d.DotProductPairsSaturated(archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(x%d, %d))).AsInt8x32())", g, r, 32*sb+4*g)
-				if g == 0 {
-					p("s%d := %s\n", r, t)
-				} else {
-					p("s%d = s%d.Add(%s)\n", r, r, t)
-				}
-			}
-		}
-		p("ones := archsimd.LoadInt16x16(&q16Ones)\n")
-		p("sc := archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(sm, %d))).ExtendLo8ToInt32()\n", 128+16*sb)
-		for r := 0; r < R; r++ {
-			if sb == 0 {
-				p("s%d.DotProductPairs(ones).Mul(sc).Store(&a[%d])\n", r, r)
-			} else {
-				p("archsimd.LoadInt32x8(&a[%d]).Add(s%d.DotProductPairs(ones).Mul(sc)).Store(&a[%d])\n", r, r, r)
-			}
-		}
-		p("}\n")
-	}
-	p("// B: the mins times each row's sums of 32.\n")
-	p("mv := archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(sm, 256))).ExtendLo8ToInt32()\n")
-	for r := 0; r < R; r++ {
-		p("b%d := mv.Mul(archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, %d*ss)) + *(*int32)(unsafe.Add(sp, %d*ss+4))))\n", r, r, r)
-	}
-	for sb := 1; sb < 8; sb++ {
-		p("mv = archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(sm, %d))).ExtendLo8ToInt32()\n", 256+16*sb)
-		for r := 0; r < R; r++ {
-			p("b%d = b%d.Add(mv.Mul(archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, %d*ss+%d)) + *(*int32)(unsafe.Add(sp, %d*ss+%d)))))\n", r, r, r, 8*sb, r, 8*sb+4)
-		}
-	}
-	p("dw := archsimd.LoadFloat32x8((*[8]float32)(wb))\n")
-	p("dm := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(wb, 64)))\n")
-	for r := 0; r < R; r++ {
-		p("dx%d := archsimd.BroadcastFloat32x8(*(*float32)(unsafe.Add(d0, %d*ds)))\n", r, r)
-		p("archsimd.LoadFloat32x8((*[8]float32)(y%d)).Add(dw.Mul(dx%d).Mul(archsimd.LoadInt32x8(&a[%d]).ConvertToFloat32()).Sub(dm.Mul(dx%d).Mul(b%d.ConvertToFloat32()))).Store((*[8]float32)(y%d))\n", r, r, r, r, r, r)
-	}
-	for r := 0; r < R; r++ {
-		p("x%d = unsafe.Add(x%d, 256)\n", r, r)
-	}
-	p("d0, sp = unsafe.Add(d0, 4), unsafe.Add(sp, 64)\n")
-	p("}\n}\n")
-	p("runtime.KeepAlive(&fence)\n")
-	p("archsimd.ClearAVXUpperBits()\n}\n\n")
-}
-
-// genQ8_0Full writes mmQ8_0x<R>: R rows by one whole Q8_0 panel (both
+// genQ8_0 writes mmQ8_0x<R>: R rows by one whole Q8_0 panel (both
 // 8-output halves at once, so that each broadcast of x serves two weight
-// vectors), each block's eight groups written out.
-func genQ8_0Full(p func(string, ...any), R int) {
+// vectors), each block's eight groups written out, with the sign trick
+// (quant_rows_amd64.go). R rows' 2R int32 sums, the group's two weight
+// vectors and their magnitudes, the pair-sum widening's ones, a broadcast
+// and a product: fifteen registers at R = 3, the most the compiler
+// allocates (X15 is its zero).
+func genQ8_0(p func(string, ...any), R int) {
 	p("// mmQ8_0x%d: %d rows by one Q8_0 panel (mmQ8_0's numerics), both 8-output\n", R, R)
 	p("// halves at once (gen_quantrows.go).\n")
 	p("//\n//go:noinline\n//go:norace\n//go:nocheckptr\n")
@@ -318,12 +113,12 @@ func genQ8_0Full(p func(string, ...any), R int) {
 	p("archsimd.ClearAVXUpperBits()\n}\n\n")
 }
 
-// genQ4_0Full writes mmQ4_0x<R>: R rows by one whole Q4_0 panel (both
+// genQ4_0 writes mmQ4_0x<R>: R rows by one whole Q4_0 panel (both
 // halves at once: each row's two broadcasts of x per vector serve both),
 // each block's four vector pairs written out, with a fence after every
 // row (a row's two broadcasts, four nibble vectors and two sums fill the
 // registers with the other rows' sums).
-func genQ4_0Full(p func(string, ...any), R int) {
+func genQ4_0(p func(string, ...any), R int) {
 	p("// mmQ4_0x%d: %d rows by one Q4_0 panel (mmQ4_0's numerics), both 8-output\n", R, R)
 	p("// halves at once (gen_quantrows.go).\n")
 	p("//\n//go:noinline\n//go:norace\n//go:nocheckptr\n")
@@ -383,5 +178,124 @@ func genQ4_0Full(p func(string, ...any), R int) {
 	p("d0, sp = unsafe.Add(d0, 4), unsafe.Add(sp, 4)\n")
 	p("}\n")
 	p("runtime.KeepAlive(&fence)\n")
+	p("archsimd.ClearAVXUpperBits()\n}\n\n")
+}
+
+// genQ4_K writes mmQ4_Kx<R>: R rows by one whole Q4_K panel (both
+// halves at once). Per super-block, sub-block by sub-block: each of its
+// eight vector pairs' nibbles (low for even sub-blocks, high for odd ones)
+// against each row's x, in int16 (8·15·127·2 fits), folded to int32 and
+// times the sub-block's scale into A, kept in memory (a: its stores are the
+// next sub-block's fence); then the mins times x's sums of 32 into B, and
+// (d·dx)·A - (dmin·dx)·B added to y.
+func genQ4_K(p func(string, ...any), R int) {
+	p("// mmQ4_Kx%d: %d rows by one Q4_K panel (mmQ4_K's numerics), both 8-output\n", R, R)
+	p("// halves at once (gen_quantrows.go).\n")
+	p("//\n//go:noinline\n//go:norace\n//go:nocheckptr\n")
+	p("func mmQ4_Kx%d(y unsafe.Pointer, ys uintptr, qx unsafe.Pointer, xs uintptr, dx, sx unsafe.Pointer, ds, ss uintptr, w unsafe.Pointer, nb int) {\n", R)
+	p("var a [%d][2][8]int32\n", R)
+	p("var fence [8][16]int16\n")
+	p("var fenceB [8][8]int32\n")
+	p("y0 := y\n")
+	for r := 1; r < R; r++ {
+		p("y%d := unsafe.Add(y%d, ys)\n", r, r-1)
+	}
+	for r := 0; r < R; r++ {
+		p("*(*[16]float32)(y%d) = [16]float32{}\n", r)
+	}
+	p("x0 := qx\n")
+	for r := 1; r < R; r++ {
+		p("x%d := unsafe.Add(x%d, xs)\n", r, r-1)
+	}
+	p("d0, sp := dx, sx\n")
+	p("wb := w\n")
+	p("we := unsafe.Add(wb, uintptr(nb)*2432)\n")
+	p("for ; wb != we; wb = unsafe.Add(wb, 2432) {\n")
+	for sb := 0; sb < 8; sb++ {
+		c, hi := sb/2, sb%2
+		p("{\n// Sub-block %d: the %s nibbles of vectors %d..%d.\n", sb, []string{"low", "high"}[hi], 8*c, 8*c+7)
+		p("m0f := archsimd.LoadUint8x32(&q8Low)\n")
+		for g := 0; g < 8; g++ {
+			if g > 0 {
+				p("s%d1.Store(&fence[%d])\n", R-1, g-1)
+			}
+			for n := 0; n < 2; n++ {
+				if hi == 0 {
+					p("v%d%d := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, %d))).And(m0f)\n", g, n, 384+64*(8*c+g)+32*n)
+				} else {
+					p("v%d%d := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, %d))).AsInt16x16().ShiftAllRight(4).AsUint8x32().And(m0f)\n", g, n, 384+64*(8*c+g)+32*n)
+				}
+			}
+			for r := 0; r < R; r++ {
+				p("xg%d%d := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(x%d, %d))).AsInt8x32()\n", g, r, r, 32*sb+4*g)
+				for n := 0; n < 2; n++ {
+					t := fmt.Sprintf("v%d%d.DotProductPairsSaturated(xg%d%d)", g, n, g, r)
+					if g == 0 {
+						p("s%d%d := %s\n", r, n, t)
+					} else {
+						p("s%d%d = s%d%d.Add(%s)\n", r, n, r, n, t)
+					}
+				}
+			}
+		}
+		p("ones := archsimd.LoadInt16x16(&q16Ones)\n")
+		for n := 0; n < 2; n++ {
+			p("sc%d := archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(wb, %d))).ExtendLo8ToInt32()\n", n, 128+16*sb+8*n)
+		}
+		for r := 0; r < R; r++ {
+			for n := 0; n < 2; n++ {
+				if sb == 0 {
+					p("s%d%d.DotProductPairs(ones).Mul(sc%d).Store(&a[%d][%d])\n", r, n, n, r, n)
+				} else {
+					p("archsimd.LoadInt32x8(&a[%d][%d]).Add(s%d%d.DotProductPairs(ones).Mul(sc%d)).Store(&a[%d][%d])\n", r, n, r, n, n, r, n)
+				}
+			}
+		}
+		p("}\n")
+	}
+	p("// B: the mins times each row's sums of 32 (fenced as the groups are).\n")
+	for r := 0; r < R; r++ {
+		p("var b%d0, b%d1 archsimd.Int32x8\n", r, r)
+	}
+	for sb := 0; sb < 8; sb++ {
+		if sb > 0 {
+			p("b%d1.Store(&fenceB[%d])\n", R-1, sb-1)
+		}
+		for n := 0; n < 2; n++ {
+			op := ":="
+			if sb > 0 {
+				op = "="
+			}
+			p("mv%d %s archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(wb, %d))).ExtendLo8ToInt32()\n", n, op, 256+16*sb+8*n)
+		}
+		for r := 0; r < R; r++ {
+			p("{\nsr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, %d*ss+%d)) + *(*int32)(unsafe.Add(sp, %d*ss+%d)))\n", r, 8*sb, r, 8*sb+4)
+			for n := 0; n < 2; n++ {
+				if sb == 0 {
+					p("b%d%d = mv%d.Mul(sr)\n", r, n, n)
+				} else {
+					p("b%d%d = b%d%d.Add(mv%d.Mul(sr))\n", r, n, r, n, n)
+				}
+			}
+			p("}\n")
+		}
+	}
+	p("b%d1.Store(&fenceB[7])\n", R-1)
+	p("dw0 := archsimd.LoadFloat32x8((*[8]float32)(wb))\n")
+	p("dw1 := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(wb, 32)))\n")
+	p("dm0 := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(wb, 64)))\n")
+	p("dm1 := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(wb, 96)))\n")
+	for r := 0; r < R; r++ {
+		p("dx%d := archsimd.BroadcastFloat32x8(*(*float32)(unsafe.Add(d0, %d*ds)))\n", r, r)
+		p("archsimd.LoadFloat32x8((*[8]float32)(y%d)).Add(dw0.Mul(dx%d).Mul(archsimd.LoadInt32x8(&a[%d][0]).ConvertToFloat32()).Sub(dm0.Mul(dx%d).Mul(b%d0.ConvertToFloat32()))).Store((*[8]float32)(y%d))\n", r, r, r, r, r, r)
+		p("archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(y%d, 32))).Add(dw1.Mul(dx%d).Mul(archsimd.LoadInt32x8(&a[%d][1]).ConvertToFloat32()).Sub(dm1.Mul(dx%d).Mul(b%d1.ConvertToFloat32()))).Store((*[8]float32)(unsafe.Add(y%d, 32)))\n", r, r, r, r, r, r)
+	}
+	for r := 0; r < R; r++ {
+		p("x%d = unsafe.Add(x%d, 256)\n", r, r)
+	}
+	p("d0, sp = unsafe.Add(d0, 4), unsafe.Add(sp, 64)\n")
+	p("}\n")
+	p("runtime.KeepAlive(&fence)\n")
+	p("runtime.KeepAlive(&fenceB)\n")
 	p("archsimd.ClearAVXUpperBits()\n}\n\n")
 }

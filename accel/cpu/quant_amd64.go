@@ -47,7 +47,7 @@ func runMatMulQuantVec(c *rcall, a *qacts, p *packed, lo, hi, t0, t1 int, k *kct
 	case accel.Q8_0:
 		kern, kern4, rows = mmQ8_0, mmQ8_0x3, 3
 	case accel.Q4_K:
-		kern, kern4 = mmQ4_K, mmQ4_Kx4
+		kern, kern4, rows = mmQ4_K, mmQ4_Kx3, 3
 	case accel.Q6_K:
 		kern, kern4 = mmQ6_K, mmQ6_Kx4
 	}

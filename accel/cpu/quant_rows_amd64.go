@@ -9,14 +9,16 @@ import (
 	"unsafe"
 )
 
-// Four-row quantized kernels: one panel's weights applied to four rows of
-// x at once, each weight vector loaded (and split into nibbles, or made
-// signed) once for the four rows (prefill and batched decode). Every
-// output's float32 sum takes the same terms in the same order as the
-// one-row kernels and the plain-Go reference (quant.go; the integer sums
-// are exact in any order), so a row's result does not depend on the rows
-// beside it. They run one 8-output half of the panel at a time, to keep the
-// four rows' sums in registers.
+// Many-row quantized kernels: one panel's weights applied to several rows
+// of x at once, each weight vector loaded (and split into nibbles, or made
+// signed) once for those rows (prefill and batched decode). Every output's
+// float32 sum takes the same terms in the same order as the one-row
+// kernels and the plain-Go reference (quant.go; the integer sums are exact
+// in any order), so a row's result does not depend on the rows beside it.
+// The Q8_0, Q4_0 and Q4_K kernels take three rows by the whole 16-output
+// panel, so that each broadcast of x serves both 8-output halves' weight
+// vectors (the row count is what fits the registers); the Q6_K kernel four
+// rows, one half at a time.
 //
 // The Q8_0, Q4_0 and Q4_K kernels are generated (gen_quantrows.go says why:
 // the compiler's scheduler keeps a written-out block in source order, and a
@@ -39,14 +41,13 @@ import (
 //     with w's sign (VPSIGNB; |x| <= 127, so x·sign(w) is an int8 too):
 //     pair sums of at most 2·128·127 that cannot saturate, widened to int32
 //     by VPMADDWD. The same two multiplies per four inputs, half the sums to
-//     keep, no correction: 1.25x the old kernel's GMAC/cpu-s alone
-//     (BenchmarkQuantRows) and 1.4x on the models' shapes
-//     (BenchmarkQuantMatMulKernel), alternating on a loaded machine.
-//     Exact for every byte a file may hold (-128 included).
+//     keep, no correction (docs/BENCH.md has the figures). Exact for every
+//     byte a file may hold (-128 included: TestQuantMatMulRowsExtremes).
 
-// qKernel4 is a four-row kernel: rows r = 0..3 of x at qx + r·xs (dx at
-// dx + r·ds, sx at sx + r·ss) times one panel of 16 outputs over nb
-// blocks, into 16 float32 at y + r·ys.
+// qKernel4 is a many-row kernel (three or four rows: runMatMulQuantVec
+// knows which): rows r = 0, 1, ... of x at qx + r·xs (dx at dx + r·ds, sx
+// at sx + r·ss) times one panel of 16 outputs over nb blocks, into 16
+// float32 at y + r·ys.
 type qKernel4 func(y unsafe.Pointer, ys uintptr, qx unsafe.Pointer, xs uintptr, dx, sx unsafe.Pointer, ds, ss uintptr, w unsafe.Pointer, nb int)
 
 // clearY4 clears four rows' 8 float32 at y0..y3 (Go stores: a zero vector
