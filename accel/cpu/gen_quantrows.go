@@ -33,9 +33,11 @@ func main() {
 	p("//go:build goexperiment.simd && amd64\n\n")
 	p("package cpu\n\n")
 	p("import (\n\t\"runtime\"\n\t\"simd/archsimd\"\n\t\"unsafe\"\n)\n\n")
-	genQ8_0(p, 3)
-	genQ4_0(p, 3)
-	genQ4_K(p, 3)
+	for _, R := range []int{3, 2} {
+		genQ8_0(p, R)
+		genQ4_0(p, R)
+		genQ4_K(p, R)
+	}
 	src, err := format.Source(b.Bytes())
 	if err != nil {
 		log.Fatalf("format: %v\n%s", err, b.Bytes())

@@ -39,15 +39,15 @@ func runMatMulQuantVec(c *rcall, a *qacts, p *packed, lo, hi, t0, t1 int, k *kct
 		return false
 	}
 	var kern qKernel
-	var kern4 qKernel4
-	rows := 4 // kern4's rows
+	var kern4, kern2 qKernel4 // many rows (quant_rows_amd64.go), two rows
+	rows := 4                 // kern4's rows
 	switch p.dt {
 	case accel.Q4_0:
-		kern, kern4, rows = mmQ4_0, mmQ4_0x3, 3
+		kern, kern4, kern2, rows = mmQ4_0, mmQ4_0x3, mmQ4_0x2, 3
 	case accel.Q8_0:
-		kern, kern4, rows = mmQ8_0, mmQ8_0x3, 3
+		kern, kern4, kern2, rows = mmQ8_0, mmQ8_0x3, mmQ8_0x2, 3
 	case accel.Q4_K:
-		kern, kern4, rows = mmQ4_K, mmQ4_Kx3, 3
+		kern, kern4, kern2, rows = mmQ4_K, mmQ4_Kx3, mmQ4_Kx2, 3
 	case accel.Q6_K:
 		kern, kern4 = mmQ6_K, mmQ6_Kx4
 	}
@@ -61,37 +61,40 @@ func runMatMulQuantVec(c *rcall, a *qacts, p *packed, lo, hi, t0, t1 int, k *kct
 	yf := y.f32()
 	ys := uintptr(out) * 4
 	// Panel by panel, so that a panel's weights stay in the nearest cache
-	// for every row; four rows at a time where there is a four-row kernel.
+	// for every row; several rows at a time (quantRowStep).
 	for pn := lo; pn < hi; pn++ {
 		o0 := pn * panelWidth
 		full := o0+panelWidth <= out
 		wp := p.panel(pn)
-		t := t0
-		for ; kern4 != nil && t+rows <= t1; t += rows {
+		for t := t0; t < t1; {
 			r := t - t0
 			qx := unsafe.Pointer(&a.qx[r*in])
 			dx := unsafe.Pointer(&a.dx[r*nb])
 			sx := unsafe.Pointer(&a.sx[r*ns])
-			if full {
-				kern4(unsafe.Pointer(&yf[t*out+o0]), ys, qx, uintptr(in), dx, sx, uintptr(nb)*4, uintptr(ns)*4, wp, nb)
+			m := quantRowStep(t1-t, rows, kern4 != nil, kern2 != nil)
+			if m == 1 {
+				if full {
+					kern(unsafe.Pointer(&yf[t*out+o0]), qx, dx, sx, wp, nb)
+				} else {
+					kern(unsafe.Pointer(&k.tail[0]), qx, dx, sx, wp, nb)
+					copyF32(yf[t*out+o0:(t+1)*out], k.tail[:out-o0])
+				}
+				t++
 				continue
 			}
-			kern4(unsafe.Pointer(&k.tail[0]), panelWidth*4, qx, uintptr(in), dx, sx, uintptr(nb)*4, uintptr(ns)*4, wp, nb)
-			for i := 0; i < rows; i++ {
-				copyF32(yf[(t+i)*out+o0:(t+i+1)*out], k.tail[i*panelWidth:i*panelWidth+out-o0])
+			km := kern4
+			if m == 2 {
+				km = kern2
 			}
-		}
-		for ; t < t1; t++ {
-			r := t - t0
-			qx := unsafe.Pointer(&a.qx[r*in])
-			dx := unsafe.Pointer(&a.dx[r*nb])
-			sx := unsafe.Pointer(&a.sx[r*ns])
 			if full {
-				kern(unsafe.Pointer(&yf[t*out+o0]), qx, dx, sx, wp, nb)
-				continue
+				km(unsafe.Pointer(&yf[t*out+o0]), ys, qx, uintptr(in), dx, sx, uintptr(nb)*4, uintptr(ns)*4, wp, nb)
+			} else {
+				km(unsafe.Pointer(&k.tail[0]), panelWidth*4, qx, uintptr(in), dx, sx, uintptr(nb)*4, uintptr(ns)*4, wp, nb)
+				for i := 0; i < m; i++ {
+					copyF32(yf[(t+i)*out+o0:(t+i+1)*out], k.tail[i*panelWidth:i*panelWidth+out-o0])
+				}
 			}
-			kern(unsafe.Pointer(&k.tail[0]), qx, dx, sx, wp, nb)
-			copyF32(yf[t*out+o0:(t+1)*out], k.tail[:out-o0])
+			t += m
 		}
 	}
 	return true

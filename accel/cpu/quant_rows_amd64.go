@@ -50,6 +50,20 @@ import (
 // float32 at y + r·ys.
 type qKernel4 func(y unsafe.Pointer, ys uintptr, qx unsafe.Pointer, xs uintptr, dx, sx unsafe.Pointer, ds, ss uintptr, w unsafe.Pointer, nb int)
 
+// quantRowStep is how many of the n rows left the next kernel call takes:
+// the many-row kernel's rows while that leaves no single row behind when
+// there is a two-row kernel (n = 3a + 2b: a lone row runs on the one-row
+// kernel, which reuses no weight vector), else as many as it takes, else 1.
+func quantRowStep(n, rows int, many, two bool) int {
+	switch {
+	case many && (n == rows || n >= rows+2 || (n > rows && !two)):
+		return rows
+	case two && n >= 2:
+		return 2
+	}
+	return 1
+}
+
 // clearY4 clears four rows' 8 float32 at y0..y3 (Go stores: a zero vector
 // would stay live, and be spilled, across the kernels' loops).
 func clearY4(y0, y1, y2, y3 unsafe.Pointer) {
