@@ -47,19 +47,16 @@ func main() {
 	}
 }
 
-// genQ8_0 writes mmQ8_0x<R>: R rows by one whole Q8_0 panel (both
-// 8-output halves at once, so that each broadcast of x serves two weight
-// vectors), each block's eight groups written out, with the sign trick
-// (quant_rows_amd64.go). R rows' 2R int32 sums, the group's two weight
-// vectors and their magnitudes, the pair-sum widening's ones, a broadcast
-// and a product: fifteen registers at R = 3, the most the compiler
-// allocates (X15 is its zero).
-func genQ8_0(p func(string, ...any), R int) {
-	p("// mmQ8_0x%d: %d rows by one Q8_0 panel (mmQ8_0's numerics), both 8-output\n", R, R)
-	p("// halves at once (gen_quantrows.go).\n")
+// genHead writes kernel name's doc line, signature, declarations (decl)
+// and the R rows' pointers: y0.. (their 16 float32 sums cleared) and x0..
+func genHead(p func(string, ...any), name, typ string, R int, decl ...string) {
+	p("// %s: %d rows by one %s panel (the one-row kernel's numerics), both\n", name, R, typ)
+	p("// 8-output halves at once (gen_quantrows.go).\n")
 	p("//\n//go:noinline\n//go:norace\n//go:nocheckptr\n")
-	p("func mmQ8_0x%d(y unsafe.Pointer, ys uintptr, qx unsafe.Pointer, xs uintptr, dx, sx unsafe.Pointer, ds, ss uintptr, w unsafe.Pointer, nb int) {\n", R)
-	p("var fence [8][8]int32\n")
+	p("func %s(y unsafe.Pointer, ys uintptr, qx unsafe.Pointer, xs uintptr, dx, sx unsafe.Pointer, ds, ss uintptr, w unsafe.Pointer, nb int) {\n", name)
+	for _, d := range decl {
+		p("%s\n", d)
+	}
 	p("y0 := y\n")
 	for r := 1; r < R; r++ {
 		p("y%d := unsafe.Add(y%d, ys)\n", r, r-1)
@@ -71,6 +68,17 @@ func genQ8_0(p func(string, ...any), R int) {
 	for r := 1; r < R; r++ {
 		p("x%d := unsafe.Add(x%d, xs)\n", r, r-1)
 	}
+}
+
+// genQ8_0 writes mmQ8_0x<R>: R rows by one whole Q8_0 panel (both
+// 8-output halves at once, so that each broadcast of x serves two weight
+// vectors), each block's eight groups written out, with the sign trick
+// (quant_rows_amd64.go). R rows' 2R int32 sums, the group's two weight
+// vectors and their magnitudes, the pair-sum widening's ones, a broadcast
+// and a product: fifteen registers at R = 3, the most the compiler
+// allocates (X15 is its zero).
+func genQ8_0(p func(string, ...any), R int) {
+	genHead(p, fmt.Sprintf("mmQ8_0x%d", R), "Q8_0", R, "var fence [8][8]int32")
 	p("d0 := dx\n")
 	p("wb := w\n")
 	p("we := unsafe.Add(wb, uintptr(nb)*(64+8*64))\n")
@@ -121,22 +129,7 @@ func genQ8_0(p func(string, ...any), R int) {
 // row (a row's two broadcasts, four nibble vectors and two sums fill the
 // registers with the other rows' sums).
 func genQ4_0(p func(string, ...any), R int) {
-	p("// mmQ4_0x%d: %d rows by one Q4_0 panel (mmQ4_0's numerics), both 8-output\n", R, R)
-	p("// halves at once (gen_quantrows.go).\n")
-	p("//\n//go:noinline\n//go:norace\n//go:nocheckptr\n")
-	p("func mmQ4_0x%d(y unsafe.Pointer, ys uintptr, qx unsafe.Pointer, xs uintptr, dx, sx unsafe.Pointer, ds, ss uintptr, w unsafe.Pointer, nb int) {\n", R)
-	p("var fence [%d][16]int16\n", 4*R+1)
-	p("y0 := y\n")
-	for r := 1; r < R; r++ {
-		p("y%d := unsafe.Add(y%d, ys)\n", r, r-1)
-	}
-	for r := 0; r < R; r++ {
-		p("*(*[16]float32)(y%d) = [16]float32{}\n", r)
-	}
-	p("x0 := qx\n")
-	for r := 1; r < R; r++ {
-		p("x%d := unsafe.Add(x%d, xs)\n", r, r-1)
-	}
+	genHead(p, fmt.Sprintf("mmQ4_0x%d", R), "Q4_0", R, fmt.Sprintf("var fence [%d][16]int16", 4*R+1))
 	p("d0, sp := dx, sx\n")
 	p("wb := w\n")
 	p("we := unsafe.Add(wb, uintptr(nb)*(64+4*64))\n")
@@ -191,24 +184,7 @@ func genQ4_0(p func(string, ...any), R int) {
 // next sub-block's fence); then the mins times x's sums of 32 into B, and
 // (d·dx)·A - (dmin·dx)·B added to y.
 func genQ4_K(p func(string, ...any), R int) {
-	p("// mmQ4_Kx%d: %d rows by one Q4_K panel (mmQ4_K's numerics), both 8-output\n", R, R)
-	p("// halves at once (gen_quantrows.go).\n")
-	p("//\n//go:noinline\n//go:norace\n//go:nocheckptr\n")
-	p("func mmQ4_Kx%d(y unsafe.Pointer, ys uintptr, qx unsafe.Pointer, xs uintptr, dx, sx unsafe.Pointer, ds, ss uintptr, w unsafe.Pointer, nb int) {\n", R)
-	p("var a [%d][2][8]int32\n", R)
-	p("var fence [8][16]int16\n")
-	p("var fenceB [8][8]int32\n")
-	p("y0 := y\n")
-	for r := 1; r < R; r++ {
-		p("y%d := unsafe.Add(y%d, ys)\n", r, r-1)
-	}
-	for r := 0; r < R; r++ {
-		p("*(*[16]float32)(y%d) = [16]float32{}\n", r)
-	}
-	p("x0 := qx\n")
-	for r := 1; r < R; r++ {
-		p("x%d := unsafe.Add(x%d, xs)\n", r, r-1)
-	}
+	genHead(p, fmt.Sprintf("mmQ4_Kx%d", R), "Q4_K", R, fmt.Sprintf("var a [%d][2][8]int32", R), "var fence [8][16]int16", "var fenceB [8][8]int32")
 	p("d0, sp := dx, sx\n")
 	p("wb := w\n")
 	p("we := unsafe.Add(wb, uintptr(nb)*2432)\n")

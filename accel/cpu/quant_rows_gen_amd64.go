@@ -10,8 +10,8 @@ import (
 	"unsafe"
 )
 
-// mmQ8_0x3: 3 rows by one Q8_0 panel (mmQ8_0's numerics), both 8-output
-// halves at once (gen_quantrows.go).
+// mmQ8_0x3: 3 rows by one Q8_0 panel (the one-row kernel's numerics), both
+// 8-output halves at once (gen_quantrows.go).
 //
 //go:noinline
 //go:norace
@@ -187,8 +187,8 @@ func mmQ8_0x3(y unsafe.Pointer, ys uintptr, qx unsafe.Pointer, xs uintptr, dx, s
 	archsimd.ClearAVXUpperBits()
 }
 
-// mmQ4_0x3: 3 rows by one Q4_0 panel (mmQ4_0's numerics), both 8-output
-// halves at once (gen_quantrows.go).
+// mmQ4_0x3: 3 rows by one Q4_0 panel (the one-row kernel's numerics), both
+// 8-output halves at once (gen_quantrows.go).
 //
 //go:noinline
 //go:norace
@@ -324,8 +324,8 @@ func mmQ4_0x3(y unsafe.Pointer, ys uintptr, qx unsafe.Pointer, xs uintptr, dx, s
 	archsimd.ClearAVXUpperBits()
 }
 
-// mmQ4_Kx3: 3 rows by one Q4_K panel (mmQ4_K's numerics), both 8-output
-// halves at once (gen_quantrows.go).
+// mmQ4_Kx3: 3 rows by one Q4_K panel (the one-row kernel's numerics), both
+// 8-output halves at once (gen_quantrows.go).
 //
 //go:noinline
 //go:norace
@@ -1382,8 +1382,8 @@ func mmQ4_Kx3(y unsafe.Pointer, ys uintptr, qx unsafe.Pointer, xs uintptr, dx, s
 	archsimd.ClearAVXUpperBits()
 }
 
-// mmQ8_0x2: 2 rows by one Q8_0 panel (mmQ8_0's numerics), both 8-output
-// halves at once (gen_quantrows.go).
+// mmQ8_0x2: 2 rows by one Q8_0 panel (the one-row kernel's numerics), both
+// 8-output halves at once (gen_quantrows.go).
 //
 //go:noinline
 //go:norace
@@ -1528,8 +1528,8 @@ func mmQ8_0x2(y unsafe.Pointer, ys uintptr, qx unsafe.Pointer, xs uintptr, dx, s
 	archsimd.ClearAVXUpperBits()
 }
 
-// mmQ4_0x2: 2 rows by one Q4_0 panel (mmQ4_0's numerics), both 8-output
-// halves at once (gen_quantrows.go).
+// mmQ4_0x2: 2 rows by one Q4_0 panel (the one-row kernel's numerics), both
+// 8-output halves at once (gen_quantrows.go).
 //
 //go:noinline
 //go:norace
@@ -1637,8 +1637,8 @@ func mmQ4_0x2(y unsafe.Pointer, ys uintptr, qx unsafe.Pointer, xs uintptr, dx, s
 	archsimd.ClearAVXUpperBits()
 }
 
-// mmQ4_Kx2: 2 rows by one Q4_K panel (mmQ4_K's numerics), both 8-output
-// halves at once (gen_quantrows.go).
+// mmQ4_Kx2: 2 rows by one Q4_K panel (the one-row kernel's numerics), both
+// 8-output halves at once (gen_quantrows.go).
 //
 //go:noinline
 //go:norace

@@ -103,6 +103,24 @@ func TestQuantMatMul(t *testing.T) {
 	}
 }
 
+// vecEqualsPlain fails t unless c's y on the quantized vector kernels
+// (runQuantVec) has the bits of the plain-Go path's, and returns it.
+func vecEqualsPlain(t *testing.T, c *rcall) []float32 {
+	t.Helper()
+	old := quantVec.Load()
+	defer quantVec.Store(old)
+	quantVec.Store(false)
+	k := &kctx{}
+	plain := runRef(c, func(c *rcall, lo, hi int) { runMatMul(c, lo, hi, k) })
+	quantVec.Store(true)
+	got := runQuantVec(t, c)
+	if i, ok := bitsEqual(got, plain); !ok {
+		out := c.o[0].cols
+		t.Fatalf("row %d out %d: %g, plain Go %g", i/out, i%out, got[i], plain[i])
+	}
+	return got
+}
+
 // runQuantVec runs c on the quantized vector kernels (quantVec on) over
 // W's packed panels, in runRef's two pieces, and returns y.
 func runQuantVec(t *testing.T, c *rcall) []float32 {
@@ -216,16 +234,10 @@ func TestQuantMatMulRows(t *testing.T) {
 				}
 				t.Run(fmt.Sprintf("%s/T%d/%dx%d", dt, T, out, in), func(t *testing.T) {
 					c, _, _ := quantCall(t, r, dt, T, out, in)
+					got := vecEqualsPlain(t, c)
 					old := quantVec.Load()
 					defer quantVec.Store(old)
-					quantVec.Store(false)
 					k := &kctx{}
-					plain := runRef(c, func(c *rcall, lo, hi int) { runMatMul(c, lo, hi, k) })
-					quantVec.Store(true)
-					got := runQuantVec(t, c)
-					if i, ok := bitsEqual(got, plain); !ok {
-						t.Fatalf("row %d out %d: %g, plain Go %g", i/out, i%out, got[i], plain[i])
-					}
 					// The last row alone on the one-row plain-Go path.
 					c1 := *c
 					c1.o[0] = operand{b: make([]byte, 4*out), rows: 1, cols: out, dt: accel.F32}
@@ -283,16 +295,7 @@ func TestQuantMatMulRowsExtremes(t *testing.T) {
 						x[i] *= float32(r.Float64())
 					}
 				}
-				old := quantVec.Load()
-				defer quantVec.Store(old)
-				quantVec.Store(false)
-				k := &kctx{}
-				plain := runRef(c, func(c *rcall, lo, hi int) { runMatMul(c, lo, hi, k) })
-				quantVec.Store(true)
-				got := runQuantVec(t, c)
-				if i, ok := bitsEqual(got, plain); !ok {
-					t.Fatalf("row %d out %d: %g, plain Go %g", i/out, i%out, got[i], plain[i])
-				}
+				vecEqualsPlain(t, c)
 			})
 		}
 	}
