@@ -37,6 +37,7 @@ func main() {
 		genQ8_0(p, R)
 		genQ4_0(p, R)
 		genQ4_K(p, R)
+		genQ6_K(p, R, R == 2)
 	}
 	src, err := format.Source(b.Bytes())
 	if err != nil {
@@ -274,6 +275,191 @@ func genQ4_K(p func(string, ...any), R int) {
 	p("d0, sp = unsafe.Add(d0, 4), unsafe.Add(sp, 64)\n")
 	p("}\n")
 	p("runtime.KeepAlive(&fence)\n")
+	p("runtime.KeepAlive(&fenceB)\n")
+	p("archsimd.ClearAVXUpperBits()\n}\n\n")
+}
+
+// q6Group is how the 6-bit values of inputs 4G..4G+3 (one panel half's
+// vector) are made from a Q6_K super-block's bytes: the nibble vector's
+// offset and right shift, and the high-bits shift (left, right or none) that
+// puts the two bits at 0x30. Input 4k+j's nibble is the low one of vector k
+// (0..15), 128+4k+j's the high one; 64+4k+j's and 192+4k+j's those of
+// vector 16+k; the high bits are bits 0-1, 4-5, 2-3 and 6-7 of vector k at
+// 2368 for the four families (mmQ6_K's v1, v3, v2 and v4).
+func q6Group(G int) (nib int, nibHigh bool, hb int, hbShift string) {
+	k, f := G%16, G/16
+	hb = 2368 + 64*k
+	switch f {
+	case 0:
+		return 320 + 64*k, false, hb, ".ShiftAllLeft(4)"
+	case 1:
+		return 320 + 64*(k+16), false, hb, ""
+	case 2:
+		return 320 + 64*k, true, hb, ".ShiftAllLeft(2)"
+	}
+	return 320 + 64*(k+16), true, hb, ".ShiftAllRight(2)"
+}
+
+// genQ6_K writes mmQ6_Kx<R>: R rows by one whole Q6_K panel (both halves
+// at once). mmQ6_K's A for a super-block is Σ_s scale_s·(Σ_16 q·x -
+// 32·Σx_s) over its sixteen sub-blocks s; integer and exact (the bounds:
+// |A| < 2^28), so it may be taken in any order, and here it is Σ_s
+// scale_s·(Σ q·x) less 32·Σ_s scale_s·Σx_s. The sub-block's scale is
+// applied in the fold of the int16 pair sums to int32 (VPMADDWD against
+// (scale, scale) int16 pairs, made once per super-block into scp, instead
+// of a fold by ones and an int32 multiply), group pair by group pair
+// (two groups' pair sums fit int16: 2·2·63·128 < 2^15), into A: kept in
+// memory at R = 3 (a: its stores fence the next pair; in registers, the
+// six sums of A and six of the pair spilled), in registers at R = 2
+// (regA: fenced by a store of one at each pair). Each group's 6-bit values
+// are made from the packed bytes where they are used (q6Group), one vector
+// per half, serving the R rows. Then B = Σ_s scale_s·Σx_s (Σx_s fits
+// int16, so a VPMADDWD against (Σx_s, 0) too) and (d·dx)·(A - 32·B) added
+// to y: the one-row kernel's float32 operations, in its order.
+func genQ6_K(p func(string, ...any), R int, regA bool) {
+	decl := []string{"var scp [16][2][8]int32", "var fence [32][16]int16", "var fenceB [16][8]int32"}
+	if regA {
+		decl = append(decl, "var fenceA [32][8]int32")
+	} else {
+		decl = append(decl, fmt.Sprintf("var a [%d][2][8]int32", R))
+	}
+	genHead(p, fmt.Sprintf("mmQ6_Kx%d", R), "Q6_K", R, decl...)
+	p("d0, sp := dx, sx\n")
+	p("wb := w\n")
+	p("we := unsafe.Add(wb, uintptr(nb)*3392)\n")
+	p("for ; wb != we; wb = unsafe.Add(wb, 3392) {\n")
+	if regA {
+		for r := 0; r < R; r++ {
+			p("var A%d0, A%d1 archsimd.Int32x8\n", r, r)
+		}
+	}
+	p("// The scales as (scale, scale) int16 pairs, per sub-block and half.\n")
+	// (Written out: a loop's counter spilled, and an unsigned shift by a
+	// constant was made a legacy-SSE MOVQ of the count and a VPSRLD by
+	// register, which stalled on the dirty upper state: ten times slower.)
+	for s := 0; s < 32; s++ {
+		p("sc%d := archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(wb, %d))).ExtendLo8ToInt32()\n", s, 64+8*s)
+		p("sc%d.ShiftAllLeft(16).Or(sc%d.And(archsimd.LoadInt32x8(&q32Low16))).Store(&scp[%d][%d])\n", s, s, s/2, s%2)
+	}
+	for s := 0; s < 16; s++ {
+		p("{\n// Sub-block %d: inputs %d..%d.\n", s, 16*s, 16*s+15)
+		for j := 0; j < 2; j++ {
+			p("{\n")
+			for gg := 0; gg < 2; gg++ {
+				G := 4*s + 2*j + gg
+				if gg > 0 {
+					p("t%d1.Store(&fence[%d])\n", R-1, G/2)
+				} else if regA && G > 0 {
+					p("A%d1.Store(&fenceA[%d])\n", R-1, G/2)
+				}
+				nib, nibHigh, hb, hbShift := q6Group(G)
+				if gg == 0 {
+					p("m0f%d := archsimd.LoadUint8x32(&q8Low)\n", G)
+					p("m30%d := archsimd.LoadUint8x32(&q6High)\n", G)
+				}
+				M := G - gg
+				for n := 0; n < 2; n++ {
+					lo := fmt.Sprintf("archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, %d)))", nib+32*n)
+					if nibHigh {
+						lo += ".AsInt16x16().ShiftAllRight(4).AsUint8x32()"
+					}
+					h := fmt.Sprintf("archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, %d)))", hb+32*n)
+					if hbShift != "" {
+						h += ".AsInt16x16()" + hbShift + ".AsUint8x32()"
+					}
+					p("v%d%d := %s.And(m0f%d).Or(%s.And(m30%d))\n", G, n, lo, M, h, M)
+				}
+				for r := 0; r < R; r++ {
+					if G < 61 {
+						// (A 16-byte load and a broadcast of its first lane: one
+						// instruction fewer than a scalar load's broadcast. Not
+						// for the last three groups, whose loads would pass the
+						// end of x.)
+						p("xg%d%d := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x%d, %d))).Broadcast1To8().AsInt8x32()\n", G, r, r, 4*G)
+					} else {
+						p("xg%d%d := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(x%d, %d))).AsInt8x32()\n", G, r, r, 4*G)
+					}
+					for n := 0; n < 2; n++ {
+						t := fmt.Sprintf("v%d%d.DotProductPairsSaturated(xg%d%d)", G, n, G, r)
+						if gg == 0 {
+							p("t%d%d := %s\n", r, n, t)
+						} else {
+							p("t%d%d = t%d%d.Add(%s)\n", r, n, r, n, t)
+						}
+					}
+				}
+			}
+			for n := 0; n < 2; n++ {
+				p("sc%d%d := archsimd.LoadInt32x8(&scp[%d][%d]).AsInt16x16()\n", j, n, s, n)
+			}
+			for r := 0; r < R; r++ {
+				for n := 0; n < 2; n++ {
+					switch {
+					case regA && s == 0 && j == 0:
+						p("A%d%d = t%d%d.DotProductPairs(sc%d%d)\n", r, n, r, n, j, n)
+					case regA:
+						p("A%d%d = A%d%d.Add(t%d%d.DotProductPairs(sc%d%d))\n", r, n, r, n, r, n, j, n)
+					case s == 0 && j == 0:
+						p("t%d%d.DotProductPairs(sc%d%d).Store(&a[%d][%d])\n", r, n, j, n, r, n)
+					default:
+						p("archsimd.LoadInt32x8(&a[%d][%d]).Add(t%d%d.DotProductPairs(sc%d%d)).Store(&a[%d][%d])\n", r, n, r, n, j, n, r, n)
+					}
+				}
+			}
+			p("}\n")
+		}
+		p("}\n")
+	}
+	p("// B: the scales times each row's sums of 16 (fenced as the groups are).\n")
+	for r := 0; r < R; r++ {
+		p("var b%d0, b%d1 archsimd.Int32x8\n", r, r)
+	}
+	for s := 0; s < 16; s++ {
+		if s > 0 {
+			p("b%d1.Store(&fenceB[%d])\n", R-1, s-1)
+		}
+		for n := 0; n < 2; n++ {
+			op := ":="
+			if s > 0 {
+				op = "="
+			}
+			p("sv%d %s archsimd.LoadInt32x8(&scp[%d][%d]).AsInt16x16()\n", n, op, s, n)
+		}
+		for r := 0; r < R; r++ {
+			p("{\nsr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, %d*ss+%d)) & 0xffff).AsInt16x16()\n", r, 4*s)
+			for n := 0; n < 2; n++ {
+				if s == 0 {
+					p("b%d%d = sv%d.DotProductPairs(sr)\n", r, n, n)
+				} else {
+					p("b%d%d = b%d%d.Add(sv%d.DotProductPairs(sr))\n", r, n, r, n, n)
+				}
+			}
+			p("}\n")
+		}
+	}
+	p("b%d1.Store(&fenceB[15])\n", R-1)
+	p("dw0 := archsimd.LoadFloat32x8((*[8]float32)(wb))\n")
+	p("dw1 := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(wb, 32)))\n")
+	acc := func(r, n int) string {
+		if regA {
+			return fmt.Sprintf("A%d%d", r, n)
+		}
+		return fmt.Sprintf("archsimd.LoadInt32x8(&a[%d][%d])", r, n)
+	}
+	for r := 0; r < R; r++ {
+		p("dx%d := archsimd.BroadcastFloat32x8(*(*float32)(unsafe.Add(d0, %d*ds)))\n", r, r)
+		p("archsimd.LoadFloat32x8((*[8]float32)(y%d)).Add(dw0.Mul(dx%d).Mul(%s.Sub(b%d0.ShiftAllLeft(5)).ConvertToFloat32())).Store((*[8]float32)(y%d))\n", r, r, acc(r, 0), r, r)
+		p("archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(y%d, 32))).Add(dw1.Mul(dx%d).Mul(%s.Sub(b%d1.ShiftAllLeft(5)).ConvertToFloat32())).Store((*[8]float32)(unsafe.Add(y%d, 32)))\n", r, r, acc(r, 1), r, r)
+	}
+	for r := 0; r < R; r++ {
+		p("x%d = unsafe.Add(x%d, 256)\n", r, r)
+	}
+	p("d0, sp = unsafe.Add(d0, 4), unsafe.Add(sp, 64)\n")
+	p("}\n")
+	p("runtime.KeepAlive(&fence)\n")
+	if regA {
+		p("runtime.KeepAlive(&fenceA)\n")
+	}
 	p("runtime.KeepAlive(&fenceB)\n")
 	p("archsimd.ClearAVXUpperBits()\n}\n\n")
 }

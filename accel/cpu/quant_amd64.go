@@ -49,7 +49,7 @@ func runMatMulQuantVec(c *rcall, a *qacts, p *packed, lo, hi, t0, t1 int, k *kct
 	case accel.Q4_K:
 		kern, kern4, kern2, rows = mmQ4_K, mmQ4_Kx3, mmQ4_Kx2, 3
 	case accel.Q6_K:
-		kern, kern4 = mmQ6_K, mmQ6_Kx4
+		kern, kern4, kern2, rows = mmQ6_K, mmQ6_Kx3, mmQ6_Kx2, 3
 	}
 	y := c.o[0]
 	in, out := c.o[1].cols, y.cols
