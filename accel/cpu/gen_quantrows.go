@@ -233,33 +233,13 @@ func genQ4_K(p func(string, ...any), R int) {
 		p("}\n")
 	}
 	p("// B: the mins times each row's sums of 32 (fenced as the groups are).\n")
-	for r := 0; r < R; r++ {
-		p("var b%d0, b%d1 archsimd.Int32x8\n", r, r)
-	}
-	for sb := 0; sb < 8; sb++ {
-		if sb > 0 {
-			p("b%d1.Store(&fenceB[%d])\n", R-1, sb-1)
-		}
-		for n := 0; n < 2; n++ {
-			op := ":="
-			if sb > 0 {
-				op = "="
-			}
-			p("mv%d %s archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(wb, %d))).ExtendLo8ToInt32()\n", n, op, 256+16*sb+8*n)
-		}
-		for r := 0; r < R; r++ {
-			p("{\nsr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, %d*ss+%d)) + *(*int32)(unsafe.Add(sp, %d*ss+%d)))\n", r, 8*sb, r, 8*sb+4)
-			for n := 0; n < 2; n++ {
-				if sb == 0 {
-					p("b%d%d = mv%d.Mul(sr)\n", r, n, n)
-				} else {
-					p("b%d%d = b%d%d.Add(mv%d.Mul(sr))\n", r, n, r, n, n)
-				}
-			}
-			p("}\n")
-		}
-	}
-	p("b%d1.Store(&fenceB[7])\n", R-1)
+	genB(p, R, 8, "mv",
+		func(sb, n int) string {
+			return fmt.Sprintf("archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(wb, %d))).ExtendLo8ToInt32()", 256+16*sb+8*n)
+		},
+		func(r, sb int) string {
+			return fmt.Sprintf("archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, %d*ss+%d)) + *(*int32)(unsafe.Add(sp, %d*ss+%d)))", r, 8*sb, r, 8*sb+4)
+		}, "Mul")
 	p("dw0 := archsimd.LoadFloat32x8((*[8]float32)(wb))\n")
 	p("dw1 := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(wb, 32)))\n")
 	p("dm0 := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(wb, 64)))\n")
@@ -411,33 +391,11 @@ func genQ6_K(p func(string, ...any), R int, regA bool) {
 		p("}\n")
 	}
 	p("// B: the scales times each row's sums of 16 (fenced as the groups are).\n")
-	for r := 0; r < R; r++ {
-		p("var b%d0, b%d1 archsimd.Int32x8\n", r, r)
-	}
-	for s := 0; s < 16; s++ {
-		if s > 0 {
-			p("b%d1.Store(&fenceB[%d])\n", R-1, s-1)
-		}
-		for n := 0; n < 2; n++ {
-			op := ":="
-			if s > 0 {
-				op = "="
-			}
-			p("sv%d %s archsimd.LoadInt32x8(&scp[%d][%d]).AsInt16x16()\n", n, op, s, n)
-		}
-		for r := 0; r < R; r++ {
-			p("{\nsr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, %d*ss+%d)) & 0xffff).AsInt16x16()\n", r, 4*s)
-			for n := 0; n < 2; n++ {
-				if s == 0 {
-					p("b%d%d = sv%d.DotProductPairs(sr)\n", r, n, n)
-				} else {
-					p("b%d%d = b%d%d.Add(sv%d.DotProductPairs(sr))\n", r, n, r, n, n)
-				}
-			}
-			p("}\n")
-		}
-	}
-	p("b%d1.Store(&fenceB[15])\n", R-1)
+	genB(p, R, 16, "sv",
+		func(s, n int) string { return fmt.Sprintf("archsimd.LoadInt32x8(&scp[%d][%d]).AsInt16x16()", s, n) },
+		func(r, s int) string {
+			return fmt.Sprintf("archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, %d*ss+%d)) & 0xffff).AsInt16x16()", r, 4*s)
+		}, "DotProductPairs")
 	p("dw0 := archsimd.LoadFloat32x8((*[8]float32)(wb))\n")
 	p("dw1 := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(wb, 32)))\n")
 	acc := func(r, n int) string {
@@ -462,4 +420,39 @@ func genQ6_K(p func(string, ...any), R int, regA bool) {
 	}
 	p("runtime.KeepAlive(&fenceB)\n")
 	p("archsimd.ClearAVXUpperBits()\n}\n\n")
+}
+
+// genB writes the sums b<r>0, b<r>1 (both halves, R rows) of count terms:
+// term i is vector name<n> := vec(i, n) (shared by the rows) by op with
+// each row's broadcast sr := row(r, i), a store of one sum fencing each
+// term's loads from the work before (Q4_K's mins, Q6_K's scales, times x's
+// sums).
+func genB(p func(string, ...any), R, count int, name string, vec func(i, n int) string, row func(r, i int) string, op string) {
+	for r := 0; r < R; r++ {
+		p("var b%d0, b%d1 archsimd.Int32x8\n", r, r)
+	}
+	for i := 0; i < count; i++ {
+		if i > 0 {
+			p("b%d1.Store(&fenceB[%d])\n", R-1, i-1)
+		}
+		for n := 0; n < 2; n++ {
+			def := ":="
+			if i > 0 {
+				def = "="
+			}
+			p("%s%d %s %s\n", name, n, def, vec(i, n))
+		}
+		for r := 0; r < R; r++ {
+			p("{\nsr := %s\n", row(r, i))
+			for n := 0; n < 2; n++ {
+				if i == 0 {
+					p("b%d%d = %s%d.%s(sr)\n", r, n, name, n, op)
+				} else {
+					p("b%d%d = b%d%d.Add(%s%d.%s(sr))\n", r, n, r, n, name, n, op)
+				}
+			}
+			p("}\n")
+		}
+	}
+	p("b%d1.Store(&fenceB[%d])\n", R-1, count-1)
 }
