@@ -49,6 +49,8 @@ func avx2Ops() *vecOps {
 		silu:     vSiLU8Go,
 		scores:   vScoresGo,
 		av:       vAttnAV8Go,
+		scoresT:  vScoresT8Go,
+		avRows:   vAVRows8Go,
 		sum:      vSum8Go,
 		max:      vMax8Go,
 		rowSums4: vRowSums4Go,
@@ -281,4 +283,249 @@ func vMax8(x []float32, out *[8]float32) bool {
 	isNaN := !nan.IsZero()
 	archsimd.ClearAVXUpperBits()
 	return isNaN
+}
+
+// vScoresT8Go is scoresT: the keys of a sequence transposed once
+// (attn_runs.go), so that a query's scores load eight positions' elements
+// with one load and no shuffles.
+func vScoresT8Go(att, kt []float32, width int, q []float32, scale float32) {
+	hd, n := len(q), len(att)
+	if n == 0 || hd == 0 {
+		return
+	}
+	if n%8 != 0 || n > width || (hd-1)*width+n > len(kt) {
+		panic("cpu: attention scores: transposed keys out of range")
+	}
+	vScoresT(unsafe.Pointer(&att[0]), unsafe.Pointer(&kt[0]), uintptr(width)*4, unsafe.Pointer(&q[0]), hd, n/8, scale)
+}
+
+// vScoresT computes nb blocks of eight scores: lane j of block b is
+// position 8b+j, summed over the head's elements in order from zero with a
+// separate multiply and add (the reference's chain), then divided by
+// scale. Six blocks run side by side (six chains hide the add latency; six
+// accumulators, six loads and the broadcast fit in the registers), then
+// three, then one. The loops keep the form of gen_avx2mm.go's (the test at
+// the bottom) so that the compiler schedules them in source order.
+//
+//go:noinline
+//go:norace
+//go:nocheckptr
+func vScoresT(att, kt unsafe.Pointer, rs uintptr, q unsafe.Pointer, hd, nb int, scale float32) {
+	sv := archsimd.BroadcastFloat32x8(scale)
+	b := 0
+	for ; b+6 <= nb; b += 6 {
+		var a0, a1, a2, a3, a4, a5 archsimd.Float32x8
+		kp, qp := unsafe.Add(kt, b*32), q
+		for i := 0; ; {
+			qv := archsimd.BroadcastUint32x8(*(*uint32)(qp)).AsFloat32x8()
+			a0 = a0.Add(qv.Mul(archsimd.LoadFloat32x8((*[8]float32)(kp))))
+			a1 = a1.Add(qv.Mul(archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(kp, 32)))))
+			a2 = a2.Add(qv.Mul(archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(kp, 64)))))
+			a3 = a3.Add(qv.Mul(archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(kp, 96)))))
+			a4 = a4.Add(qv.Mul(archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(kp, 128)))))
+			a5 = a5.Add(qv.Mul(archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(kp, 160)))))
+			i++
+			if i >= hd {
+				break
+			}
+			kp, qp = unsafe.Add(kp, rs), unsafe.Add(qp, 4)
+		}
+		o := unsafe.Add(att, b*32)
+		a0.Div(sv).Store((*[8]float32)(o))
+		a1.Div(sv).Store((*[8]float32)(unsafe.Add(o, 32)))
+		a2.Div(sv).Store((*[8]float32)(unsafe.Add(o, 64)))
+		a3.Div(sv).Store((*[8]float32)(unsafe.Add(o, 96)))
+		a4.Div(sv).Store((*[8]float32)(unsafe.Add(o, 128)))
+		a5.Div(sv).Store((*[8]float32)(unsafe.Add(o, 160)))
+	}
+	for ; b+3 <= nb; b += 3 {
+		var a0, a1, a2 archsimd.Float32x8
+		kp, qp := unsafe.Add(kt, b*32), q
+		for i := 0; ; {
+			qv := archsimd.BroadcastUint32x8(*(*uint32)(qp)).AsFloat32x8()
+			a0 = a0.Add(qv.Mul(archsimd.LoadFloat32x8((*[8]float32)(kp))))
+			a1 = a1.Add(qv.Mul(archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(kp, 32)))))
+			a2 = a2.Add(qv.Mul(archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(kp, 64)))))
+			i++
+			if i >= hd {
+				break
+			}
+			kp, qp = unsafe.Add(kp, rs), unsafe.Add(qp, 4)
+		}
+		o := unsafe.Add(att, b*32)
+		a0.Div(sv).Store((*[8]float32)(o))
+		a1.Div(sv).Store((*[8]float32)(unsafe.Add(o, 32)))
+		a2.Div(sv).Store((*[8]float32)(unsafe.Add(o, 64)))
+	}
+	for ; b < nb; b++ {
+		var a0 archsimd.Float32x8
+		kp, qp := unsafe.Add(kt, b*32), q
+		for i := 0; ; {
+			qv := archsimd.BroadcastUint32x8(*(*uint32)(qp)).AsFloat32x8()
+			a0 = a0.Add(qv.Mul(archsimd.LoadFloat32x8((*[8]float32)(kp))))
+			i++
+			if i >= hd {
+				break
+			}
+			kp, qp = unsafe.Add(kp, rs), unsafe.Add(qp, 4)
+		}
+		a0.Div(sv).Store((*[8]float32)(unsafe.Add(att, b*32)))
+	}
+	archsimd.ClearAVXUpperBits()
+}
+
+// vAVRows8Go is avRows: the head in pieces of 32 elements, then 8; two
+// queries at once where d1 is given, so that each row of values is loaded
+// once for both.
+func vAVRows8Go(d0, d1, vb, a0, a1 []float32) {
+	hd, n := len(d0), len(a0)
+	if n == 0 || hd == 0 {
+		return
+	}
+	if hd%8 != 0 || len(vb) < n*hd || (d1 != nil && (len(d1) != hd || len(a1) != n)) {
+		panic("cpu: attention values: rows out of range")
+	}
+	vs := uintptr(hd) * 4
+	p0, v, q0 := unsafe.Pointer(&d0[0]), unsafe.Pointer(&vb[0]), unsafe.Pointer(&a0[0])
+	for c := 0; c < hd; {
+		w := 8
+		if hd-c >= 32 {
+			w = 32
+		}
+		o := uintptr(c) * 4
+		switch {
+		case d1 != nil && w == 32:
+			vAV2x32(unsafe.Add(p0, o), unsafe.Pointer(&d1[c]), unsafe.Add(v, o), vs, q0, unsafe.Pointer(&a1[0]), n)
+		case d1 != nil:
+			vAV2x8(unsafe.Add(p0, o), unsafe.Pointer(&d1[c]), unsafe.Add(v, o), vs, q0, unsafe.Pointer(&a1[0]), n)
+		case w == 32:
+			vAV1x32(unsafe.Add(p0, o), unsafe.Add(v, o), vs, q0, n)
+		default:
+			vAV1x8(unsafe.Add(p0, o), unsafe.Add(v, o), vs, q0, n)
+		}
+		c += w
+	}
+}
+
+// vAV2x32 adds a0[p] * v_p to d0[:32] and a1[p] * v_p to d1[:32] for p < n
+// in order, v_p the 32 floats at v + p*vs: eight chains, each row loaded
+// once for both queries. The loops here keep gen_avx2mm.go's form (the
+// test at the bottom), under which the compiler schedules in source order.
+//
+//go:noinline
+//go:norace
+//go:nocheckptr
+func vAV2x32(d0, d1, v unsafe.Pointer, vs uintptr, a0, a1 unsafe.Pointer, n int) {
+	x0 := archsimd.LoadFloat32x8((*[8]float32)(d0))
+	x1 := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(d0, 32)))
+	x2 := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(d0, 64)))
+	x3 := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(d0, 96)))
+	y0 := archsimd.LoadFloat32x8((*[8]float32)(d1))
+	y1 := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(d1, 32)))
+	y2 := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(d1, 64)))
+	y3 := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(d1, 96)))
+	for p := 0; ; {
+		b0 := archsimd.BroadcastUint32x8(*(*uint32)(a0)).AsFloat32x8()
+		b1 := archsimd.BroadcastUint32x8(*(*uint32)(a1)).AsFloat32x8()
+		v0 := archsimd.LoadFloat32x8((*[8]float32)(v))
+		x0 = x0.Add(b0.Mul(v0))
+		y0 = y0.Add(b1.Mul(v0))
+		v1 := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(v, 32)))
+		x1 = x1.Add(b0.Mul(v1))
+		y1 = y1.Add(b1.Mul(v1))
+		v2 := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(v, 64)))
+		x2 = x2.Add(b0.Mul(v2))
+		y2 = y2.Add(b1.Mul(v2))
+		v3 := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(v, 96)))
+		x3 = x3.Add(b0.Mul(v3))
+		y3 = y3.Add(b1.Mul(v3))
+		p++
+		if p >= n {
+			break
+		}
+		v, a0, a1 = unsafe.Add(v, vs), unsafe.Add(a0, 4), unsafe.Add(a1, 4)
+	}
+	x0.Store((*[8]float32)(d0))
+	x1.Store((*[8]float32)(unsafe.Add(d0, 32)))
+	x2.Store((*[8]float32)(unsafe.Add(d0, 64)))
+	x3.Store((*[8]float32)(unsafe.Add(d0, 96)))
+	y0.Store((*[8]float32)(d1))
+	y1.Store((*[8]float32)(unsafe.Add(d1, 32)))
+	y2.Store((*[8]float32)(unsafe.Add(d1, 64)))
+	y3.Store((*[8]float32)(unsafe.Add(d1, 96)))
+	archsimd.ClearAVXUpperBits()
+}
+
+// vAV1x32 is vAV2x32 for one query.
+//
+//go:noinline
+//go:norace
+//go:nocheckptr
+func vAV1x32(d0, v unsafe.Pointer, vs uintptr, a0 unsafe.Pointer, n int) {
+	x0 := archsimd.LoadFloat32x8((*[8]float32)(d0))
+	x1 := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(d0, 32)))
+	x2 := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(d0, 64)))
+	x3 := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(d0, 96)))
+	for p := 0; ; {
+		b0 := archsimd.BroadcastUint32x8(*(*uint32)(a0)).AsFloat32x8()
+		x0 = x0.Add(b0.Mul(archsimd.LoadFloat32x8((*[8]float32)(v))))
+		x1 = x1.Add(b0.Mul(archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(v, 32)))))
+		x2 = x2.Add(b0.Mul(archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(v, 64)))))
+		x3 = x3.Add(b0.Mul(archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(v, 96)))))
+		p++
+		if p >= n {
+			break
+		}
+		v, a0 = unsafe.Add(v, vs), unsafe.Add(a0, 4)
+	}
+	x0.Store((*[8]float32)(d0))
+	x1.Store((*[8]float32)(unsafe.Add(d0, 32)))
+	x2.Store((*[8]float32)(unsafe.Add(d0, 64)))
+	x3.Store((*[8]float32)(unsafe.Add(d0, 96)))
+	archsimd.ClearAVXUpperBits()
+}
+
+// vAV2x8 is vAV2x32 for eight elements.
+//
+//go:noinline
+//go:norace
+//go:nocheckptr
+func vAV2x8(d0, d1, v unsafe.Pointer, vs uintptr, a0, a1 unsafe.Pointer, n int) {
+	x0 := archsimd.LoadFloat32x8((*[8]float32)(d0))
+	y0 := archsimd.LoadFloat32x8((*[8]float32)(d1))
+	for p := 0; ; {
+		b0 := archsimd.BroadcastUint32x8(*(*uint32)(a0)).AsFloat32x8()
+		b1 := archsimd.BroadcastUint32x8(*(*uint32)(a1)).AsFloat32x8()
+		v0 := archsimd.LoadFloat32x8((*[8]float32)(v))
+		x0 = x0.Add(b0.Mul(v0))
+		y0 = y0.Add(b1.Mul(v0))
+		p++
+		if p >= n {
+			break
+		}
+		v, a0, a1 = unsafe.Add(v, vs), unsafe.Add(a0, 4), unsafe.Add(a1, 4)
+	}
+	x0.Store((*[8]float32)(d0))
+	y0.Store((*[8]float32)(d1))
+	archsimd.ClearAVXUpperBits()
+}
+
+// vAV1x8 is vAV2x32 for one query and eight elements.
+//
+//go:noinline
+//go:norace
+//go:nocheckptr
+func vAV1x8(d0, v unsafe.Pointer, vs uintptr, a0 unsafe.Pointer, n int) {
+	x0 := archsimd.LoadFloat32x8((*[8]float32)(d0))
+	for p := 0; ; {
+		b0 := archsimd.BroadcastUint32x8(*(*uint32)(a0)).AsFloat32x8()
+		x0 = x0.Add(b0.Mul(archsimd.LoadFloat32x8((*[8]float32)(v))))
+		p++
+		if p >= n {
+			break
+		}
+		v, a0 = unsafe.Add(v, vs), unsafe.Add(a0, 4)
+	}
+	x0.Store((*[8]float32)(d0))
+	archsimd.ClearAVXUpperBits()
 }
