@@ -159,18 +159,69 @@ func vExpShift8Go(x []float32, m float32) {
 
 func vSiLU8Go(out, a, b []float32) { siluVec(out, a, b, false) }
 
+// vAttnAV8Go is av on the AVX2 kernels: the positions in chunks of
+// avChunk, and for each chunk and piece of the head (64 elements, then 32,
+// then 8) the addresses of its rows in an array, so that the kernels load
+// a row's vectors at constant offsets from one register (from a cache
+// offset, the compiler computes every vector's address with two LEAs).
+// Each element's chain continues from chunk to chunk in position order.
 func vAttnAV8Go(dst, vc []float32, offs []int, maxOff int, att []float32) {
-	attnAV(dst, vc, offs, maxOff, att, false)
+	hd := len(dst)
+	if len(offs) == 0 || hd == 0 {
+		return
+	}
+	if maxOff+hd > len(vc) {
+		panic("cpu: attention values: a cache row out of range")
+	}
+	_ = att[:len(offs)]
+	var rows [avChunk]unsafe.Pointer
+	d := unsafe.Pointer(&dst[0])
+	v := unsafe.Pointer(&vc[0])
+	for p0 := 0; p0 < len(offs); p0 += avChunk {
+		o := offs[p0:min(p0+avChunk, len(offs))]
+		a := unsafe.Pointer(&att[p0])
+		for c := 0; c < hd; {
+			vcc := unsafe.Add(v, c*4)
+			for i, off := range o {
+				if off < 0 {
+					panic("cpu: attention values: a negative cache offset")
+				}
+				rows[i] = unsafe.Add(vcc, uintptr(off)*4)
+			}
+			dc := unsafe.Add(d, c*4)
+			switch {
+			case hd-c >= 64:
+				vAV64x8(dc, &rows, len(o), a)
+				c += 64
+			case hd-c >= 32:
+				vAV32x8(dc, &rows, len(o), a)
+				c += 32
+			default:
+				vAV8x8(dc, &rows, len(o), a)
+				c += 8
+			}
+		}
+	}
 }
 
-// vAV64x8 and vAV32x8 add att[p] * v_p to 64 or 32 elements of dst for
-// every position p in order, eight or four eight-lane chains: each element
-// is its own chain, in the reference's position order.
+// avChunk is the positions vAttnAV8Go gives its kernels at a time.
+const avChunk = 64
+
+// vAV64x8, vAV32x8 and vAV8x8 add att[p] * v_p to 64, 32 or 8 elements of
+// dst for every p < n in order, v_p the row at rows[p]: eight, four or one
+// eight-lane chains, each element its own chain in the reference's
+// position order.
+//
+// vAV64x8's loop body is two blocks (the test of the row's address between
+// them never fails): the compiler schedules each block's loads first, and eight
+// accumulators, eight loaded vectors and the broadcast in one block would
+// not fit the fifteen registers it allocates (it spilled two accumulators
+// per position); four vectors a block fit.
 //
 //go:noinline
 //go:norace
 //go:nocheckptr
-func vAV64x8(dst, vc unsafe.Pointer, offs []int, att unsafe.Pointer) {
+func vAV64x8(dst unsafe.Pointer, rows *[avChunk]unsafe.Pointer, n int, att unsafe.Pointer) {
 	d0 := archsimd.LoadFloat32x8((*[8]float32)(dst))
 	d1 := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(dst, 32)))
 	d2 := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(dst, 64)))
@@ -179,13 +230,15 @@ func vAV64x8(dst, vc unsafe.Pointer, offs []int, att unsafe.Pointer) {
 	d5 := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(dst, 160)))
 	d6 := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(dst, 192)))
 	d7 := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(dst, 224)))
-	for p, o := range offs {
-		a := archsimd.BroadcastFloat32x8(*(*float32)(unsafe.Add(att, p*4)))
-		v := unsafe.Add(vc, uintptr(o)*4)
+	for p, v := range rows[:n] {
+		a := archsimd.BroadcastUint32x8(*(*uint32)(unsafe.Add(att, p*4))).AsFloat32x8()
 		d0 = d0.Add(a.Mul(archsimd.LoadFloat32x8((*[8]float32)(v))))
 		d1 = d1.Add(a.Mul(archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(v, 32)))))
 		d2 = d2.Add(a.Mul(archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(v, 64)))))
 		d3 = d3.Add(a.Mul(archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(v, 96)))))
+		if uintptr(v) == 0 {
+			panic("cpu: attention values: a nil row")
+		}
 		d4 = d4.Add(a.Mul(archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(v, 128)))))
 		d5 = d5.Add(a.Mul(archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(v, 160)))))
 		d6 = d6.Add(a.Mul(archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(v, 192)))))
@@ -205,14 +258,13 @@ func vAV64x8(dst, vc unsafe.Pointer, offs []int, att unsafe.Pointer) {
 //go:noinline
 //go:norace
 //go:nocheckptr
-func vAV32x8(dst, vc unsafe.Pointer, offs []int, att unsafe.Pointer) {
+func vAV32x8(dst unsafe.Pointer, rows *[avChunk]unsafe.Pointer, n int, att unsafe.Pointer) {
 	d0 := archsimd.LoadFloat32x8((*[8]float32)(dst))
 	d1 := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(dst, 32)))
 	d2 := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(dst, 64)))
 	d3 := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(dst, 96)))
-	for p, o := range offs {
-		a := archsimd.BroadcastFloat32x8(*(*float32)(unsafe.Add(att, p*4)))
-		v := unsafe.Add(vc, uintptr(o)*4)
+	for p, v := range rows[:n] {
+		a := archsimd.BroadcastUint32x8(*(*uint32)(unsafe.Add(att, p*4))).AsFloat32x8()
 		d0 = d0.Add(a.Mul(archsimd.LoadFloat32x8((*[8]float32)(v))))
 		d1 = d1.Add(a.Mul(archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(v, 32)))))
 		d2 = d2.Add(a.Mul(archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(v, 64)))))
@@ -222,6 +274,19 @@ func vAV32x8(dst, vc unsafe.Pointer, offs []int, att unsafe.Pointer) {
 	d1.Store((*[8]float32)(unsafe.Add(dst, 32)))
 	d2.Store((*[8]float32)(unsafe.Add(dst, 64)))
 	d3.Store((*[8]float32)(unsafe.Add(dst, 96)))
+	archsimd.ClearAVXUpperBits()
+}
+
+//go:noinline
+//go:norace
+//go:nocheckptr
+func vAV8x8(dst unsafe.Pointer, rows *[avChunk]unsafe.Pointer, n int, att unsafe.Pointer) {
+	d0 := archsimd.LoadFloat32x8((*[8]float32)(dst))
+	for p, v := range rows[:n] {
+		a := archsimd.BroadcastUint32x8(*(*uint32)(unsafe.Add(att, p*4))).AsFloat32x8()
+		d0 = d0.Add(a.Mul(archsimd.LoadFloat32x8((*[8]float32)(v))))
+	}
+	d0.Store((*[8]float32)(dst))
 	archsimd.ClearAVXUpperBits()
 }
 
