@@ -14,6 +14,25 @@ package cpu
 // same bits): a transposition costs about one query's scores.
 const attnRunMin = 4
 
+// hasRun reports whether attnRunMin consecutive tokens share a cache row
+// (a prompt's tokens in a prefill step): only then do the runs pay; a
+// decode step's tokens, one per sequence, keep the token-major loop, which
+// looks a token's cache rows up once for all its heads.
+func hasRun(rows []int32) bool {
+	n := 0
+	for t := range rows {
+		if t > 0 && rows[t] == rows[t-1] {
+			n++
+		} else {
+			n = 1
+		}
+		if n >= attnRunMin {
+			return true
+		}
+	}
+	return false
+}
+
 // runAttentionRuns is runAttention for kernel sets with scoresT and heads
 // of a multiple of eight: for each head of the units [lo, hi) (head-major:
 // one head's tokens are contiguous), its tokens in runs of one sequence.

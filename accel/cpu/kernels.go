@@ -707,7 +707,7 @@ func runAttention(c *rcall, lo, hi int, k *kctx) {
 	if k == nil {
 		k = &kctx{}
 	}
-	if vk != nil && vk.scoresT != nil && hd%8 == 0 {
+	if vk != nil && vk.scoresT != nil && hd%8 == 0 && hasRun(rows) {
 		runAttentionRuns(c, lo, hi, k, vk)
 		return
 	}
