@@ -2,7 +2,6 @@ package cpu
 
 import (
 	"fmt"
-	"math"
 	"math/rand/v2"
 	"testing"
 
@@ -23,12 +22,7 @@ func prefillAttnCall(r *rand.Rand, seqs []int, nh, nkv, hd, page int, jitter boo
 	}
 	ppr := (maxCtx + page - 1) / page
 	npages := len(seqs)*ppr + 1
-	kvd := nkv * hd
-	c := &rcall{op: accel.OpAttention, i: [4]int{nh, nkv, hd, page}}
-	c.o[0] = operand{b: make([]byte, 4*T*nh*hd), rows: T, cols: nh * hd, dt: accel.F32}
-	c.o[1] = operand{b: accel.F32Bytes(normF32(r, T*nh*hd)), rows: T, cols: nh * hd, dt: accel.F32}
-	c.o[2] = operand{b: accel.F32Bytes(normF32(r, npages*page*kvd)), rows: npages * page, cols: kvd, dt: accel.F32}
-	c.o[3] = operand{b: accel.F32Bytes(normF32(r, npages*page*kvd)), rows: npages * page, cols: kvd, dt: accel.F32}
+	c := attnData(r, T, nh, nkv, hd, page, npages)
 	rows, pos := make([]int32, T), make([]int32, T)
 	pages := make([]int32, len(seqs)*ppr)
 	perm := r.Perm(npages - 1)
@@ -84,14 +78,7 @@ func testVecAttentionRuns(t *testing.T, vk *vecOps) {
 			r := rand.New(rand.NewPCG(uint64(tc.hd), uint64(len(special)+10*len(tc.seqs))))
 			c := prefillAttnCall(r, tc.seqs, tc.nh, tc.nkv, tc.hd, tc.page, tc.jitter)
 			q := c.o[1].f32()
-			switch special {
-			case "big":
-				for i := range q {
-					q[i] *= 1e37
-				}
-			case "nan":
-				q[len(q)/2+1] = float32(math.NaN())
-			}
+			spoilQueries(q, special, len(q)/2+1)
 			units, _ := unitsAttention(c)
 			want := runAttnPieces(c, nil, []int{0, units})
 			cuts := [][]int{{0, units}, {0, units / 2, units}, {0, units / 3, units/3 + 1, 2 * units / 3, units}}
@@ -101,13 +88,7 @@ func testVecAttentionRuns(t *testing.T, vk *vecOps) {
 			}
 			cuts = append(cuts, append(rc, units))
 			for _, cut := range cuts {
-				got := runAttnPieces(c, vk, cut)
-				for i := range want {
-					if !sameBits32(got[i], want[i]) {
-						t.Fatalf("%s, cuts %v: out[%d] = %v (%#x), plain Go %v (%#x)", name, cut, i,
-							got[i], math.Float32bits(got[i]), want[i], math.Float32bits(want[i]))
-					}
-				}
+				sameAttnBits(t, fmt.Sprintf("%s, cuts %v", name, cut), runAttnPieces(c, vk, cut), want)
 			}
 		}
 	}
