@@ -11,8 +11,12 @@ package cpu
 
 // attnRunMin is the fewest queries of one sequence and head in a piece for
 // which the keys are transposed (fewer take the per-token kernels, for the
-// same bits): a transposition costs about one query's scores.
-const attnRunMin = 4
+// same bits). The transposition is scalar and costs several queries'
+// scores: in BenchmarkAttentionRuns (load 7, one run) the runs path was
+// 3.4x slower at four queries and 1.7x faster at 32 at a context of 512,
+// and 2.5x faster at eight at 2048 (where the per-token path reads every
+// key row from L3 for each query). A variable for that benchmark.
+var attnRunMin = 8
 
 // hasRun reports whether attnRunMin consecutive tokens share a cache row
 // (a prompt's tokens in a prefill step): only then do the runs pay; a

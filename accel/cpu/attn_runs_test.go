@@ -93,3 +93,47 @@ func testVecAttentionRuns(t *testing.T, vk *vecOps) {
 		}
 	}
 }
+
+// BenchmarkAttentionRuns times the attention of T queries of one sequence
+// at the end of a context of ctx positions (a chunk of a long prompt;
+// 12 heads of 64, two workers' halves) on the runs path (runs) and on the
+// per-token path (token): where the two cross is attnRunMin.
+func BenchmarkAttentionRuns(b *testing.B) {
+	vk := vecBuilt
+	if vk == nil || vk.scoresT == nil {
+		b.Skip("no transposed-key scores in this build or on this CPU")
+	}
+	old := vec.Load()
+	vec.Store(vk)
+	defer vec.Store(old)
+	for _, ctx := range []int{512, 2048} {
+		for _, T := range []int{4, 8, 16, 32} {
+			r := rand.New(rand.NewPCG(1, 2))
+			c := attnCall(r, 1, 12, 12, 64, 16, ctx)
+			rows, pos := make([]int32, T), make([]int32, T)
+			for t := range pos {
+				pos[t] = int32(ctx - T + t)
+			}
+			c.o[0] = operand{b: make([]byte, 4*T*12*64), rows: T, cols: 12 * 64, dt: accel.F32}
+			c.o[1] = operand{b: accel.F32Bytes(normF32(r, T*12*64)), rows: T, cols: 12 * 64, dt: accel.F32}
+			c.o[4] = operand{b: accel.I32Bytes(rows), rows: 1, cols: T, dt: accel.I32}
+			c.o[5] = operand{b: accel.I32Bytes(pos), rows: 1, cols: T, dt: accel.I32}
+			units, _ := unitsAttention(c)
+			k := &kctx{}
+			for _, path := range []string{"runs", "token"} {
+				b.Run(fmt.Sprintf("ctx%d/T%d/%s", ctx, T, path), func(b *testing.B) {
+					old := attnRunMin
+					defer func() { attnRunMin = old }()
+					attnRunMin = 1
+					if path == "token" {
+						attnRunMin = 1 << 30
+					}
+					for i := 0; i < b.N; i++ {
+						runAttention(c, 0, units/2, k)
+						runAttention(c, units/2, units, k)
+					}
+				})
+			}
+		}
+	}
+}
