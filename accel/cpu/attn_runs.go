@@ -11,11 +11,8 @@ package cpu
 
 // attnRunMin is the fewest queries of one sequence and head in a piece for
 // which the keys are transposed (fewer take the per-token kernels, for the
-// same bits). The transposition is scalar and costs several queries'
-// scores: in BenchmarkAttentionRuns (load 7, one run) the runs path was
-// 3.4x slower at four queries and 1.7x faster at 32 at a context of 512,
-// and 2.5x faster at eight at 2048 (where the per-token path reads every
-// key row from L3 for each query). A variable for that benchmark.
+// same bits). A transposition costs several queries' scores: see
+// BenchmarkAttentionRuns. A variable for that benchmark.
 var attnRunMin = 8
 
 // hasRun reports whether attnRunMin consecutive tokens share a cache row
@@ -165,7 +162,11 @@ func attnRun(c *rcall, h, t0, t1 int, k *kctx, vk *vecOps) {
 	for p0 := 0; p0 < stride; p0 += attnPanel {
 		w := min(attnPanel, stride-p0)
 		kp := kt[p0*hd : (p0+w)*hd]
-		for j := 0; j < w; j++ {
+		j := 0
+		for ; j+8 <= w && p0+j+8 <= nmax; j += 8 {
+			vk.keysT8(kp[j:], w, kc[koff:], offs[p0+j:p0+j+8], hd)
+		}
+		for ; j < w; j++ {
 			if p0+j >= nmax {
 				for i := 0; i < hd; i++ {
 					kp[i*w+j] = 0

@@ -76,6 +76,9 @@ type vecOps struct {
 	// none: attention then transposes the keys inside scores, per query
 	// (attn_runs.go).
 	scoresT func(att, kt []float32, width int, q []float32, scale float32)
+	// keysT8 transposes eight keys: dst[i*width+j] = kc[offs[j]+i] for
+	// j < 8, i < hd (a multiple of eight). Set with scoresT.
+	keysT8 func(dst []float32, width int, kc []float32, offs []int, hd int)
 	// avRows adds a0[p] * vb[p*hd:][:hd] to d0 for every p < len(a0) in
 	// order, hd = len(d0) (a multiple of eight), and the same with a1 to
 	// d1 where d1 is not nil (len(a1) = len(a0), len(d1) = hd): the values

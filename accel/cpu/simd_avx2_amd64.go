@@ -51,6 +51,7 @@ func avx2Ops() *vecOps {
 		av:       vAttnAV8Go,
 		scoresT:  vScoresT8Go,
 		avRows:   vAVRows8Go,
+		keysT8:   vKeysT8Go,
 		sum:      vSum8Go,
 		max:      vMax8Go,
 		rowSums4: vRowSums4Go,
@@ -592,5 +593,71 @@ func vAV1x8(d0, v unsafe.Pointer, vs uintptr, a0 unsafe.Pointer, n int) {
 		v, a0 = unsafe.Add(v, vs), unsafe.Add(a0, 4)
 	}
 	x0.Store((*[8]float32)(d0))
+	archsimd.ClearAVXUpperBits()
+}
+
+// vKeysT8Go is keysT8.
+func vKeysT8Go(dst []float32, width int, kc []float32, offs []int, hd int) {
+	if hd == 0 {
+		return
+	}
+	o := offs[:8]
+	for _, v := range o {
+		if v < 0 || v+hd > len(kc) {
+			panic("cpu: attention keys: a cache row out of range")
+		}
+	}
+	if hd%8 != 0 || (hd-1)*width+8 > len(dst) {
+		panic("cpu: attention keys: transposed keys out of range")
+	}
+	vKeysT8(unsafe.Pointer(&dst[0]), uintptr(width)*4, unsafe.Pointer(&kc[0]), o, hd)
+}
+
+// vKeysT8 transposes eight key rows eight elements at a time in registers,
+// with vScores's shuffles: a 4x4 transpose of each 128-bit half of rows 0-3
+// and of rows 4-7, then 128-bit selects; vector i of a step is element c+i
+// of the eight keys.
+//
+//go:noinline
+//go:norace
+//go:nocheckptr
+func vKeysT8(dst unsafe.Pointer, ds uintptr, kc unsafe.Pointer, o []int, hd int) {
+	o = o[:8:8]
+	for c := 0; c < hd; c += 8 {
+		cb := uintptr(c) * 4
+		r0 := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(kc, uintptr(o[0])*4+cb)))
+		r1 := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(kc, uintptr(o[1])*4+cb)))
+		r2 := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(kc, uintptr(o[2])*4+cb)))
+		r3 := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(kc, uintptr(o[3])*4+cb)))
+		t0 := r0.SelectFromPairGrouped(0, 1, 4, 5, r1)
+		t1 := r2.SelectFromPairGrouped(0, 1, 4, 5, r3)
+		t2 := r0.SelectFromPairGrouped(2, 3, 6, 7, r1)
+		t3 := r2.SelectFromPairGrouped(2, 3, 6, 7, r3)
+		a0 := t0.SelectFromPairGrouped(0, 2, 4, 6, t1)
+		a1 := t0.SelectFromPairGrouped(1, 3, 5, 7, t1)
+		a2 := t2.SelectFromPairGrouped(0, 2, 4, 6, t3)
+		a3 := t2.SelectFromPairGrouped(1, 3, 5, 7, t3)
+		r0 = archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(kc, uintptr(o[4])*4+cb)))
+		r1 = archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(kc, uintptr(o[5])*4+cb)))
+		r2 = archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(kc, uintptr(o[6])*4+cb)))
+		r3 = archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(kc, uintptr(o[7])*4+cb)))
+		t0 = r0.SelectFromPairGrouped(0, 1, 4, 5, r1)
+		t1 = r2.SelectFromPairGrouped(0, 1, 4, 5, r3)
+		t2 = r0.SelectFromPairGrouped(2, 3, 6, 7, r1)
+		t3 = r2.SelectFromPairGrouped(2, 3, 6, 7, r3)
+		b0 := t0.SelectFromPairGrouped(0, 2, 4, 6, t1)
+		b1 := t0.SelectFromPairGrouped(1, 3, 5, 7, t1)
+		b2 := t2.SelectFromPairGrouped(0, 2, 4, 6, t3)
+		b3 := t2.SelectFromPairGrouped(1, 3, 5, 7, t3)
+		d := unsafe.Add(dst, uintptr(c)*ds)
+		a0.Select128FromPair(0, 2, b0).Store((*[8]float32)(d))
+		a1.Select128FromPair(0, 2, b1).Store((*[8]float32)(unsafe.Add(d, ds)))
+		a2.Select128FromPair(0, 2, b2).Store((*[8]float32)(unsafe.Add(d, 2*ds)))
+		a3.Select128FromPair(0, 2, b3).Store((*[8]float32)(unsafe.Add(d, 3*ds)))
+		a0.Select128FromPair(1, 3, b0).Store((*[8]float32)(unsafe.Add(d, 4*ds)))
+		a1.Select128FromPair(1, 3, b1).Store((*[8]float32)(unsafe.Add(d, 5*ds)))
+		a2.Select128FromPair(1, 3, b2).Store((*[8]float32)(unsafe.Add(d, 6*ds)))
+		a3.Select128FromPair(1, 3, b3).Store((*[8]float32)(unsafe.Add(d, 7*ds)))
+	}
 	archsimd.ClearAVXUpperBits()
 }
