@@ -15,12 +15,7 @@ import (
 func attnCall(r *rand.Rand, T, nh, nkv, hd, page, maxCtx int) *rcall {
 	ppr := (maxCtx + page - 1) / page
 	npages := T*ppr + 1
-	kvd := nkv * hd
-	c := &rcall{op: accel.OpAttention, i: [4]int{nh, nkv, hd, page}}
-	c.o[0] = operand{b: make([]byte, 4*T*nh*hd), rows: T, cols: nh * hd, dt: accel.F32}
-	c.o[1] = operand{b: accel.F32Bytes(normF32(r, T*nh*hd)), rows: T, cols: nh * hd, dt: accel.F32}
-	c.o[2] = operand{b: accel.F32Bytes(normF32(r, npages*page*kvd)), rows: npages * page, cols: kvd, dt: accel.F32}
-	c.o[3] = operand{b: accel.F32Bytes(normF32(r, npages*page*kvd)), rows: npages * page, cols: kvd, dt: accel.F32}
+	c := attnData(r, T, nh, nkv, hd, page, npages)
 	rows, pos := make([]int32, T), make([]int32, T)
 	pages := make([]int32, T*ppr)
 	perm := r.Perm(npages - 1)
@@ -38,6 +33,43 @@ func attnCall(r *rand.Rand, T, nh, nkv, hd, page, maxCtx int) *rcall {
 	c.o[5] = operand{b: accel.I32Bytes(pos), rows: 1, cols: T, dt: accel.I32}
 	c.o[6] = operand{b: accel.I32Bytes(pages), rows: T, cols: ppr, dt: accel.I32}
 	return c
+}
+
+// attnData is an attention call's output, queries (T rows of nh heads of
+// hd) and KV cache (npages pages of page slots, nkv heads), random.
+func attnData(r *rand.Rand, T, nh, nkv, hd, page, npages int) *rcall {
+	kvd := nkv * hd
+	c := &rcall{op: accel.OpAttention, i: [4]int{nh, nkv, hd, page}}
+	c.o[0] = operand{b: make([]byte, 4*T*nh*hd), rows: T, cols: nh * hd, dt: accel.F32}
+	c.o[1] = operand{b: accel.F32Bytes(normF32(r, T*nh*hd)), rows: T, cols: nh * hd, dt: accel.F32}
+	c.o[2] = operand{b: accel.F32Bytes(normF32(r, npages*page*kvd)), rows: npages * page, cols: kvd, dt: accel.F32}
+	c.o[3] = operand{b: accel.F32Bytes(normF32(r, npages*page*kvd)), rows: npages * page, cols: kvd, dt: accel.F32}
+	return c
+}
+
+// sameAttnBits fails t where got and want (attention outputs) differ in
+// any bit.
+func sameAttnBits(t *testing.T, what string, got, want []float32) {
+	t.Helper()
+	for i := range want {
+		if !sameBits32(got[i], want[i]) {
+			t.Fatalf("%s: out[%d] = %v (%#x), plain Go %v (%#x)", what, i,
+				got[i], math.Float32bits(got[i]), want[i], math.Float32bits(want[i]))
+		}
+	}
+}
+
+// spoilQueries makes the queries q overflow the scores (special "big") or
+// puts a NaN at q[nan] ("nan"); "" leaves them.
+func spoilQueries(q []float32, special string, nan int) {
+	switch special {
+	case "big":
+		for i := range q {
+			q[i] *= 1e37
+		}
+	case "nan":
+		q[nan] = float32(math.NaN())
+	}
 }
 
 func normF32(r *rand.Rand, n int) []float32 {
@@ -92,14 +124,7 @@ func testAttn8MatchesGeneral(t *testing.T, vk *vecOps) {
 				r := rand.New(rand.NewPCG(uint64(tc.T*1000+tc.ctx), uint64(len(special))))
 				c := attnCall(r, tc.T, tc.nh, tc.nkv, 8, tc.page, tc.ctx)
 				q := c.o[1].f32()
-				switch special {
-				case "big":
-					for i := range q {
-						q[i] *= 1e37 // scores of ±Inf
-					}
-				case "nan":
-					q[len(q)-3] = float32(math.NaN())
-				}
+				spoilQueries(q, special, len(q)-3) // "big": scores of ±Inf
 				units, _ := unitsAttention(c)
 				// Whole rows on one worker, halves (a KV group each side for
 				// 8 heads), and cuts that split groups (the general path).
@@ -107,13 +132,7 @@ func testAttn8MatchesGeneral(t *testing.T, vk *vecOps) {
 				want := runAttnPieces(c, nil, []int{0, units})
 				for _, cuts := range splits {
 					for name, set := range sets {
-						got := runAttnPieces(c, set, cuts)
-						for i := range want {
-							if !sameBits32(got[i], want[i]) {
-								t.Fatalf("%s, cuts %v: out[%d] = %v (%#x), plain Go %v (%#x)", name, cuts, i,
-									got[i], math.Float32bits(got[i]), want[i], math.Float32bits(want[i]))
-							}
-						}
+						sameAttnBits(t, fmt.Sprintf("%s, cuts %v", name, cuts), runAttnPieces(c, set, cuts), want)
 					}
 				}
 			})

@@ -30,6 +30,13 @@
 // the same bits (simd.go says how, and how the two hazards of archsimd code
 // are kept out; hazard_test.go checks the code's structure).
 //
+// Attention on the AVX2 set takes a prefill's queries by runs of one
+// sequence (attn_runs.go): per head and piece, the sequence's keys are
+// transposed once into panels and its values gathered in rows, and its
+// queries read them four at a time; each score, softmax and weighted sum
+// keeps the per-token path's chain, so the runs change the order of the
+// work, never a row's bits, whatever else shares the step.
+//
 // A MatMul reads its weights in a packed layout: panels of 16 output rows,
 // transposed, so one vector load holds the 16 outputs' weights for one input
 // and each lane of the kernel is one output's sequential sum, exactly the

@@ -79,6 +79,9 @@ type kctx struct {
 	att   []float32 // attention scores
 	offs  []int     // attention: each position's row offset in the cache
 	qb    []float32 // attention: the query broadcast for the vector kernel
+	kt    []float32 // attention: a sequence's keys transposed (attn_runs.go)
+	vb    []float32 // attention: a sequence's values in rows (attn_runs.go)
+	ns    []int     // attention: a run's context lengths (attn_runs.go)
 	rowv  []float32 // attention: each row's sum
 	rows4 [4][]float32
 	sums4 [4]float32
@@ -703,6 +706,10 @@ func runAttention(c *rcall, lo, hi int, k *kctx) {
 	vk := simdOps()
 	if k == nil {
 		k = &kctx{}
+	}
+	if vk != nil && vk.scoresT != nil && hd%8 == 0 && hasRun(rows) {
+		runAttentionRuns(c, lo, hi, k, vk)
+		return
 	}
 	for t := 0; t < T; t++ {
 		h0, h1 := headRange(lo, hi, t, T)

@@ -70,6 +70,20 @@ type vecOps struct {
 	// av adds att[p] * vc[offs[p]:][:len(dst)] to dst for every p in order
 	// (len(dst) a multiple of 8; maxOff the largest of offs).
 	av func(dst, vc []float32, offs []int, maxOff int, att []float32)
+	// scoresT sets att[p] = (q · k_p) / scale for p < len(att) (a multiple
+	// of eight) from a panel of keys transposed: kt[i*width+p] is element i
+	// of k_p, for i < len(q), len(att) <= width. nil where the set has
+	// none: attention then transposes the keys inside scores, per query
+	// (attn_runs.go).
+	scoresT func(att, kt []float32, width int, q []float32, scale float32)
+	// keysT8 transposes eight keys: dst[i*width+j] = kc[offs[j]+i] for
+	// j < 8, i < hd (a multiple of eight). Set with scoresT.
+	keysT8 func(dst []float32, width int, kc []float32, offs []int, hd int)
+	// avRows adds a0[p] * vb[p*hd:][:hd] to d0 for every p < len(a0) in
+	// order, hd = len(d0) (a multiple of eight), and the same with a1 to
+	// d1 where d1 is not nil (len(a1) = len(a0), len(d1) = hd): the values
+	// of a sequence gathered in rows (attn_runs.go). Set with scoresT.
+	avRows func(d0, d1, vb, a0, a1 []float32)
 	// attn8 is one token's attention for the heads [h0,h1) where the head
 	// layout suits it (attn8_amd64.go), false where it does not and nothing
 	// was written.

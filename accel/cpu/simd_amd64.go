@@ -315,13 +315,13 @@ func vScores(att, kc unsafe.Pointer, offs []int, qb unsafe.Pointer, hd int, scal
 }
 
 func vAttnAVGo(dst, vc []float32, offs []int, maxOff int, att []float32) {
-	attnAV(dst, vc, offs, maxOff, att, true)
+	attnAV(dst, vc, offs, maxOff, att)
 }
 
 // attnAV adds att[p] * vc[offs[p]:][:len(dst)] to dst for every p in order
-// on the AVX-512 kernels (wide) or the AVX2 ones, the head in pieces of
-// 64 and then 16 (AVX-512) or 32 (AVX2) and 8.
-func attnAV(dst, vc []float32, offs []int, maxOff int, att []float32, wide bool) {
+// on the AVX-512 kernels, the head in pieces of 64, 16 and then 8 (the AVX2
+// set's is vAttnAV8Go).
+func attnAV(dst, vc []float32, offs []int, maxOff int, att []float32) {
 	hd := len(dst)
 	if len(offs) == 0 {
 		return
@@ -336,18 +336,12 @@ func attnAV(dst, vc []float32, offs []int, maxOff int, att []float32, wide bool)
 	for c := 0; c < hd; {
 		dc, vcc := unsafe.Add(d, c*4), unsafe.Add(v, c*4)
 		switch {
-		case hd-c >= 64 && wide:
+		case hd-c >= 64:
 			vAV64(dc, vcc, offs, a)
 			c += 64
-		case hd-c >= 64:
-			vAV64x8(dc, vcc, offs, a)
-			c += 64
-		case hd-c >= 16 && wide:
+		case hd-c >= 16:
 			vAV16(dc, vcc, offs, a)
 			c += 16
-		case hd-c >= 32 && !wide:
-			vAV32x8(dc, vcc, offs, a)
-			c += 32
 		default:
 			vAV8(dc, vcc, offs, a)
 			c += 8

@@ -49,6 +49,9 @@ func avx2Ops() *vecOps {
 		silu:     vSiLU8Go,
 		scores:   vScoresGo,
 		av:       vAttnAV8Go,
+		scoresT:  vScoresT8Go,
+		avRows:   vAVRows8Go,
+		keysT8:   vKeysT8Go,
 		sum:      vSum8Go,
 		max:      vMax8Go,
 		rowSums4: vRowSums4Go,
@@ -157,18 +160,69 @@ func vExpShift8Go(x []float32, m float32) {
 
 func vSiLU8Go(out, a, b []float32) { siluVec(out, a, b, false) }
 
+// vAttnAV8Go is av on the AVX2 kernels: the positions in chunks of
+// avChunk, and for each chunk and piece of the head (64 elements, then 32,
+// then 8) the addresses of its rows in an array, so that the kernels load
+// a row's vectors at constant offsets from one register (from a cache
+// offset, the compiler computes every vector's address with two LEAs).
+// Each element's chain continues from chunk to chunk in position order.
 func vAttnAV8Go(dst, vc []float32, offs []int, maxOff int, att []float32) {
-	attnAV(dst, vc, offs, maxOff, att, false)
+	hd := len(dst)
+	if len(offs) == 0 || hd == 0 {
+		return
+	}
+	if maxOff+hd > len(vc) {
+		panic("cpu: attention values: a cache row out of range")
+	}
+	_ = att[:len(offs)]
+	var rows [avChunk]unsafe.Pointer
+	d := unsafe.Pointer(&dst[0])
+	v := unsafe.Pointer(&vc[0])
+	for p0 := 0; p0 < len(offs); p0 += avChunk {
+		o := offs[p0:min(p0+avChunk, len(offs))]
+		a := unsafe.Pointer(&att[p0])
+		for c := 0; c < hd; {
+			vcc := unsafe.Add(v, c*4)
+			for i, off := range o {
+				if off < 0 {
+					panic("cpu: attention values: a negative cache offset")
+				}
+				rows[i] = unsafe.Add(vcc, uintptr(off)*4)
+			}
+			dc := unsafe.Add(d, c*4)
+			switch {
+			case hd-c >= 64:
+				vAV64x8(dc, &rows, len(o), a)
+				c += 64
+			case hd-c >= 32:
+				vAV32x8(dc, &rows, len(o), a)
+				c += 32
+			default:
+				vAV8x8(dc, &rows, len(o), a)
+				c += 8
+			}
+		}
+	}
 }
 
-// vAV64x8 and vAV32x8 add att[p] * v_p to 64 or 32 elements of dst for
-// every position p in order, eight or four eight-lane chains: each element
-// is its own chain, in the reference's position order.
+// avChunk is the positions vAttnAV8Go gives its kernels at a time.
+const avChunk = 64
+
+// vAV64x8, vAV32x8 and vAV8x8 add att[p] * v_p to 64, 32 or 8 elements of
+// dst for every p < n in order, v_p the row at rows[p]: eight, four or one
+// eight-lane chains, each element its own chain in the reference's
+// position order.
+//
+// vAV64x8's loop body is two blocks (the test of the row's address between
+// them never fails): the compiler schedules each block's loads first, and eight
+// accumulators, eight loaded vectors and the broadcast in one block would
+// not fit the fifteen registers it allocates (it spilled two accumulators
+// per position); four vectors a block fit.
 //
 //go:noinline
 //go:norace
 //go:nocheckptr
-func vAV64x8(dst, vc unsafe.Pointer, offs []int, att unsafe.Pointer) {
+func vAV64x8(dst unsafe.Pointer, rows *[avChunk]unsafe.Pointer, n int, att unsafe.Pointer) {
 	d0 := archsimd.LoadFloat32x8((*[8]float32)(dst))
 	d1 := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(dst, 32)))
 	d2 := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(dst, 64)))
@@ -177,13 +231,15 @@ func vAV64x8(dst, vc unsafe.Pointer, offs []int, att unsafe.Pointer) {
 	d5 := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(dst, 160)))
 	d6 := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(dst, 192)))
 	d7 := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(dst, 224)))
-	for p, o := range offs {
-		a := archsimd.BroadcastFloat32x8(*(*float32)(unsafe.Add(att, p*4)))
-		v := unsafe.Add(vc, uintptr(o)*4)
+	for p, v := range rows[:n] {
+		a := archsimd.BroadcastUint32x8(*(*uint32)(unsafe.Add(att, p*4))).AsFloat32x8()
 		d0 = d0.Add(a.Mul(archsimd.LoadFloat32x8((*[8]float32)(v))))
 		d1 = d1.Add(a.Mul(archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(v, 32)))))
 		d2 = d2.Add(a.Mul(archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(v, 64)))))
 		d3 = d3.Add(a.Mul(archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(v, 96)))))
+		if uintptr(v) == 0 {
+			panic("cpu: attention values: a nil row")
+		}
 		d4 = d4.Add(a.Mul(archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(v, 128)))))
 		d5 = d5.Add(a.Mul(archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(v, 160)))))
 		d6 = d6.Add(a.Mul(archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(v, 192)))))
@@ -203,14 +259,13 @@ func vAV64x8(dst, vc unsafe.Pointer, offs []int, att unsafe.Pointer) {
 //go:noinline
 //go:norace
 //go:nocheckptr
-func vAV32x8(dst, vc unsafe.Pointer, offs []int, att unsafe.Pointer) {
+func vAV32x8(dst unsafe.Pointer, rows *[avChunk]unsafe.Pointer, n int, att unsafe.Pointer) {
 	d0 := archsimd.LoadFloat32x8((*[8]float32)(dst))
 	d1 := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(dst, 32)))
 	d2 := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(dst, 64)))
 	d3 := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(dst, 96)))
-	for p, o := range offs {
-		a := archsimd.BroadcastFloat32x8(*(*float32)(unsafe.Add(att, p*4)))
-		v := unsafe.Add(vc, uintptr(o)*4)
+	for p, v := range rows[:n] {
+		a := archsimd.BroadcastUint32x8(*(*uint32)(unsafe.Add(att, p*4))).AsFloat32x8()
 		d0 = d0.Add(a.Mul(archsimd.LoadFloat32x8((*[8]float32)(v))))
 		d1 = d1.Add(a.Mul(archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(v, 32)))))
 		d2 = d2.Add(a.Mul(archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(v, 64)))))
@@ -220,6 +275,19 @@ func vAV32x8(dst, vc unsafe.Pointer, offs []int, att unsafe.Pointer) {
 	d1.Store((*[8]float32)(unsafe.Add(dst, 32)))
 	d2.Store((*[8]float32)(unsafe.Add(dst, 64)))
 	d3.Store((*[8]float32)(unsafe.Add(dst, 96)))
+	archsimd.ClearAVXUpperBits()
+}
+
+//go:noinline
+//go:norace
+//go:nocheckptr
+func vAV8x8(dst unsafe.Pointer, rows *[avChunk]unsafe.Pointer, n int, att unsafe.Pointer) {
+	d0 := archsimd.LoadFloat32x8((*[8]float32)(dst))
+	for p, v := range rows[:n] {
+		a := archsimd.BroadcastUint32x8(*(*uint32)(unsafe.Add(att, p*4))).AsFloat32x8()
+		d0 = d0.Add(a.Mul(archsimd.LoadFloat32x8((*[8]float32)(v))))
+	}
+	d0.Store((*[8]float32)(dst))
 	archsimd.ClearAVXUpperBits()
 }
 
@@ -281,4 +349,315 @@ func vMax8(x []float32, out *[8]float32) bool {
 	isNaN := !nan.IsZero()
 	archsimd.ClearAVXUpperBits()
 	return isNaN
+}
+
+// vScoresT8Go is scoresT: the keys of a sequence transposed once
+// (attn_runs.go), so that a query's scores load eight positions' elements
+// with one load and no shuffles.
+func vScoresT8Go(att, kt []float32, width int, q []float32, scale float32) {
+	hd, n := len(q), len(att)
+	if n == 0 || hd == 0 {
+		return
+	}
+	if n%8 != 0 || n > width || (hd-1)*width+n > len(kt) {
+		panic("cpu: attention scores: transposed keys out of range")
+	}
+	vScoresT(unsafe.Pointer(&att[0]), unsafe.Pointer(&kt[0]), uintptr(width)*4, unsafe.Pointer(&q[0]), hd, n/8, scale)
+}
+
+// vScoresT computes nb blocks of eight scores: lane j of block b is
+// position 8b+j, summed over the head's elements in order from zero with a
+// separate multiply and add (the reference's chain), then divided by
+// scale. Six blocks run side by side (six chains hide the add latency; six
+// accumulators, six loads and the broadcast fit in the registers), then
+// three, then one. The loops keep the form of gen_avx2mm.go's (the test at
+// the bottom) so that the compiler schedules them in source order.
+//
+//go:noinline
+//go:norace
+//go:nocheckptr
+func vScoresT(att, kt unsafe.Pointer, rs uintptr, q unsafe.Pointer, hd, nb int, scale float32) {
+	sv := archsimd.BroadcastFloat32x8(scale)
+	b := 0
+	for ; b+6 <= nb; b += 6 {
+		var a0, a1, a2, a3, a4, a5 archsimd.Float32x8
+		kp, qp := unsafe.Add(kt, b*32), q
+		for i := 0; ; {
+			qv := archsimd.BroadcastUint32x8(*(*uint32)(qp)).AsFloat32x8()
+			a0 = a0.Add(qv.Mul(archsimd.LoadFloat32x8((*[8]float32)(kp))))
+			a1 = a1.Add(qv.Mul(archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(kp, 32)))))
+			a2 = a2.Add(qv.Mul(archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(kp, 64)))))
+			a3 = a3.Add(qv.Mul(archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(kp, 96)))))
+			a4 = a4.Add(qv.Mul(archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(kp, 128)))))
+			a5 = a5.Add(qv.Mul(archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(kp, 160)))))
+			i++
+			if i >= hd {
+				break
+			}
+			kp, qp = unsafe.Add(kp, rs), unsafe.Add(qp, 4)
+		}
+		o := unsafe.Add(att, b*32)
+		a0.Div(sv).Store((*[8]float32)(o))
+		a1.Div(sv).Store((*[8]float32)(unsafe.Add(o, 32)))
+		a2.Div(sv).Store((*[8]float32)(unsafe.Add(o, 64)))
+		a3.Div(sv).Store((*[8]float32)(unsafe.Add(o, 96)))
+		a4.Div(sv).Store((*[8]float32)(unsafe.Add(o, 128)))
+		a5.Div(sv).Store((*[8]float32)(unsafe.Add(o, 160)))
+	}
+	for ; b+3 <= nb; b += 3 {
+		var a0, a1, a2 archsimd.Float32x8
+		kp, qp := unsafe.Add(kt, b*32), q
+		for i := 0; ; {
+			qv := archsimd.BroadcastUint32x8(*(*uint32)(qp)).AsFloat32x8()
+			a0 = a0.Add(qv.Mul(archsimd.LoadFloat32x8((*[8]float32)(kp))))
+			a1 = a1.Add(qv.Mul(archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(kp, 32)))))
+			a2 = a2.Add(qv.Mul(archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(kp, 64)))))
+			i++
+			if i >= hd {
+				break
+			}
+			kp, qp = unsafe.Add(kp, rs), unsafe.Add(qp, 4)
+		}
+		o := unsafe.Add(att, b*32)
+		a0.Div(sv).Store((*[8]float32)(o))
+		a1.Div(sv).Store((*[8]float32)(unsafe.Add(o, 32)))
+		a2.Div(sv).Store((*[8]float32)(unsafe.Add(o, 64)))
+	}
+	for ; b < nb; b++ {
+		var a0 archsimd.Float32x8
+		kp, qp := unsafe.Add(kt, b*32), q
+		for i := 0; ; {
+			qv := archsimd.BroadcastUint32x8(*(*uint32)(qp)).AsFloat32x8()
+			a0 = a0.Add(qv.Mul(archsimd.LoadFloat32x8((*[8]float32)(kp))))
+			i++
+			if i >= hd {
+				break
+			}
+			kp, qp = unsafe.Add(kp, rs), unsafe.Add(qp, 4)
+		}
+		a0.Div(sv).Store((*[8]float32)(unsafe.Add(att, b*32)))
+	}
+	archsimd.ClearAVXUpperBits()
+}
+
+// vAVRows8Go is avRows: the head in pieces of 32 elements, then 8; two
+// queries at once where d1 is given, so that each row of values is loaded
+// once for both.
+func vAVRows8Go(d0, d1, vb, a0, a1 []float32) {
+	hd, n := len(d0), len(a0)
+	if n == 0 || hd == 0 {
+		return
+	}
+	if hd%8 != 0 || len(vb) < n*hd || (d1 != nil && (len(d1) != hd || len(a1) != n)) {
+		panic("cpu: attention values: rows out of range")
+	}
+	vs := uintptr(hd) * 4
+	p0, v, q0 := unsafe.Pointer(&d0[0]), unsafe.Pointer(&vb[0]), unsafe.Pointer(&a0[0])
+	for c := 0; c < hd; {
+		w := 8
+		if hd-c >= 32 {
+			w = 32
+		}
+		o := uintptr(c) * 4
+		switch {
+		case d1 != nil && w == 32:
+			vAV2x32(unsafe.Add(p0, o), unsafe.Pointer(&d1[c]), unsafe.Add(v, o), vs, q0, unsafe.Pointer(&a1[0]), n)
+		case d1 != nil:
+			vAV2x8(unsafe.Add(p0, o), unsafe.Pointer(&d1[c]), unsafe.Add(v, o), vs, q0, unsafe.Pointer(&a1[0]), n)
+		case w == 32:
+			vAV1x32(unsafe.Add(p0, o), unsafe.Add(v, o), vs, q0, n)
+		default:
+			vAV1x8(unsafe.Add(p0, o), unsafe.Add(v, o), vs, q0, n)
+		}
+		c += w
+	}
+}
+
+// vAV2x32 adds a0[p] * v_p to d0[:32] and a1[p] * v_p to d1[:32] for p < n
+// in order, v_p the 32 floats at v + p*vs: eight chains, each row loaded
+// once for both queries. The loops here keep gen_avx2mm.go's form (the
+// test at the bottom), under which the compiler schedules in source order.
+//
+//go:noinline
+//go:norace
+//go:nocheckptr
+func vAV2x32(d0, d1, v unsafe.Pointer, vs uintptr, a0, a1 unsafe.Pointer, n int) {
+	x0 := archsimd.LoadFloat32x8((*[8]float32)(d0))
+	x1 := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(d0, 32)))
+	x2 := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(d0, 64)))
+	x3 := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(d0, 96)))
+	y0 := archsimd.LoadFloat32x8((*[8]float32)(d1))
+	y1 := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(d1, 32)))
+	y2 := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(d1, 64)))
+	y3 := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(d1, 96)))
+	for p := 0; ; {
+		b0 := archsimd.BroadcastUint32x8(*(*uint32)(a0)).AsFloat32x8()
+		b1 := archsimd.BroadcastUint32x8(*(*uint32)(a1)).AsFloat32x8()
+		v0 := archsimd.LoadFloat32x8((*[8]float32)(v))
+		x0 = x0.Add(b0.Mul(v0))
+		y0 = y0.Add(b1.Mul(v0))
+		v1 := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(v, 32)))
+		x1 = x1.Add(b0.Mul(v1))
+		y1 = y1.Add(b1.Mul(v1))
+		v2 := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(v, 64)))
+		x2 = x2.Add(b0.Mul(v2))
+		y2 = y2.Add(b1.Mul(v2))
+		v3 := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(v, 96)))
+		x3 = x3.Add(b0.Mul(v3))
+		y3 = y3.Add(b1.Mul(v3))
+		p++
+		if p >= n {
+			break
+		}
+		v, a0, a1 = unsafe.Add(v, vs), unsafe.Add(a0, 4), unsafe.Add(a1, 4)
+	}
+	x0.Store((*[8]float32)(d0))
+	x1.Store((*[8]float32)(unsafe.Add(d0, 32)))
+	x2.Store((*[8]float32)(unsafe.Add(d0, 64)))
+	x3.Store((*[8]float32)(unsafe.Add(d0, 96)))
+	y0.Store((*[8]float32)(d1))
+	y1.Store((*[8]float32)(unsafe.Add(d1, 32)))
+	y2.Store((*[8]float32)(unsafe.Add(d1, 64)))
+	y3.Store((*[8]float32)(unsafe.Add(d1, 96)))
+	archsimd.ClearAVXUpperBits()
+}
+
+// vAV1x32 is vAV2x32 for one query.
+//
+//go:noinline
+//go:norace
+//go:nocheckptr
+func vAV1x32(d0, v unsafe.Pointer, vs uintptr, a0 unsafe.Pointer, n int) {
+	x0 := archsimd.LoadFloat32x8((*[8]float32)(d0))
+	x1 := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(d0, 32)))
+	x2 := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(d0, 64)))
+	x3 := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(d0, 96)))
+	for p := 0; ; {
+		b0 := archsimd.BroadcastUint32x8(*(*uint32)(a0)).AsFloat32x8()
+		x0 = x0.Add(b0.Mul(archsimd.LoadFloat32x8((*[8]float32)(v))))
+		x1 = x1.Add(b0.Mul(archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(v, 32)))))
+		x2 = x2.Add(b0.Mul(archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(v, 64)))))
+		x3 = x3.Add(b0.Mul(archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(v, 96)))))
+		p++
+		if p >= n {
+			break
+		}
+		v, a0 = unsafe.Add(v, vs), unsafe.Add(a0, 4)
+	}
+	x0.Store((*[8]float32)(d0))
+	x1.Store((*[8]float32)(unsafe.Add(d0, 32)))
+	x2.Store((*[8]float32)(unsafe.Add(d0, 64)))
+	x3.Store((*[8]float32)(unsafe.Add(d0, 96)))
+	archsimd.ClearAVXUpperBits()
+}
+
+// vAV2x8 is vAV2x32 for eight elements.
+//
+//go:noinline
+//go:norace
+//go:nocheckptr
+func vAV2x8(d0, d1, v unsafe.Pointer, vs uintptr, a0, a1 unsafe.Pointer, n int) {
+	x0 := archsimd.LoadFloat32x8((*[8]float32)(d0))
+	y0 := archsimd.LoadFloat32x8((*[8]float32)(d1))
+	for p := 0; ; {
+		b0 := archsimd.BroadcastUint32x8(*(*uint32)(a0)).AsFloat32x8()
+		b1 := archsimd.BroadcastUint32x8(*(*uint32)(a1)).AsFloat32x8()
+		v0 := archsimd.LoadFloat32x8((*[8]float32)(v))
+		x0 = x0.Add(b0.Mul(v0))
+		y0 = y0.Add(b1.Mul(v0))
+		p++
+		if p >= n {
+			break
+		}
+		v, a0, a1 = unsafe.Add(v, vs), unsafe.Add(a0, 4), unsafe.Add(a1, 4)
+	}
+	x0.Store((*[8]float32)(d0))
+	y0.Store((*[8]float32)(d1))
+	archsimd.ClearAVXUpperBits()
+}
+
+// vAV1x8 is vAV2x32 for one query and eight elements.
+//
+//go:noinline
+//go:norace
+//go:nocheckptr
+func vAV1x8(d0, v unsafe.Pointer, vs uintptr, a0 unsafe.Pointer, n int) {
+	x0 := archsimd.LoadFloat32x8((*[8]float32)(d0))
+	for p := 0; ; {
+		b0 := archsimd.BroadcastUint32x8(*(*uint32)(a0)).AsFloat32x8()
+		x0 = x0.Add(b0.Mul(archsimd.LoadFloat32x8((*[8]float32)(v))))
+		p++
+		if p >= n {
+			break
+		}
+		v, a0 = unsafe.Add(v, vs), unsafe.Add(a0, 4)
+	}
+	x0.Store((*[8]float32)(d0))
+	archsimd.ClearAVXUpperBits()
+}
+
+// vKeysT8Go is keysT8.
+func vKeysT8Go(dst []float32, width int, kc []float32, offs []int, hd int) {
+	if hd == 0 {
+		return
+	}
+	o := offs[:8]
+	for _, v := range o {
+		if v < 0 || v+hd > len(kc) {
+			panic("cpu: attention keys: a cache row out of range")
+		}
+	}
+	if hd%8 != 0 || (hd-1)*width+8 > len(dst) {
+		panic("cpu: attention keys: transposed keys out of range")
+	}
+	vKeysT8(unsafe.Pointer(&dst[0]), uintptr(width)*4, unsafe.Pointer(&kc[0]), o, hd)
+}
+
+// vKeysT8 transposes eight key rows eight elements at a time in registers,
+// with vScores's shuffles: a 4x4 transpose of each 128-bit half of rows 0-3
+// and of rows 4-7, then 128-bit selects; vector i of a step is element c+i
+// of the eight keys.
+//
+//go:noinline
+//go:norace
+//go:nocheckptr
+func vKeysT8(dst unsafe.Pointer, ds uintptr, kc unsafe.Pointer, o []int, hd int) {
+	o = o[:8:8]
+	for c := 0; c < hd; c += 8 {
+		cb := uintptr(c) * 4
+		r0 := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(kc, uintptr(o[0])*4+cb)))
+		r1 := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(kc, uintptr(o[1])*4+cb)))
+		r2 := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(kc, uintptr(o[2])*4+cb)))
+		r3 := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(kc, uintptr(o[3])*4+cb)))
+		t0 := r0.SelectFromPairGrouped(0, 1, 4, 5, r1)
+		t1 := r2.SelectFromPairGrouped(0, 1, 4, 5, r3)
+		t2 := r0.SelectFromPairGrouped(2, 3, 6, 7, r1)
+		t3 := r2.SelectFromPairGrouped(2, 3, 6, 7, r3)
+		a0 := t0.SelectFromPairGrouped(0, 2, 4, 6, t1)
+		a1 := t0.SelectFromPairGrouped(1, 3, 5, 7, t1)
+		a2 := t2.SelectFromPairGrouped(0, 2, 4, 6, t3)
+		a3 := t2.SelectFromPairGrouped(1, 3, 5, 7, t3)
+		r0 = archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(kc, uintptr(o[4])*4+cb)))
+		r1 = archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(kc, uintptr(o[5])*4+cb)))
+		r2 = archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(kc, uintptr(o[6])*4+cb)))
+		r3 = archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(kc, uintptr(o[7])*4+cb)))
+		t0 = r0.SelectFromPairGrouped(0, 1, 4, 5, r1)
+		t1 = r2.SelectFromPairGrouped(0, 1, 4, 5, r3)
+		t2 = r0.SelectFromPairGrouped(2, 3, 6, 7, r1)
+		t3 = r2.SelectFromPairGrouped(2, 3, 6, 7, r3)
+		b0 := t0.SelectFromPairGrouped(0, 2, 4, 6, t1)
+		b1 := t0.SelectFromPairGrouped(1, 3, 5, 7, t1)
+		b2 := t2.SelectFromPairGrouped(0, 2, 4, 6, t3)
+		b3 := t2.SelectFromPairGrouped(1, 3, 5, 7, t3)
+		d := unsafe.Add(dst, uintptr(c)*ds)
+		a0.Select128FromPair(0, 2, b0).Store((*[8]float32)(d))
+		a1.Select128FromPair(0, 2, b1).Store((*[8]float32)(unsafe.Add(d, ds)))
+		a2.Select128FromPair(0, 2, b2).Store((*[8]float32)(unsafe.Add(d, 2*ds)))
+		a3.Select128FromPair(0, 2, b3).Store((*[8]float32)(unsafe.Add(d, 3*ds)))
+		a0.Select128FromPair(1, 3, b0).Store((*[8]float32)(unsafe.Add(d, 4*ds)))
+		a1.Select128FromPair(1, 3, b1).Store((*[8]float32)(unsafe.Add(d, 5*ds)))
+		a2.Select128FromPair(1, 3, b2).Store((*[8]float32)(unsafe.Add(d, 6*ds)))
+		a3.Select128FromPair(1, 3, b3).Store((*[8]float32)(unsafe.Add(d, 7*ds)))
+	}
+	archsimd.ClearAVXUpperBits()
 }

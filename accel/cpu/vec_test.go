@@ -417,24 +417,11 @@ func testVecAttention(t *testing.T, vk *vecOps) {
 			r := rand.New(rand.NewPCG(uint64(tc.hd*1000+tc.ctx), uint64(len(special))))
 			c := attnCall(r, tc.T, tc.nh, tc.nkv, tc.hd, tc.page, tc.ctx)
 			q := c.o[1].f32()
-			switch special {
-			case "big":
-				for i := range q {
-					q[i] *= 1e37
-				}
-			case "nan":
-				q[len(q)-3] = float32(math.NaN())
-			}
+			spoilQueries(q, special, len(q)-3)
 			units, _ := unitsAttention(c)
 			want := runAttnPieces(c, nil, []int{0, units})
 			for _, cuts := range [][]int{{0, units}, {0, units / 2, units}} {
-				got := runAttnPieces(c, &general, cuts)
-				for i := range want {
-					if !sameBits32(got[i], want[i]) {
-						t.Fatalf("%s, cuts %v: out[%d] = %v (%#x), plain Go %v (%#x)", name, cuts, i,
-							got[i], math.Float32bits(got[i]), want[i], math.Float32bits(want[i]))
-					}
-				}
+				sameAttnBits(t, fmt.Sprintf("%s, cuts %v", name, cuts), runAttnPieces(c, &general, cuts), want)
 			}
 		}
 	}
