@@ -189,124 +189,187 @@ func mmQ8_0(y, qx, dx, sx, w unsafe.Pointer, nb int) {
 
 // mmQ4_K: one row by one Q4_K panel. Per super-block and half-panel:
 // each pair of sub-blocks' nibbles against x (int16 sums of eight pairs, as
-// Q4_0), folded to int32, times the sub-blocks' 6-bit scales (VPMULLD) into
-// A; the mins times x's sums of 32 into B; then (d·dx)·A - (dmin·dx)·B
-// added to the output's float32 sum.
+// Q4_0), folded to int32 and times the sub-blocks' 6-bit scales in one
+// VPMADDWD against each scale repeated in both 16-bit halves of its
+// output's lane (sc16) into A; the mins times x's sums of 32 into B; then
+// (d·dx)·A - (dmin·dx)·B added to the output's float32 sum, kept in y
+// (cleared first: 0 + t is t, as in a register). The scales and B are made
+// by q4KScales, and the shifts have immediate counts: with a scale and a
+// count register the compiler spilled half the sums on every vector.
 //
 //go:noinline
 //go:norace
 //go:nocheckptr
 func mmQ4_K(y, qx, dx, sx, w unsafe.Pointer, nb int) {
-	var acc0, acc1 archsimd.Float32x8
-	m0f := archsimd.BroadcastUint8x32(0x0f)
-	// A per-lane shift (VPSRLVD): a shift by a constant count is
-	// compiled with the count moved into an XMM register by a legacy-SSE
-	// MOVQ in the loop, which stalls on dirty upper AVX state.
-	fours := archsimd.BroadcastUint32x8(4)
-	ones := archsimd.BroadcastInt16x16(1)
+	var sc16 [16][16]int16 // sub-block s, half h at 2s+h
+	var bm [2][8]int32
+	sp16 := unsafe.Pointer(&sc16[0][0])
+	*(*[16]float32)(y) = [16]float32{}
 	for b := 0; b < nb; b++ {
 		wb := unsafe.Add(w, uintptr(b)*2432)
-		xb := unsafe.Add(qx, uintptr(b)*256)
-		sb := unsafe.Add(sx, uintptr(b)*64)
-		var a0, a1, m0, m1 archsimd.Int32x8
-		for c := uintptr(0); c < 4; c++ {
-			var l0, h0, l1, h1 archsimd.Int16x16
-			for g := uintptr(0); g < 8; g++ {
-				u0 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 384+(8*c+g)*64)))
-				u1 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 384+(8*c+g)*64+32)))
-				xl := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(xb, 64*c+4*g))).AsInt8x32()
-				xh := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(xb, 64*c+32+4*g))).AsInt8x32()
+		q4KScales(sp16, &bm, wb, unsafe.Add(sx, uintptr(b)*64))
+		m0f := archsimd.BroadcastUint8x32(0x0f)
+		A0 := archsimd.BroadcastInt32x8(0)
+		A1 := A0
+		pv := unsafe.Add(wb, 384)
+		px := unsafe.Add(qx, uintptr(b)*256)
+		ps := sp16
+		for c := 0; c < 4; c++ {
+			// The first group starts the sums.
+			u0 := archsimd.LoadUint8x32((*[32]uint8)(pv))
+			u1 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(pv, 32)))
+			xl := archsimd.BroadcastInt32x8(*(*int32)(px)).AsInt8x32()
+			xh := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(px, 32))).AsInt8x32()
+			l0 := u0.And(m0f).DotProductPairsSaturated(xl)
+			h0 := u0.AsInt16x16().ShiftAllRight(4).AsUint8x32().And(m0f).DotProductPairsSaturated(xh)
+			l1 := u1.And(m0f).DotProductPairsSaturated(xl)
+			h1 := u1.AsInt16x16().ShiftAllRight(4).AsUint8x32().And(m0f).DotProductPairsSaturated(xh)
+			px = unsafe.Add(px, 4)
+			pe := unsafe.Add(pv, 8*64)
+			for pv = unsafe.Add(pv, 64); pv != pe; pv = unsafe.Add(pv, 64) {
+				u0 := archsimd.LoadUint8x32((*[32]uint8)(pv))
+				u1 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(pv, 32)))
+				xl := archsimd.BroadcastInt32x8(*(*int32)(px)).AsInt8x32()
+				xh := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(px, 32))).AsInt8x32()
 				l0 = l0.Add(u0.And(m0f).DotProductPairsSaturated(xl))
-				h0 = h0.Add(u0.AsUint32x8().ShiftRight(fours).AsUint8x32().And(m0f).DotProductPairsSaturated(xh))
+				h0 = h0.Add(u0.AsInt16x16().ShiftAllRight(4).AsUint8x32().And(m0f).DotProductPairsSaturated(xh))
 				l1 = l1.Add(u1.And(m0f).DotProductPairsSaturated(xl))
-				h1 = h1.Add(u1.AsUint32x8().ShiftRight(fours).AsUint8x32().And(m0f).DotProductPairsSaturated(xh))
+				h1 = h1.Add(u1.AsInt16x16().ShiftAllRight(4).AsUint8x32().And(m0f).DotProductPairsSaturated(xh))
+				px = unsafe.Add(px, 4)
 			}
-			sl := unsafe.Add(wb, 128+16*2*c)
-			sh := unsafe.Add(wb, 128+16*(2*c+1))
-			a0 = a0.Add(l0.DotProductPairs(ones).Mul(archsimd.LoadInt8x16((*[16]int8)(sl)).ExtendLo8ToInt32()))
-			a0 = a0.Add(h0.DotProductPairs(ones).Mul(archsimd.LoadInt8x16((*[16]int8)(sh)).ExtendLo8ToInt32()))
-			a1 = a1.Add(l1.DotProductPairs(ones).Mul(archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(sl, 8))).ExtendLo8ToInt32()))
-			a1 = a1.Add(h1.DotProductPairs(ones).Mul(archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(sh, 8))).ExtendLo8ToInt32()))
-			for s := 2 * c; s < 2*c+2; s++ {
-				ml := unsafe.Add(wb, 256+16*s)
-				bs := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sb, 8*s)) + *(*int32)(unsafe.Add(sb, 8*s+4)))
-				m0 = m0.Add(archsimd.LoadInt8x16((*[16]int8)(ml)).ExtendLo8ToInt32().Mul(bs))
-				m1 = m1.Add(archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(ml, 8))).ExtendLo8ToInt32().Mul(bs))
-			}
+			px = unsafe.Add(px, 32)
+			A0 = A0.Add(l0.DotProductPairs(archsimd.LoadInt16x16((*[16]int16)(ps))))
+			A0 = A0.Add(h0.DotProductPairs(archsimd.LoadInt16x16((*[16]int16)(unsafe.Add(ps, 64)))))
+			A1 = A1.Add(l1.DotProductPairs(archsimd.LoadInt16x16((*[16]int16)(unsafe.Add(ps, 32)))))
+			A1 = A1.Add(h1.DotProductPairs(archsimd.LoadInt16x16((*[16]int16)(unsafe.Add(ps, 96)))))
+			ps = unsafe.Add(ps, 128)
 		}
 		dxv := archsimd.BroadcastFloat32x8(*(*float32)(unsafe.Add(dx, uintptr(b)*4)))
 		d0 := archsimd.LoadFloat32x8((*[8]float32)(wb)).Mul(dxv)
-		d1 := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(wb, 32))).Mul(dxv)
 		n0 := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(wb, 64))).Mul(dxv)
+		y0 := (*[8]float32)(y)
+		archsimd.LoadFloat32x8(y0).Add(d0.Mul(A0.ConvertToFloat32()).Sub(n0.Mul(archsimd.LoadInt32x8(&bm[0]).ConvertToFloat32()))).Store(y0)
+		d1 := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(wb, 32))).Mul(dxv)
 		n1 := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(wb, 96))).Mul(dxv)
-		acc0 = acc0.Add(d0.Mul(a0.ConvertToFloat32()).Sub(n0.Mul(m0.ConvertToFloat32())))
-		acc1 = acc1.Add(d1.Mul(a1.ConvertToFloat32()).Sub(n1.Mul(m1.ConvertToFloat32())))
+		y1 := (*[8]float32)(unsafe.Add(y, 32))
+		archsimd.LoadFloat32x8(y1).Add(d1.Mul(A1.ConvertToFloat32()).Sub(n1.Mul(archsimd.LoadInt32x8(&bm[1]).ConvertToFloat32()))).Store(y1)
 	}
-	acc0.Store((*[8]float32)(y))
-	acc1.Store((*[8]float32)(unsafe.Add(y, 32)))
 	archsimd.ClearAVXUpperBits()
 }
+
+// q4KScales writes one Q4_K super-block's sc16 (for each sub-block s and
+// half h, at 2s+h, the half's eight 6-bit scales each repeated in both
+// 16-bit halves of its output's lane) and B = Σ_s m_s·(Σx of sub-block s)
+// per half, from the super-block's panel at wb and x's sums of 16 at sb.
+//
+//go:noinline
+//go:norace
+//go:nocheckptr
+func q4KScales(sc16 unsafe.Pointer, bm *[2][8]int32, wb, sb unsafe.Pointer) {
+	dup := archsimd.LoadInt8x16(&q6Dup)
+	dup8 := archsimd.LoadInt8x16(&q4Dup8)
+	var b0, b1 archsimd.Int32x8
+	for s := uintptr(0); s < 8; s++ {
+		v := archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(wb, 128+16*s)))
+		v.PermuteOrZero(dup).ExtendToInt16().Store((*[16]int16)(unsafe.Add(sc16, 64*s)))
+		v.PermuteOrZero(dup8).ExtendToInt16().Store((*[16]int16)(unsafe.Add(sc16, 64*s+32)))
+		bs := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sb, 8*s)) + *(*int32)(unsafe.Add(sb, 8*s+4)))
+		ml := unsafe.Add(wb, 256+16*s)
+		b0 = b0.Add(archsimd.LoadInt8x16((*[16]int8)(ml)).ExtendLo8ToInt32().Mul(bs))
+		b1 = b1.Add(archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(ml, 8))).ExtendLo8ToInt32().Mul(bs))
+	}
+	b0.Store(&bm[0])
+	b1.Store(&bm[1])
+	archsimd.ClearAVXUpperBits()
+}
+
+// q4Dup8 is q6Dup for the second eight bytes.
+var q4Dup8 = [16]int8{8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15}
 
 // mmQ6_K: one row by one Q6_K panel, one 8-output half at a time. Per
 // super-block, for each group of four inputs k (0..15) the nibble vectors
 // k and k+16 and high-bit vector k give the values of inputs 4k, 64+4k,
 // 128+4k and 192+4k (a nibble or'ed with its two high bits); each against
-// x by VPMADDUBSW, two groups summed in int16 (63·127·2·2 < 2^15), folded
-// to int32 per sub-block of 16, less 32·Σx, times the sub-block's scale
-// into A; then (d·dx)·A added to the output's float32 sum.
+// x by VPMADDUBSW, two groups summed in int16 (63·127·2·2 < 2^15). A
+// sub-block's sums are folded to int32 and scaled in one VPMADDWD against
+// its scale repeated in both 16-bit halves of each output's lane (sc16,
+// made once per super-block half), and 32·Σ_s sc_s·Σx_s is taken out once:
+// A = Σ_s sc_s·(Σ q·x - 32·Σx), the same integer whatever the order; then
+// (d·dx)·A added to the output's float32 sum, which is kept in y (cleared
+// first: 0 + t is t, as in a register). The scales go through memory and
+// the loops end on pointers so that the sums stay in registers (written
+// with a scale register per sub-block and per-lane shifts, the compiler
+// spilled and reloaded most of them on every group).
 //
 //go:noinline
 //go:norace
 //go:nocheckptr
 func mmQ6_K(y, qx, dx, sx, w unsafe.Pointer, nb int) {
-	m0f := archsimd.BroadcastUint8x32(0x0f)
-	m30 := archsimd.BroadcastUint8x32(0x30)
-	// Per-lane shifts (VPSRLVD, VPSLLVD), as in mmQ4_0.
-	fours := archsimd.BroadcastUint32x8(4)
-	twos := archsimd.BroadcastUint32x8(2)
+	var sc16 [16][16]int16
+	var corr [8]int32
+	sp16 := unsafe.Pointer(&sc16[0][0])
 	for h := uintptr(0); h < 2; h++ {
-		var acc archsimd.Float32x8
+		yh := unsafe.Add(y, 32*h)
+		*(*[8]float32)(yh) = [8]float32{}
 		for b := 0; b < nb; b++ {
 			wb := unsafe.Add(w, uintptr(b)*3392+32*h)
-			xb := unsafe.Add(qx, uintptr(b)*256)
-			sb := unsafe.Add(sx, uintptr(b)*64)
-			var A archsimd.Int32x8
+			q6Scales(sp16, &corr, unsafe.Add(w, uintptr(b)*3392+64+8*h), unsafe.Add(sx, uintptr(b)*64))
+			m0f := archsimd.BroadcastUint8x32(0x0f)
+			m30 := archsimd.BroadcastUint8x32(0x30)
+			// Group k is in sub-blocks sp, 8+sp, 4+sp and 12+sp (sp = k/4);
+			// each group's four sums are folded and scaled at once (two
+			// groups summed in int16 first kept more vectors live than the
+			// registers hold).
+			pv := unsafe.Add(wb, 320)
+			px := unsafe.Add(qx, uintptr(b)*256)
+			A := archsimd.LoadInt32x8(&corr)
 			for sp := uintptr(0); sp < 4; sp++ {
-				var i1, i2, i3, i4 archsimd.Int32x8
-				for j := uintptr(0); j < 2; j++ {
-					var t1, t2, t3, t4 archsimd.Int16x16
-					for kk := uintptr(0); kk < 2; kk++ {
-						k := 4*sp + 2*j + kk
-						hb := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2368+64*k))).AsUint32x8()
-						na := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 320+64*k)))
-						nc := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 320+64*(k+16))))
-						v1 := na.And(m0f).Or(hb.ShiftLeft(fours).AsUint8x32().And(m30))
-						v2 := na.AsUint32x8().ShiftRight(fours).AsUint8x32().And(m0f).Or(hb.ShiftLeft(twos).AsUint8x32().And(m30))
-						v3 := nc.And(m0f).Or(hb.AsUint8x32().And(m30))
-						v4 := nc.AsUint32x8().ShiftRight(fours).AsUint8x32().And(m0f).Or(hb.ShiftRight(twos).AsUint8x32().And(m30))
-						t1 = t1.Add(v1.DotProductPairsSaturated(archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(xb, 4*k))).AsInt8x32()))
-						t2 = t2.Add(v2.DotProductPairsSaturated(archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(xb, 128+4*k))).AsInt8x32()))
-						t3 = t3.Add(v3.DotProductPairsSaturated(archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(xb, 64+4*k))).AsInt8x32()))
-						t4 = t4.Add(v4.DotProductPairsSaturated(archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(xb, 192+4*k))).AsInt8x32()))
-					}
-					ones := archsimd.BroadcastInt16x16(1)
-					i1 = i1.Add(t1.DotProductPairs(ones))
-					i2 = i2.Add(t2.DotProductPairs(ones))
-					i3 = i3.Add(t3.DotProductPairs(ones))
-					i4 = i4.Add(t4.DotProductPairs(ones))
+				ps := unsafe.Add(sp16, 32*sp)
+				for pe := unsafe.Add(pv, 4*64); pv != pe; pv = unsafe.Add(pv, 64) {
+					hb := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(pv, 2048))).AsInt16x16()
+					na := archsimd.LoadUint8x32((*[32]uint8)(pv))
+					nc := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(pv, 1024)))
+					t := na.And(m0f).Or(hb.ShiftAllLeft(4).AsUint8x32().And(m30)).DotProductPairsSaturated(archsimd.BroadcastInt32x8(*(*int32)(px)).AsInt8x32())
+					A = A.Add(t.DotProductPairs(archsimd.LoadInt16x16((*[16]int16)(ps))))
+					t = na.AsInt16x16().ShiftAllRight(4).AsUint8x32().And(m0f).Or(hb.ShiftAllLeft(2).AsUint8x32().And(m30)).DotProductPairsSaturated(archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(px, 128))).AsInt8x32())
+					A = A.Add(t.DotProductPairs(archsimd.LoadInt16x16((*[16]int16)(unsafe.Add(ps, 32*8)))))
+					t = nc.And(m0f).Or(hb.AsUint8x32().And(m30)).DotProductPairsSaturated(archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(px, 64))).AsInt8x32())
+					A = A.Add(t.DotProductPairs(archsimd.LoadInt16x16((*[16]int16)(unsafe.Add(ps, 32*4)))))
+					t = nc.AsInt16x16().ShiftAllRight(4).AsUint8x32().And(m0f).Or(hb.ShiftAllRight(2).AsUint8x32().And(m30)).DotProductPairsSaturated(archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(px, 192))).AsInt8x32())
+					A = A.Add(t.DotProductPairs(archsimd.LoadInt16x16((*[16]int16)(unsafe.Add(ps, 32*12)))))
+					px = unsafe.Add(px, 4)
 				}
-				// Sub-blocks sp, 8+sp, 4+sp and 12+sp.
-				sc := unsafe.Add(wb, 64-32*h+8*h)
-				A = A.Add(i1.Sub(archsimd.BroadcastInt32x8(32 * *(*int32)(unsafe.Add(sb, 4*sp)))).Mul(archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(sc, 16*sp))).ExtendLo8ToInt32()))
-				A = A.Add(i2.Sub(archsimd.BroadcastInt32x8(32 * *(*int32)(unsafe.Add(sb, 4*(8+sp))))).Mul(archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(sc, 16*(8+sp)))).ExtendLo8ToInt32()))
-				A = A.Add(i3.Sub(archsimd.BroadcastInt32x8(32 * *(*int32)(unsafe.Add(sb, 4*(4+sp))))).Mul(archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(sc, 16*(4+sp)))).ExtendLo8ToInt32()))
-				A = A.Add(i4.Sub(archsimd.BroadcastInt32x8(32 * *(*int32)(unsafe.Add(sb, 4*(12+sp))))).Mul(archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(sc, 16*(12+sp)))).ExtendLo8ToInt32()))
 			}
 			dxv := archsimd.BroadcastFloat32x8(*(*float32)(unsafe.Add(dx, uintptr(b)*4)))
 			d := archsimd.LoadFloat32x8((*[8]float32)(wb)).Mul(dxv)
-			acc = acc.Add(d.Mul(A.ConvertToFloat32()))
+			archsimd.LoadFloat32x8((*[8]float32)(yh)).Add(d.Mul(A.ConvertToFloat32())).Store((*[8]float32)(yh))
 		}
-		acc.Store((*[8]float32)(unsafe.Add(y, 32*h)))
 	}
 	archsimd.ClearAVXUpperBits()
 }
+
+// q6Scales writes one Q6_K super-block half's sc16 (each sub-block's eight
+// scales, each repeated in both 16-bit halves of its output's lane) from
+// its scale bytes at sc (sub-block s at sc + 16s) and -32·C, C =
+// Σ_s sc_s·Σx_s, from x's sums at sb, into corr.
+//
+//go:noinline
+//go:norace
+//go:nocheckptr
+func q6Scales(sc16 unsafe.Pointer, corr *[8]int32, sc, sb unsafe.Pointer) {
+	dup := archsimd.LoadInt8x16(&q6Dup)
+	v := archsimd.LoadInt8x16((*[16]int8)(sc))
+	c := v.ExtendLo8ToInt32().Mul(archsimd.BroadcastInt32x8(*(*int32)(sb)))
+	v.PermuteOrZero(dup).ExtendToInt16().Store((*[16]int16)(sc16))
+	for s := uintptr(1); s < 16; s++ {
+		v := archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(sc, 16*s)))
+		c = c.Add(v.ExtendLo8ToInt32().Mul(archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sb, 4*s)))))
+		v.PermuteOrZero(dup).ExtendToInt16().Store((*[16]int16)(unsafe.Add(sc16, 32*s)))
+	}
+	archsimd.BroadcastInt32x8(0).Sub(c.ShiftAllLeft(5)).Store(corr)
+	archsimd.ClearAVXUpperBits()
+}
+
+// q6Dup repeats each of the first eight bytes (a half-panel's scales) in
+// two bytes, for sc16's sign extension to 16 bits (VPSHUFB, VPMOVSXBW).
+var q6Dup = [16]int8{0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7}
