@@ -105,6 +105,8 @@ func runMatMulQuantVec(c *rcall, a *qacts, p *packed, lo, hi, t0, t1 int, k *kct
 // weights 0..15 times signed x: |pair| <= 3810, so the eight pair sums of a
 // block add in int16 without overflow), folded to int32 per output by
 // VPMADDWD, less 8·Σx; then (dw·dx)·sum added to the output's float32 sum.
+// The high nibbles are shifted on 16-bit lanes by an immediate count (the
+// mask keeps each byte's own bits), and the loops end on pointers.
 //
 //go:noinline
 //go:norace
@@ -112,24 +114,27 @@ func runMatMulQuantVec(c *rcall, a *qacts, p *packed, lo, hi, t0, t1 int, k *kct
 func mmQ4_0(y, qx, dx, sx, w unsafe.Pointer, nb int) {
 	var acc0, acc1 archsimd.Float32x8
 	m0f := archsimd.BroadcastUint8x32(0x0f)
-	// A per-lane shift (VPSRLVD): a shift by a constant count is
-	// compiled with the count moved into an XMM register by a legacy-SSE
-	// MOVQ in the loop, which stalls on dirty upper AVX state.
-	fours := archsimd.BroadcastUint32x8(4)
 	ones := archsimd.BroadcastInt16x16(1)
+	wb, xb := w, qx
 	for b := 0; b < nb; b++ {
-		wb := unsafe.Add(w, uintptr(b)*(64+4*64))
-		xb := unsafe.Add(qx, uintptr(b)*32)
-		var s0, s1 archsimd.Int16x16
-		for v := uintptr(0); v < 4; v++ {
-			u0 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 64+v*64)))
-			u1 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 96+v*64)))
-			xl := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(xb, v*4))).AsInt8x32()
-			xh := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(xb, (v+4)*4))).AsInt8x32()
+		// The first vector starts the sums.
+		u0 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 64)))
+		u1 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 96)))
+		xl := archsimd.BroadcastInt32x8(*(*int32)(xb)).AsInt8x32()
+		xh := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(xb, 16))).AsInt8x32()
+		s0 := u0.And(m0f).DotProductPairsSaturated(xl).Add(u0.AsInt16x16().ShiftAllRight(4).AsUint8x32().And(m0f).DotProductPairsSaturated(xh))
+		s1 := u1.And(m0f).DotProductPairsSaturated(xl).Add(u1.AsInt16x16().ShiftAllRight(4).AsUint8x32().And(m0f).DotProductPairsSaturated(xh))
+		px := unsafe.Add(xb, 4)
+		for wv, we := unsafe.Add(wb, 128), unsafe.Add(wb, 64+4*64); wv != we; wv = unsafe.Add(wv, 64) {
+			u0 := archsimd.LoadUint8x32((*[32]uint8)(wv))
+			u1 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wv, 32)))
+			xl := archsimd.BroadcastInt32x8(*(*int32)(px)).AsInt8x32()
+			xh := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(px, 16))).AsInt8x32()
 			s0 = s0.Add(u0.And(m0f).DotProductPairsSaturated(xl))
-			s0 = s0.Add(u0.AsUint32x8().ShiftRight(fours).AsUint8x32().And(m0f).DotProductPairsSaturated(xh))
+			s0 = s0.Add(u0.AsInt16x16().ShiftAllRight(4).AsUint8x32().And(m0f).DotProductPairsSaturated(xh))
 			s1 = s1.Add(u1.And(m0f).DotProductPairsSaturated(xl))
-			s1 = s1.Add(u1.AsUint32x8().ShiftRight(fours).AsUint8x32().And(m0f).DotProductPairsSaturated(xh))
+			s1 = s1.Add(u1.AsInt16x16().ShiftAllRight(4).AsUint8x32().And(m0f).DotProductPairsSaturated(xh))
+			px = unsafe.Add(px, 4)
 		}
 		off := archsimd.BroadcastInt32x8(8 * *(*int32)(unsafe.Add(sx, uintptr(b)*4)))
 		dxv := archsimd.BroadcastFloat32x8(*(*float32)(unsafe.Add(dx, uintptr(b)*4)))
@@ -137,6 +142,8 @@ func mmQ4_0(y, qx, dx, sx, w unsafe.Pointer, nb int) {
 		d1 := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(wb, 32))).Mul(dxv)
 		acc0 = acc0.Add(d0.Mul(s0.DotProductPairs(ones).Sub(off).ConvertToFloat32()))
 		acc1 = acc1.Add(d1.Mul(s1.DotProductPairs(ones).Sub(off).ConvertToFloat32()))
+		wb = unsafe.Add(wb, 64+4*64)
+		xb = unsafe.Add(xb, 32)
 	}
 	acc0.Store((*[8]float32)(y))
 	acc1.Store((*[8]float32)(unsafe.Add(y, 32)))
@@ -146,7 +153,7 @@ func mmQ4_0(y, qx, dx, sx, w unsafe.Pointer, nb int) {
 // mmQ8_0: one row by one Q8_0 panel. The values are stored plus 128 as
 // unsigned bytes and split into nibbles, so that VPMADDUBSW cannot
 // saturate (15·127·2 per pair, as for Q4_0): Σ(w+128)·x = 16·Σhi·x + Σlo·x,
-// less 128·Σx.
+// less 128·Σx. Shifts and loops as in mmQ4_0.
 //
 //go:noinline
 //go:norace
@@ -154,25 +161,29 @@ func mmQ4_0(y, qx, dx, sx, w unsafe.Pointer, nb int) {
 func mmQ8_0(y, qx, dx, sx, w unsafe.Pointer, nb int) {
 	var acc0, acc1 archsimd.Float32x8
 	m0f := archsimd.BroadcastUint8x32(0x0f)
-	// A per-lane shift (VPSRLVD): a shift by a constant count is
-	// compiled with the count moved into an XMM register by a legacy-SSE
-	// MOVQ in the loop, which stalls on dirty upper AVX state.
-	fours := archsimd.BroadcastUint32x8(4)
-	ones := archsimd.BroadcastInt16x16(1)
-	sixteens := archsimd.BroadcastInt16x16(16)
+	wb, xb := w, qx
 	for b := 0; b < nb; b++ {
-		wb := unsafe.Add(w, uintptr(b)*(64+8*64))
-		xb := unsafe.Add(qx, uintptr(b)*32)
-		var l0, h0, l1, h1 archsimd.Int16x16
-		for g := uintptr(0); g < 8; g++ {
-			u0 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 64+g*64)))
-			u1 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 96+g*64)))
-			xg := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(xb, g*4))).AsInt8x32()
+		// The first group starts the sums.
+		u0 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 64)))
+		u1 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 96)))
+		xg := archsimd.BroadcastInt32x8(*(*int32)(xb)).AsInt8x32()
+		l0 := u0.And(m0f).DotProductPairsSaturated(xg)
+		h0 := u0.AsInt16x16().ShiftAllRight(4).AsUint8x32().And(m0f).DotProductPairsSaturated(xg)
+		l1 := u1.And(m0f).DotProductPairsSaturated(xg)
+		h1 := u1.AsInt16x16().ShiftAllRight(4).AsUint8x32().And(m0f).DotProductPairsSaturated(xg)
+		px := unsafe.Add(xb, 4)
+		for wv, we := unsafe.Add(wb, 128), unsafe.Add(wb, 64+8*64); wv != we; wv = unsafe.Add(wv, 64) {
+			u0 := archsimd.LoadUint8x32((*[32]uint8)(wv))
+			u1 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wv, 32)))
+			xg := archsimd.BroadcastInt32x8(*(*int32)(px)).AsInt8x32()
 			l0 = l0.Add(u0.And(m0f).DotProductPairsSaturated(xg))
-			h0 = h0.Add(u0.AsUint32x8().ShiftRight(fours).AsUint8x32().And(m0f).DotProductPairsSaturated(xg))
+			h0 = h0.Add(u0.AsInt16x16().ShiftAllRight(4).AsUint8x32().And(m0f).DotProductPairsSaturated(xg))
 			l1 = l1.Add(u1.And(m0f).DotProductPairsSaturated(xg))
-			h1 = h1.Add(u1.AsUint32x8().ShiftRight(fours).AsUint8x32().And(m0f).DotProductPairsSaturated(xg))
+			h1 = h1.Add(u1.AsInt16x16().ShiftAllRight(4).AsUint8x32().And(m0f).DotProductPairsSaturated(xg))
+			px = unsafe.Add(px, 4)
 		}
+		ones := archsimd.BroadcastInt16x16(1)
+		sixteens := archsimd.BroadcastInt16x16(16)
 		off := archsimd.BroadcastInt32x8(128 * *(*int32)(unsafe.Add(sx, uintptr(b)*4)))
 		dxv := archsimd.BroadcastFloat32x8(*(*float32)(unsafe.Add(dx, uintptr(b)*4)))
 		d0 := archsimd.LoadFloat32x8((*[8]float32)(wb)).Mul(dxv)
@@ -181,6 +192,8 @@ func mmQ8_0(y, qx, dx, sx, w unsafe.Pointer, nb int) {
 		i1 := l1.DotProductPairs(ones).Add(h1.DotProductPairs(sixteens)).Sub(off)
 		acc0 = acc0.Add(d0.Mul(i0.ConvertToFloat32()))
 		acc1 = acc1.Add(d1.Mul(i1.ConvertToFloat32()))
+		wb = unsafe.Add(wb, 64+8*64)
+		xb = unsafe.Add(xb, 32)
 	}
 	acc0.Store((*[8]float32)(y))
 	acc1.Store((*[8]float32)(unsafe.Add(y, 32)))
@@ -308,10 +321,10 @@ func mmQ6_K(y, qx, dx, sx, w unsafe.Pointer, nb int) {
 	var sc16 [16][16]int16
 	var corr [8]int32
 	sp16 := unsafe.Pointer(&sc16[0][0])
-	for h := uintptr(0); h < 2; h++ {
-		yh := unsafe.Add(y, 32*h)
-		*(*[8]float32)(yh) = [8]float32{}
-		for b := 0; b < nb; b++ {
+	*(*[16]float32)(y) = [16]float32{}
+	for b := 0; b < nb; b++ {
+		for h := uintptr(0); h < 2; h++ {
+			yh := unsafe.Add(y, 32*h)
 			wb := unsafe.Add(w, uintptr(b)*3392+32*h)
 			q6Scales(sp16, &corr, unsafe.Add(w, uintptr(b)*3392+64+8*h), unsafe.Add(sx, uintptr(b)*64))
 			m0f := archsimd.BroadcastUint8x32(0x0f)
