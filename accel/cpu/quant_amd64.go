@@ -204,29 +204,26 @@ func mmQ8_0(y, qx, dx, sx, w unsafe.Pointer, nb int) {
 // each pair of sub-blocks' nibbles against x (int16 sums of eight pairs, as
 // Q4_0), folded to int32 and times the sub-blocks' 6-bit scales in one
 // VPMADDWD against each scale repeated in both 16-bit halves of its
-// output's lane (sc16) into A; the mins times x's sums of 32 into B; then
-// (d·dx)·A - (dmin·dx)·B added to the output's float32 sum, kept in y
-// (cleared first: 0 + t is t, as in a register). The scales and B are made
-// by q4KScales, and the shifts have immediate counts: with a scale and a
-// count register the compiler spilled half the sums on every vector.
+// output's lane (VPSHUFB, VPMOVSXBW) into A; the mins times x's sums of
+// 32 into B; then (d·dx)·A - (dmin·dx)·B added to the output's float32
+// sum, kept in y (cleared first: 0 + t is t, as in a register). The shifts
+// have immediate counts and the index vectors are loaded where they are
+// used: with a scale, a count and index registers the compiler spilled half
+// the sums on every vector.
 //
 //go:noinline
 //go:norace
 //go:nocheckptr
 func mmQ4_K(y, qx, dx, sx, w unsafe.Pointer, nb int) {
-	var sc16 [16][16]int16 // sub-block s, half h at 2s+h
-	var bm [2][8]int32
-	sp16 := unsafe.Pointer(&sc16[0][0])
 	*(*[16]float32)(y) = [16]float32{}
 	for b := 0; b < nb; b++ {
 		wb := unsafe.Add(w, uintptr(b)*2432)
-		q4KScales(sp16, &bm, wb, unsafe.Add(sx, uintptr(b)*64))
 		m0f := archsimd.BroadcastUint8x32(0x0f)
 		A0 := archsimd.BroadcastInt32x8(0)
 		A1 := A0
 		pv := unsafe.Add(wb, 384)
 		px := unsafe.Add(qx, uintptr(b)*256)
-		ps := sp16
+		ps := unsafe.Add(wb, 128) // sub-block s's scales at 16s, one byte per output
 		for c := 0; c < 4; c++ {
 			// The first group starts the sums.
 			u0 := archsimd.LoadUint8x32((*[32]uint8)(pv))
@@ -251,48 +248,33 @@ func mmQ4_K(y, qx, dx, sx, w unsafe.Pointer, nb int) {
 				px = unsafe.Add(px, 4)
 			}
 			px = unsafe.Add(px, 32)
-			A0 = A0.Add(l0.DotProductPairs(archsimd.LoadInt16x16((*[16]int16)(ps))))
-			A0 = A0.Add(h0.DotProductPairs(archsimd.LoadInt16x16((*[16]int16)(unsafe.Add(ps, 64)))))
-			A1 = A1.Add(l1.DotProductPairs(archsimd.LoadInt16x16((*[16]int16)(unsafe.Add(ps, 32)))))
-			A1 = A1.Add(h1.DotProductPairs(archsimd.LoadInt16x16((*[16]int16)(unsafe.Add(ps, 96)))))
-			ps = unsafe.Add(ps, 128)
+			sl := archsimd.LoadInt8x16((*[16]int8)(ps))
+			sh := archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(ps, 16)))
+			A0 = A0.Add(l0.DotProductPairs(sl.PermuteOrZero(archsimd.LoadInt8x16(&q6Dup)).ExtendToInt16()))
+			A0 = A0.Add(h0.DotProductPairs(sh.PermuteOrZero(archsimd.LoadInt8x16(&q6Dup)).ExtendToInt16()))
+			A1 = A1.Add(l1.DotProductPairs(sl.PermuteOrZero(archsimd.LoadInt8x16(&q4Dup8)).ExtendToInt16()))
+			A1 = A1.Add(h1.DotProductPairs(sh.PermuteOrZero(archsimd.LoadInt8x16(&q4Dup8)).ExtendToInt16()))
+			ps = unsafe.Add(ps, 32)
+		}
+		// B: the mins times x's sums of each sub-block.
+		sb := unsafe.Add(sx, uintptr(b)*64)
+		var b0, b1 archsimd.Int32x8
+		for s := uintptr(0); s < 8; s++ {
+			bs := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sb, 8*s)) + *(*int32)(unsafe.Add(sb, 8*s+4)))
+			ml := unsafe.Add(wb, 256+16*s)
+			b0 = b0.Add(archsimd.LoadInt8x16((*[16]int8)(ml)).ExtendLo8ToInt32().Mul(bs))
+			b1 = b1.Add(archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(ml, 8))).ExtendLo8ToInt32().Mul(bs))
 		}
 		dxv := archsimd.BroadcastFloat32x8(*(*float32)(unsafe.Add(dx, uintptr(b)*4)))
 		d0 := archsimd.LoadFloat32x8((*[8]float32)(wb)).Mul(dxv)
 		n0 := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(wb, 64))).Mul(dxv)
 		y0 := (*[8]float32)(y)
-		archsimd.LoadFloat32x8(y0).Add(d0.Mul(A0.ConvertToFloat32()).Sub(n0.Mul(archsimd.LoadInt32x8(&bm[0]).ConvertToFloat32()))).Store(y0)
+		archsimd.LoadFloat32x8(y0).Add(d0.Mul(A0.ConvertToFloat32()).Sub(n0.Mul(b0.ConvertToFloat32()))).Store(y0)
 		d1 := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(wb, 32))).Mul(dxv)
 		n1 := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(wb, 96))).Mul(dxv)
 		y1 := (*[8]float32)(unsafe.Add(y, 32))
-		archsimd.LoadFloat32x8(y1).Add(d1.Mul(A1.ConvertToFloat32()).Sub(n1.Mul(archsimd.LoadInt32x8(&bm[1]).ConvertToFloat32()))).Store(y1)
+		archsimd.LoadFloat32x8(y1).Add(d1.Mul(A1.ConvertToFloat32()).Sub(n1.Mul(b1.ConvertToFloat32()))).Store(y1)
 	}
-	archsimd.ClearAVXUpperBits()
-}
-
-// q4KScales writes one Q4_K super-block's sc16 (for each sub-block s and
-// half h, at 2s+h, the half's eight 6-bit scales each repeated in both
-// 16-bit halves of its output's lane) and B = Σ_s m_s·(Σx of sub-block s)
-// per half, from the super-block's panel at wb and x's sums of 16 at sb.
-//
-//go:noinline
-//go:norace
-//go:nocheckptr
-func q4KScales(sc16 unsafe.Pointer, bm *[2][8]int32, wb, sb unsafe.Pointer) {
-	dup := archsimd.LoadInt8x16(&q6Dup)
-	dup8 := archsimd.LoadInt8x16(&q4Dup8)
-	var b0, b1 archsimd.Int32x8
-	for s := uintptr(0); s < 8; s++ {
-		v := archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(wb, 128+16*s)))
-		v.PermuteOrZero(dup).ExtendToInt16().Store((*[16]int16)(unsafe.Add(sc16, 64*s)))
-		v.PermuteOrZero(dup8).ExtendToInt16().Store((*[16]int16)(unsafe.Add(sc16, 64*s+32)))
-		bs := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sb, 8*s)) + *(*int32)(unsafe.Add(sb, 8*s+4)))
-		ml := unsafe.Add(wb, 256+16*s)
-		b0 = b0.Add(archsimd.LoadInt8x16((*[16]int8)(ml)).ExtendLo8ToInt32().Mul(bs))
-		b1 = b1.Add(archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(ml, 8))).ExtendLo8ToInt32().Mul(bs))
-	}
-	b0.Store(&bm[0])
-	b1.Store(&bm[1])
 	archsimd.ClearAVXUpperBits()
 }
 
