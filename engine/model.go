@@ -24,6 +24,10 @@ type ModelInfo struct {
 	// is what one forward reads, for roofline figures).
 	Params      int64
 	WeightBytes int64
+	// ReadBytes is how many of WeightBytes one batch-1 forward reads: a
+	// token embedding that is only gathered (not the classifier too)
+	// counts its one row. 0 means WeightBytes.
+	ReadBytes int64
 }
 
 // Model is the engine's view of a model: it declares its walks' graph

@@ -27,7 +27,8 @@ func init() {
 type BenchReport struct {
 	Model       string `json:"model"`        // model name
 	Params      int64  `json:"params"`       // parameters
-	WeightBytes int64  `json:"weight_bytes"` // bytes of weights one forward reads
+	WeightBytes int64  `json:"weight_bytes"` // bytes of weights on the device
+	ReadBytes   int64  `json:"read_bytes"`   // of them, what one batch-1 forward reads
 	Weights     string `json:"weights"`      // f32 or bf16
 	Device      string `json:"device"`       // device the steps ran on
 	// MemoryBandwidth is the host memory read bandwidth the bench measured
@@ -137,11 +138,14 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	info := m.Info()
-	rep := BenchReport{Model: info.Name, Params: info.Params, WeightBytes: info.WeightBytes, Weights: df.weights,
+	rep := BenchReport{Model: info.Name, Params: info.Params, WeightBytes: info.WeightBytes, ReadBytes: info.ReadBytes, Weights: df.weights,
 		Device: dev.Info().String(), Capture: BenchCapture{Seconds: time.Since(t0).Seconds(), Buckets: len(e.Runner().Buckets())}}
 	// The roofline compares the weights' read rate with the host's memory
 	// bandwidth, whatever the device: cpu.ReadBandwidth measures the host's.
 	rep.MemoryBandwidth = cpu.ReadBandwidth(0)
+	if rep.ReadBytes == 0 {
+		rep.ReadBytes = rep.WeightBytes
+	}
 	for _, bs := range sizes {
 		row := BenchRow{BatchSize: bs}
 		ea, err := e.BenchDecode(ctx, bs, *warmup, *steps, *maxTime, true)
@@ -184,7 +188,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	for _, r := range rep.Rows {
 		if r.BatchSize == 1 && r.ReplayStep > 0 {
-			bw := float64(info.WeightBytes) / (float64(r.ReplayStep) / 1e9)
+			bw := float64(rep.ReadBytes) / (float64(r.ReplayStep) / 1e9)
 			rep.Roofline = &BenchRoof{WeightBytesPerS: bw, Fraction: bw / rep.MemoryBandwidth, LastLevelCache: lastLevelCache()}
 		}
 	}
@@ -412,10 +416,14 @@ func printBench(w io.Writer, r BenchReport) {
 		}
 	}
 	if rf := r.Roofline; rf != nil {
-		if rf.LastLevelCache > 0 && r.WeightBytes <= rf.LastLevelCache {
+		read := r.ReadBytes
+		if read == 0 {
+			read = r.WeightBytes
+		}
+		if rf.LastLevelCache > 0 && read <= rf.LastLevelCache {
 			fmt.Fprintf(w, "\nbatch 1 replayed: weights read at %.2f GB/s; the weights (%s) fit in the CPU's last-level cache (%s),\n"+
 				"so they are read from the cache, not memory: no memory roofline applies (%.0f%% of the memory bandwidth)\n",
-				rf.WeightBytesPerS/1e9, humanBytes(r.WeightBytes), humanBytes(rf.LastLevelCache), 100*rf.Fraction)
+				rf.WeightBytesPerS/1e9, humanBytes(read), humanBytes(rf.LastLevelCache), 100*rf.Fraction)
 		} else {
 			fmt.Fprintf(w, "\nbatch 1 replayed: weights read at %.2f GB/s, %.0f%% of the measured bandwidth\n", rf.WeightBytesPerS/1e9, 100*rf.Fraction)
 		}

@@ -79,6 +79,7 @@ type Model struct {
 	bufs    []accel.Buffer
 	params  int64
 	wbytes  int64
+	rbytes  int64 // of wbytes, what one batch-1 forward reads (Info's ReadBytes)
 	aliased int64 // of wbytes, read in place from the source's host memory
 	configs []*graph.Config
 	regions []engine.Region
@@ -272,6 +273,13 @@ func NewFrom(dev accel.Device, s accel.Stream, ws Weights, opts Options) (*Model
 	}
 	m.wbytes += fb.Len()
 	m.freqs = accel.Tensor{Buf: fb, DType: accel.F32, Rows: 1, Cols: len(freqs)}
+	// An untied embedding is a row gather: one row of it is read per token,
+	// not the table (at 1B, 262 MB of float32 that a roofline would count
+	// as read on every step).
+	m.rbytes = m.wbytes
+	if !cfg.TiedEmbeddings {
+		m.rbytes -= m.emb.Buf.Len() - m.emb.DType.RowBytes(d)
+	}
 	if u, ok := ws.(interface{ Unused() []string }); ok {
 		if names := u.Unused(); len(names) > 0 {
 			return fail(fmt.Errorf("llama: %s: tensor %q (and %d more) is not part of the %s architecture reprise implements", ws.Path(), names[0], len(names)-1, cfg.Arch))
@@ -352,7 +360,7 @@ func (m *Model) InPlaceBytes() int64 { return m.aliased }
 // Info implements engine.Model.
 func (m *Model) Info() engine.ModelInfo {
 	return engine.ModelInfo{Name: m.opts.Name, Layers: m.cfg.Layers, KVHeads: m.cfg.KVHeads, HeadSize: m.cfg.HeadSize(),
-		Vocab: m.cfg.Vocab, MaxSeq: m.cfg.SeqLen, StopTokens: m.opts.StopTokens, Params: m.params, WeightBytes: m.wbytes}
+		Vocab: m.cfg.Vocab, MaxSeq: m.cfg.SeqLen, StopTokens: m.opts.StopTokens, Params: m.params, WeightBytes: m.wbytes, ReadBytes: m.rbytes}
 }
 
 func (m *Model) graphConfigs() []*graph.Config {

@@ -41,6 +41,16 @@ func TestWeightBytes(t *testing.T) {
 			if got, want := weightBytes(FromLlama2c(ck.Config), dt), m.Info().WeightBytes; got != want {
 				t.Errorf("%v %s: weightBytes %d, uploaded %d", src, dt, got, want)
 			}
+			// A forward reads all of a shared embedding (it is the
+			// classifier too), one row of one that is only gathered.
+			cfg := m.Config()
+			want := m.Info().WeightBytes
+			if !cfg.TiedEmbeddings {
+				want -= m.emb.Buf.Len() - m.emb.DType.RowBytes(cfg.Dim)
+			}
+			if got := m.Info().ReadBytes; got != want || got <= 0 {
+				t.Errorf("%v %s: read bytes %d, want %d (weights %d)", src, dt, got, want, m.Info().WeightBytes)
+			}
 			m.Close()
 		}
 	}
