@@ -5,6 +5,7 @@ package cpu
 import (
 	"os"
 	"simd/archsimd"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/reprise-ml/reprise/accel"
@@ -304,8 +305,20 @@ func mmQ6_K(y, qx, dx, sx, w unsafe.Pointer, nb int) {
 	var corr [8]int32
 	sp16 := unsafe.Pointer(&sc16[0][0])
 	*(*[16]float32)(y) = [16]float32{}
+	var touched uint32
 	for b := 0; b < nb; b++ {
 		for h := uintptr(0); h < 2; h++ {
+			// Read ahead: one word of each cache line of super-block b+2,
+			// in memory order, half of them in each half's pass. The
+			// kernel reads three streams 1 KiB apart at once, which the
+			// hardware prefetchers follow poorly from memory (a 2048x32000
+			// panel set, 54 MB, read at a third of Q4_0's rate).
+			if b+2 < nb {
+				nx := unsafe.Add(w, uintptr(b+2)*3392+h*1728)
+				for l := uintptr(0); l < 1664; l += 64 {
+					touched += *(*uint32)(unsafe.Add(nx, l))
+				}
+			}
 			yh := unsafe.Add(y, 32*h)
 			wb := unsafe.Add(w, uintptr(b)*3392+32*h)
 			q6Scales(sp16, &corr, unsafe.Add(w, uintptr(b)*3392+64+8*h), unsafe.Add(sx, uintptr(b)*64))
@@ -340,8 +353,12 @@ func mmQ6_K(y, qx, dx, sx, w unsafe.Pointer, nb int) {
 			archsimd.LoadFloat32x8((*[8]float32)(yh)).Add(d.Mul(A.ConvertToFloat32())).Store((*[8]float32)(yh))
 		}
 	}
+	readAhead.Add(touched)
 	archsimd.ClearAVXUpperBits()
 }
+
+// readAhead keeps the read-ahead loads (their sum is kept, never used).
+var readAhead atomic.Uint32
 
 // q6Scales writes one Q6_K super-block half's sc16 (each sub-block's eight
 // scales, each repeated in both 16-bit halves of its output's lane) from
