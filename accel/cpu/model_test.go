@@ -42,6 +42,7 @@ type decoder struct {
 	sh         modelShape
 	T, R       int // tokens and rows of the step
 	emb, final accel.Tensor
+	cls        accel.Tensor // the classifier: emb, or (quantized weights) a Q6_K matrix as in llama.cpp's files
 	layers     []decLayer
 	kc, vc     []accel.Tensor
 	toks, rows accel.Tensor
@@ -136,6 +137,7 @@ func newDecoder(tb testing.TB, e *acceltest.Env, sh modelShape, wdt accel.DType,
 		})
 	}
 	m.final = ones(sh.dim)
+	m.cls = m.emb
 	ppr := (ctx + testPage - 1) / testPage
 	slots := R * ppr * testPage
 	for i := 0; i < sh.layers; i++ {
@@ -163,6 +165,9 @@ func newDecoder(tb testing.TB, e *acceltest.Env, sh modelShape, wdt accel.DType,
 	}
 	m.toks, m.rows, m.pos, m.slots = e.I32(toks, 1, T), e.I32(rows, 1, T), e.I32(pos, 1, T), e.I32(sl, 1, T)
 	m.pages, m.last = e.I32(pages, R, ppr), e.I32(last, 1, R)
+	if wdt.BlockSize() > 1 && sh.dim%accel.Q6_K.BlockSize() == 0 {
+		m.cls = up(sh.vocab, sh.dim, 1/math.Sqrt(float64(sh.dim)), accel.Q6_K)
+	}
 	m.next = e.Zeros(accel.I32, 1, R)
 	m.logits = e.Zeros(accel.F32, R, sh.vocab)
 	return m
@@ -206,7 +211,7 @@ func (m *decoder) forward(l *accel.Launcher) error {
 	l.RMSNorm(x, x, m.final, 1e-5)
 	lx := l.Alloc(accel.F32, R, sh.dim)
 	l.GatherRows(lx, x, m.last)
-	l.MatMul(m.logits, lx, m.emb)
+	l.MatMul(m.logits, lx, m.cls)
 	l.Argmax(m.next, m.logits)
 	l.Free(x, lx)
 	return l.Err()

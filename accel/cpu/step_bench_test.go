@@ -93,8 +93,9 @@ func BenchmarkRoofline(b *testing.B) {
 
 // BenchmarkStepQuant times the 25M shape's decode step (batch 1 and 64,
 // replayed) and its 512-token prefill (replayed) with quantized weights
-// (the embedding and classifier stay float32; Q4_K's and Q6_K's w2, whose
-// 1376 inputs are not whole super-blocks, is Q4_0), with the elementwise and
+// (the embedding stays float32 and the classifier is Q6_K, as in
+// llama.cpp's files; Q4_K's and Q6_K's w2, whose 1376 inputs are not whole
+// super-blocks, is Q4_0), with the elementwise and
 // attention kernels in plain Go (/go) and on each vector set this CPU runs
 // (the quantized matmul kernels on in both).
 // `GOEXPERIMENT=simd go test -run XXX -bench StepQuant ./accel/cpu`

@@ -1,0 +1,45 @@
+//go:build goexperiment.simd && amd64
+
+package cpu
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+)
+
+// BenchmarkQuantMatMulRow times the one-row quantized kernels (batch-1
+// decode) over a whole matrix on one thread, x's quantization left out:
+// 768x2048 and 2048x768 stay in L2/L3 between runs, 2048x32000 (a 1B
+// classifier, 39-74 MB packed) streams from memory. wGB/s is the packed
+// weights' bytes per second of the fastest run (steadier than the mean on
+// a shared machine).
+// `GOEXPERIMENT=simd go test -run XXX -bench QuantMatMulRow ./accel/cpu`
+func BenchmarkQuantMatMulRow(b *testing.B) {
+	if !quantVecBuilt {
+		b.Skip("no quantized vector kernels here")
+	}
+	r := rand.New(rand.NewPCG(1, 2))
+	for _, sh := range [][2]int{{768, 2048}, {2048, 768}, {2048, 32000}} {
+		for _, dt := range quantDTypes {
+			in, out := sh[0], sh[1]
+			b.Run(fmt.Sprintf("%s/%dx%d", dt, in, out), func(b *testing.B) {
+				c, _, _ := quantCall(b, r, dt, 1, out, in)
+				p := packWeights(c.o[2])
+				k := &kctx{}
+				quantizeActs(&k.qa, c.o[1].f32(), in, 0, 1, kBlocks(dt))
+				units := (out + panelWidth - 1) / panelWidth
+				best := time.Duration(1<<63 - 1)
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					t0 := time.Now()
+					runMatMulQuantVec(c, &k.qa, p, 0, units, 0, 1, k)
+					best = min(best, time.Since(t0))
+				}
+				b.ReportMetric(float64(len(p.data))/best.Seconds()/1e9, "wGB/s")
+				b.ReportMetric(float64(best.Nanoseconds())/1e3, "min-µs")
+			})
+		}
+	}
+}

@@ -1,0 +1,53 @@
+package cpu
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/reprise-ml/reprise/accel"
+	"github.com/reprise-ml/reprise/accel/acceltest"
+)
+
+// shape110M is the synthetic 110M model's shape (llama2.c's stories110M).
+var shape110M = modelShape{"110M", 768, 2048, 12, 12, 12, 32000}
+
+// BenchmarkStep110MQuant times the batch-1 decode step of the 110M shape
+// (context 64) with quantized weights and a Q6_K classifier, as in
+// llama.cpp's Q8_0, Q4_0 and Q4_K files, eager and replayed, on one and on
+// two threads: µs/step is the mean, min-µs/step the fastest step (steadier
+// on a shared machine). `go test -bench StepQuant -run func BenchmarkStep110MQuant(b *testing.B) {X ./accel/cpu`
+func BenchmarkStep110MQuant(b *testing.B) {
+	for _, wdt := range []accel.DType{accel.Q8_0, accel.Q4_0, accel.Q4_K} {
+		for _, th := range []int{1, 2} {
+			for _, mode := range []string{"eager", "replay"} {
+				b.Run(fmt.Sprintf("%s/%s/threads%d/%s", shape110M.name, wdt, th, mode), func(b *testing.B) {
+					e := acceltest.Open(b, "cpu", accel.Options{Threads: th})
+					d := newDecoder(b, e, shape110M, wdt, 1, 1, 64)
+					var ex accel.Exec
+					step := func() {
+						if ex != nil {
+							d.replay(b, ex)
+						} else {
+							d.eager(b)
+						}
+					}
+					if mode == "replay" {
+						ex = d.capture(b)
+					}
+					step()
+					times := make([]time.Duration, 0, b.N)
+					b.ResetTimer()
+					for i := 0; i < b.N; i++ {
+						t0 := time.Now()
+						step()
+						times = append(times, time.Since(t0))
+					}
+					b.ReportMetric(b.Elapsed().Seconds()/float64(b.N)*1e6, "µs/step")
+					b.ReportMetric(float64(slices.Min(times).Nanoseconds())/1e3, "min-µs/step")
+				})
+			}
+		}
+	}
+}
