@@ -135,6 +135,51 @@ func TestScheduleBarriers(t *testing.T) {
 	}
 }
 
+// TestScheduleSteal: a replay whose second worker never comes (one
+// goroutine runs the whole schedule, claiming the other's slots itself)
+// gives the eager launch's bits, as do the two workers after it.
+func TestScheduleSteal(t *testing.T) {
+	for _, sc := range []struct {
+		sh   modelShape
+		wdt  accel.DType
+		T, R int
+	}{{shapeStories, accel.F32, 1, 1}, {shapeMixed, accel.F32, 3, 3}, {shape25M, accel.Q4_0, 1, 1}} {
+		e := acceltest.Open(t, "cpu", accel.Options{Threads: 2})
+		d := newDecoder(t, e, sc.sh, sc.wdt, sc.T, sc.R, 20)
+		d.eager(t)
+		want := e.ReadF32(d.logits)
+		ex := d.capture(t)
+		d.replay(t, ex) // the first launch prepares the executable
+		s := ex.(*exec).cur.Load().sched
+		if s == nil {
+			t.Fatalf("%s: no schedule on two threads", sc.sh.name)
+		}
+		dev := e.Dev.(*Device)
+		for rep := 0; rep < 2; rep++ {
+			e.Zero(d.logits)
+			if err := e.S.Synchronize(); err != nil {
+				t.Fatal(err)
+			}
+			dev.work.busy.Lock() // no published job: worker 1 never runs
+			s.job.epoch.Store(s.runs)
+			s.runAll(&s.job, 0, &kctx{d: dev})
+			s.runs++
+			dev.work.busy.Unlock()
+			if f := s.job.fault.Load(); f != nil {
+				t.Fatal(f.v)
+			}
+			if i, ok := bitsEqual(e.ReadF32(d.logits), want); !ok {
+				t.Fatalf("%s, one goroutine, run %d: logit %d differs", sc.sh.name, rep, i)
+			}
+			e.Zero(d.logits)
+			d.replay(t, ex)
+			if i, ok := bitsEqual(e.ReadF32(d.logits), want); !ok {
+				t.Fatalf("%s, replay after it %d: logit %d differs", sc.sh.name, rep, i)
+			}
+		}
+	}
+}
+
 // TestReplayAllocs: a replay allocates nothing, on the host or on the
 // device's goroutines (after the first, which packs the weights).
 func TestReplayAllocs(t *testing.T) {

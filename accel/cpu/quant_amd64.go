@@ -207,7 +207,8 @@ func mmQ8_0(y, qx, dx, sx, w unsafe.Pointer, nb int) {
 // VPMADDWD against each scale repeated in both 16-bit halves of its
 // output's lane (VPSHUFB, VPMOVSXBW) into A; the mins times x's sums of
 // 32 into B; then (d·dx)·A - (dmin·dx)·B added to the output's float32
-// sum, kept in y (cleared first: 0 + t is t, as in a register). The shifts
+// sum, kept in a stack array (cleared: 0 + t is t, as in a register) and
+// stored to y at the end. The shifts
 // have immediate counts and the index vectors are loaded where they are
 // used: with a scale, a count and index registers the compiler spilled half
 // the sums on every vector.
@@ -216,7 +217,11 @@ func mmQ8_0(y, qx, dx, sx, w unsafe.Pointer, nb int) {
 //go:norace
 //go:nocheckptr
 func mmQ4_K(y, qx, dx, sx, w unsafe.Pointer, nb int) {
-	*(*[16]float32)(y) = [16]float32{}
+	// The sums are kept in acc, y written once at the end: a one-panel
+	// matmul is replicated on every worker (schedule.go), which write y
+	// at once, and each must only ever store the finished bits.
+	var acc [16]float32
+	ya := unsafe.Pointer(&acc[0])
 	for b := 0; b < nb; b++ {
 		wb := unsafe.Add(w, uintptr(b)*2432)
 		m0f := archsimd.BroadcastUint8x32(0x0f)
@@ -269,13 +274,15 @@ func mmQ4_K(y, qx, dx, sx, w unsafe.Pointer, nb int) {
 		dxv := archsimd.BroadcastFloat32x8(*(*float32)(unsafe.Add(dx, uintptr(b)*4)))
 		d0 := archsimd.LoadFloat32x8((*[8]float32)(wb)).Mul(dxv)
 		n0 := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(wb, 64))).Mul(dxv)
-		y0 := (*[8]float32)(y)
+		y0 := (*[8]float32)(ya)
 		archsimd.LoadFloat32x8(y0).Add(d0.Mul(A0.ConvertToFloat32()).Sub(n0.Mul(b0.ConvertToFloat32()))).Store(y0)
 		d1 := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(wb, 32))).Mul(dxv)
 		n1 := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(wb, 96))).Mul(dxv)
-		y1 := (*[8]float32)(unsafe.Add(y, 32))
+		y1 := (*[8]float32)(unsafe.Add(ya, 32))
 		archsimd.LoadFloat32x8(y1).Add(d1.Mul(A1.ConvertToFloat32()).Sub(n1.Mul(b1.ConvertToFloat32()))).Store(y1)
 	}
+	archsimd.LoadFloat32x8((*[8]float32)(ya)).Store((*[8]float32)(y))
+	archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(ya, 32))).Store((*[8]float32)(unsafe.Add(y, 32)))
 	archsimd.ClearAVXUpperBits()
 }
 
@@ -291,8 +298,8 @@ var q4Dup8 = [16]int8{8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15
 // its scale repeated in both 16-bit halves of each output's lane (sc16,
 // made once per super-block half), and 32·Σ_s sc_s·Σx_s is taken out once:
 // A = Σ_s sc_s·(Σ q·x - 32·Σx), the same integer whatever the order; then
-// (d·dx)·A added to the output's float32 sum, which is kept in y (cleared
-// first: 0 + t is t, as in a register). The scales go through memory and
+// (d·dx)·A added to the output's float32 sum, which is kept in a stack
+// array (cleared: 0 + t is t, as in a register) and stored to y at the end. The scales go through memory and
 // the loops end on pointers so that the sums stay in registers (written
 // with a scale register per sub-block and per-lane shifts, the compiler
 // spilled and reloaded most of them on every group).
@@ -304,7 +311,9 @@ func mmQ6_K(y, qx, dx, sx, w unsafe.Pointer, nb int) {
 	var sc16 [16][16]int16
 	var corr [8]int32
 	sp16 := unsafe.Pointer(&sc16[0][0])
-	*(*[16]float32)(y) = [16]float32{}
+	// The sums are kept in acc, y written once at the end (see mmQ4_K).
+	var acc [16]float32
+	ya := unsafe.Pointer(&acc[0])
 	var touched uint32
 	for b := 0; b < nb; b++ {
 		for h := uintptr(0); h < 2; h++ {
@@ -319,7 +328,7 @@ func mmQ6_K(y, qx, dx, sx, w unsafe.Pointer, nb int) {
 					touched += *(*uint32)(unsafe.Add(nx, l))
 				}
 			}
-			yh := unsafe.Add(y, 32*h)
+			yh := unsafe.Add(ya, 32*h)
 			wb := unsafe.Add(w, uintptr(b)*3392+32*h)
 			q6Scales(sp16, &corr, unsafe.Add(w, uintptr(b)*3392+64+8*h), unsafe.Add(sx, uintptr(b)*64))
 			m0f := archsimd.BroadcastUint8x32(0x0f)
@@ -353,6 +362,8 @@ func mmQ6_K(y, qx, dx, sx, w unsafe.Pointer, nb int) {
 			archsimd.LoadFloat32x8((*[8]float32)(yh)).Add(d.Mul(A.ConvertToFloat32())).Store((*[8]float32)(yh))
 		}
 	}
+	archsimd.LoadFloat32x8((*[8]float32)(ya)).Store((*[8]float32)(y))
+	archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(ya, 32))).Store((*[8]float32)(unsafe.Add(y, 32)))
 	readAhead.Add(touched)
 	archsimd.ClearAVXUpperBits()
 }
