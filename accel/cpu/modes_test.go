@@ -180,6 +180,60 @@ func TestScheduleSteal(t *testing.T) {
 	}
 }
 
+// TestScheduleQuantOnePanel: a quantized matmul of one panel is not
+// replicated (its many-row kernels add into their outputs block by block,
+// so two workers on one panel would mix their sums), and its replays give
+// the eager bits.
+func TestScheduleQuantOnePanel(t *testing.T) {
+	e := acceltest.Open(t, "cpu", accel.Options{Threads: 2})
+	r := rand.New(rand.NewPCG(3, 4))
+	for _, dt := range quantDTypes {
+		const T, out, in = 4, 16, 256
+		c, xv, _ := quantCall(t, r, dt, T, out, in)
+		wb, err := e.Dev.Alloc(int64(len(c.o[2].b)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := accel.Upload(e.S, wb, c.o[2].b); err != nil {
+			t.Fatal(err)
+		}
+		w := accel.Tensor{Buf: wb, DType: dt, Rows: out, Cols: in}
+		x, y := e.F32(xv, T, in), e.Zeros(accel.F32, T, out)
+		fwd := func(l *accel.Launcher) error { l.MatMul(y, x, w); return l.Err() }
+		if err := fwd(accel.On(e.S)); err != nil {
+			t.Fatal(err)
+		}
+		want := e.ReadF32(y)
+		pool, err := e.Dev.NewPool()
+		if err != nil {
+			t.Fatal(err)
+		}
+		g, err := accel.Capture(e.S, pool, func() error { return fwd(accel.On(e.S)) })
+		if err != nil {
+			t.Fatal(err)
+		}
+		ex, err := g.Instantiate()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st := ex.(*exec).Schedule(); st.Replicated != 0 {
+			t.Errorf("%s: schedule %+v: a quantized matmul replicated", dt, st)
+		}
+		for rep := 0; rep < 20; rep++ {
+			e.Zero(y)
+			if err := ex.Launch(e.S); err != nil {
+				t.Fatal(err)
+			}
+			if i, ok := bitsEqual(e.ReadF32(y), want); !ok {
+				t.Fatalf("%s replay %d: element %d differs", dt, rep, i)
+			}
+		}
+		ex.Destroy()
+		g.Destroy()
+		pool.Release()
+	}
+}
+
 // TestReplayAllocs: a replay allocates nothing, on the host or on the
 // device's goroutines (after the first, which packs the weights).
 func TestReplayAllocs(t *testing.T) {

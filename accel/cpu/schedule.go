@@ -594,7 +594,7 @@ func (b *builder) single(kind itemKind, c *rcall, f *footprint, cost int, t *tas
 	if t != nil {
 		it.dst, it.src, it.dm, it.doff = t.dst, t.src, t.dm, t.doff
 	}
-	if cost <= replicateMax && !anyOverlap(f.w, f.r) {
+	if cost <= replicateMax && !anyOverlap(f.w, f.r) && replicable(c) {
 		it.rep = true
 		conflict := anyOverlap(f.w, b.rep)
 		for v := 0; v < b.W && !conflict; v++ {
@@ -624,6 +624,14 @@ func (b *builder) single(kind itemKind, c *rcall, f *footprint, cost int, t *tas
 		best = 0
 	}
 	b.add(best, it, f, cost)
+}
+
+// replicable reports whether every worker may run c's one piece at once:
+// the quantized matmuls' many-row kernels clear their outputs and add into
+// them block by block, so two workers running the same panel would mix
+// their partial sums. (Copies, c nil, write each byte once.)
+func replicable(c *rcall) bool {
+	return c == nil || c.op != accel.OpMatMul || c.o[2].dt.BlockSize() == 1
 }
 
 // copyMin is the size from which a copy node is split across the workers.
