@@ -63,18 +63,27 @@ func I32Bytes(v []int32) []byte {
 
 // BytesF32 decodes little-endian float32s.
 func BytesF32(b []byte) []float32 {
-	v := make([]float32, len(b)/4)
-	for i := range v {
-		v[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
+	return AppendBytesF32(make([]float32, 0, len(b)/4), b)
+}
+
+// AppendBytesF32 appends the little-endian float32s of b to v (a caller
+// that reads every step keeps v's storage).
+func AppendBytesF32(v []float32, b []byte) []float32 {
+	for i := 0; i+4 <= len(b); i += 4 {
+		v = append(v, math.Float32frombits(binary.LittleEndian.Uint32(b[i:])))
 	}
 	return v
 }
 
 // BytesI32 decodes little-endian int32s.
 func BytesI32(b []byte) []int32 {
-	v := make([]int32, len(b)/4)
-	for i := range v {
-		v[i] = int32(binary.LittleEndian.Uint32(b[4*i:]))
+	return AppendBytesI32(make([]int32, 0, len(b)/4), b)
+}
+
+// AppendBytesI32 appends the little-endian int32s of b to v.
+func AppendBytesI32(v []int32, b []byte) []int32 {
+	for i := 0; i+4 <= len(b); i += 4 {
+		v = append(v, int32(binary.LittleEndian.Uint32(b[i:])))
 	}
 	return v
 }

@@ -1,9 +1,7 @@
 package engine
 
 import (
-	"encoding/binary"
 	"fmt"
-	"math"
 	"strings"
 
 	"github.com/reprise-ml/reprise/accel"
@@ -122,8 +120,8 @@ func (e *Engine) readScores(s accel.Stream, key string, outs map[string]accel.Te
 	if err := s.Synchronize(); err != nil {
 		return err
 	}
-	sc.vals = decodeF32(sc.vals[:0], hv.Bytes())
-	sc.ids = decodeI32(sc.ids[:0], hi.Bytes())
+	sc.vals = accel.AppendBytesF32(sc.vals[:0], hv.Bytes())
+	sc.ids = accel.AppendBytesI32(sc.ids[:0], hi.Bytes())
 	sc.k = it.Cols
 	if sc.row == nil {
 		sc.row = make(map[int64]int, n)
@@ -143,21 +141,6 @@ func (sc *stepScores) close() {
 		_ = sc.dev.FreeHost(sc.host)
 	}
 	*sc = stepScores{}
-}
-
-// decodeF32 and decodeI32 append the little-endian values of b to v.
-func decodeF32(v []float32, b []byte) []float32 {
-	for i := 0; i+4 <= len(b); i += 4 {
-		v = append(v, math.Float32frombits(binary.LittleEndian.Uint32(b[i:])))
-	}
-	return v
-}
-
-func decodeI32(v []int32, b []byte) []int32 {
-	for i := 0; i+4 <= len(b); i += 4 {
-		v = append(v, int32(binary.LittleEndian.Uint32(b[i:])))
-	}
-	return v
 }
 
 // output is the Output of a token sampled for r in the last step: with
