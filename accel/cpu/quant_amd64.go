@@ -217,9 +217,10 @@ func mmQ8_0(y, qx, dx, sx, w unsafe.Pointer, nb int) {
 //go:norace
 //go:nocheckptr
 func mmQ4_K(y, qx, dx, sx, w unsafe.Pointer, nb int) {
-	// The sums are kept in acc, y written once at the end: a one-panel
-	// matmul is replicated on every worker (schedule.go), which write y
-	// at once, and each must only ever store the finished bits.
+	// The sums are kept in acc, y written once at the end, so that y only
+	// ever holds finished bits: schedule.go's replicable keeps a quantized
+	// matmul off the replicated path (where every worker would write y at
+	// once), and this kernel would stay right if that rule changed.
 	var acc [16]float32
 	ya := unsafe.Pointer(&acc[0])
 	for b := 0; b < nb; b++ {

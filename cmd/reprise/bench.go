@@ -416,10 +416,7 @@ func printBench(w io.Writer, r BenchReport) {
 		}
 	}
 	if rf := r.Roofline; rf != nil {
-		read := r.ReadBytes
-		if read == 0 {
-			read = r.WeightBytes
-		}
+		read := r.ReadBytes // runBench sets it, WeightBytes where the model gives none
 		if rf.LastLevelCache > 0 && read <= rf.LastLevelCache {
 			fmt.Fprintf(w, "\nbatch 1 replayed: weights read at %.2f GB/s; the weights (%s) fit in the CPU's last-level cache (%s),\n"+
 				"so they are read from the cache, not memory: no memory roofline applies (%.0f%% of the memory bandwidth)\n",

@@ -54,13 +54,13 @@ func TestPlanTable(t *testing.T) {
 // bench counts buckets in English and does not call weights read from the
 // cache a broken roofline.
 func TestBenchText(t *testing.T) {
-	rep := BenchReport{Model: "synthetic-6M", Params: 6_000_000, WeightBytes: 24 << 20, Weights: "f32", Device: "cpu:0 (test)",
+	rep := BenchReport{Model: "synthetic-6M", Params: 6_000_000, WeightBytes: 24 << 20, ReadBytes: 24 << 20, Weights: "f32", Device: "cpu:0 (test)",
 		MemoryBandwidth: 20e9, Capture: BenchCapture{Seconds: 1.5, Buckets: 1},
 		Rows:     []BenchRow{{BatchSize: 1, EagerStep: 2e6, ReplayStep: 1e6, Ratio: 2, EagerTokens: 500, ReplayTokens: 1000, GFLOPs: 12}},
 		Roofline: &BenchRoof{WeightBytesPerS: 25e9, Fraction: 1.25, LastLevelCache: 32 << 20}}
 	var b strings.Builder
 	printBench(&b, rep)
-	rep.Capture.Buckets, rep.Roofline.LastLevelCache, rep.WeightBytes = 3, 16<<20, 24<<20
+	rep.Capture.Buckets, rep.Roofline.LastLevelCache, rep.ReadBytes = 3, 16<<20, 24<<20
 	printBench(&b, rep)
 	golden(t, "bench_text.golden", b.String())
 	if strings.Contains(b.String(), "1 buckets") {
