@@ -368,51 +368,55 @@ func testKernels(t *testing.T, backend string) {
 
 	t.Run("LogProbs", func(t *testing.T) {
 		// A row of ties (ordered by token), a spread row, a row with one
-		// large logit, and a token outside the vocabulary.
-		R, V, K := 4, 300, 20
-		lv := Rand(r, R*V, 4)
-		for i := 0; i < V; i++ {
-			lv[i] = float32(i % 7)
-		}
-		lv[2*V+123] = 60
-		toks := []int32{5, 299, 123, 300}
-		vals, ids := e.Zeros(accel.F32, R, K+1), e.Zeros(accel.I32, R, K)
-		accel.On(e.S).LogProbs(vals, ids, e.F32(lv, R, V), e.I32(toks, 1, R), K)
-		gv, gi := e.ReadF32(vals), e.ReadI32(ids)
-		for row := 0; row < R; row++ {
-			x := lv[row*V : (row+1)*V]
-			m := slices.Max(x)
-			sum := 0.0
-			for _, v := range x {
-				sum += math.Exp(float64(v - m))
+		// large logit, and a token outside the vocabulary; a small
+		// vocabulary and one past 1024 (the CPU kernels keep their marks
+		// elsewhere there).
+		for _, V := range []int{300, 3000} {
+			R, K := 4, 20
+			lv := Rand(r, R*V, 4)
+			for i := 0; i < V; i++ {
+				lv[i] = float32(i % 7)
 			}
-			lp := func(i int) float64 { return float64(x[i]-m) - math.Log(sum) }
-			order := make([]int, V)
-			for i := range order {
-				order[i] = i
-			}
-			slices.SortStableFunc(order, func(a, b int) int {
-				switch {
-				case x[a] > x[b]:
-					return -1
-				case x[a] < x[b]:
-					return 1
+			lv[2*V+123] = 60
+			toks := []int32{5, int32(V - 1), 123, int32(V)}
+			vals, ids := e.Zeros(accel.F32, R, K+1), e.Zeros(accel.I32, R, K)
+			accel.On(e.S).LogProbs(vals, ids, e.F32(lv, R, V), e.I32(toks, 1, R), K)
+			gv, gi := e.ReadF32(vals), e.ReadI32(ids)
+			for row := 0; row < R; row++ {
+				x := lv[row*V : (row+1)*V]
+				m := slices.Max(x)
+				sum := 0.0
+				for _, v := range x {
+					sum += math.Exp(float64(v - m))
 				}
-				return 0
-			})
-			want0 := math.Inf(-1)
-			if toks[row] < int32(V) {
-				want0 = lp(int(toks[row]))
-			}
-			if got := float64(gv[row*(K+1)]); !(got == want0 || math.Abs(got-want0) <= 1e-5*max(1, math.Abs(want0))) {
-				t.Errorf("row %d: token %d lp %v, want %v", row, toks[row], got, want0)
-			}
-			for j := 0; j < K; j++ {
-				if int(gi[row*K+j]) != order[j] {
-					t.Fatalf("row %d: top %d is token %d, want %d (%v)", row, j, gi[row*K+j], order[j], gi[row*K:(row+1)*K])
+				lp := func(i int) float64 { return float64(x[i]-m) - math.Log(sum) }
+				order := make([]int, V)
+				for i := range order {
+					order[i] = i
 				}
-				if got, want := float64(gv[row*(K+1)+1+j]), lp(order[j]); math.Abs(got-want) > 1e-5*max(1, math.Abs(want)) {
-					t.Errorf("row %d: top %d lp %v, want %v", row, j, got, want)
+				slices.SortStableFunc(order, func(a, b int) int {
+					switch {
+					case x[a] > x[b]:
+						return -1
+					case x[a] < x[b]:
+						return 1
+					}
+					return 0
+				})
+				want0 := math.Inf(-1)
+				if toks[row] < int32(V) {
+					want0 = lp(int(toks[row]))
+				}
+				if got := float64(gv[row*(K+1)]); !(got == want0 || math.Abs(got-want0) <= 1e-5*max(1, math.Abs(want0))) {
+					t.Errorf("row %d: token %d lp %v, want %v", row, toks[row], got, want0)
+				}
+				for j := 0; j < K; j++ {
+					if int(gi[row*K+j]) != order[j] {
+						t.Fatalf("row %d: top %d is token %d, want %d (%v)", row, j, gi[row*K+j], order[j], gi[row*K:(row+1)*K])
+					}
+					if got, want := float64(gv[row*(K+1)+1+j]), lp(order[j]); math.Abs(got-want) > 1e-5*max(1, math.Abs(want)) {
+						t.Errorf("row %d: top %d lp %v, want %v", row, j, got, want)
+					}
 				}
 			}
 		}

@@ -101,10 +101,7 @@ func attnRun(c *rcall, h, t0, t1 int, k *kctx, vk *vecOps) {
 	ns := k.ns[:t1-t0]
 	nmax, valid := 0, 0
 	for t := t0; t < t1; t++ {
-		n, ok := attnValid(c, t)
-		if !ok {
-			n = 0
-		}
+		n, ok := attnValid(c, t) // n is 0 where !ok
 		ns[t-t0] = n
 		if ok {
 			nmax = max(nmax, n)

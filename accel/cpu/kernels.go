@@ -75,20 +75,21 @@ func init() {
 // goroutine running it (each pool worker and each stream has its own, so
 // kernels never allocate in steady state).
 type kctx struct {
-	d     *Device
-	att   []float32 // attention scores
-	offs  []int     // attention: each position's row offset in the cache
-	qb    []float32 // attention: the query broadcast for the vector kernel
-	kt    []float32 // attention: a sequence's keys transposed (attn_runs.go)
-	vb    []float32 // attention: a sequence's values in rows (attn_runs.go)
-	ns    []int     // attention: a run's context lengths (attn_runs.go)
-	rowv  []float32 // attention: each row's sum
-	rows4 [4][]float32
-	sums4 [4]float32
-	smp   sampleScratch
-	rope  []float32 // RoPE frequencies, cos and sin
-	tail  [4 * panelWidth]float32
-	qa    qacts // quantized matmul: this piece's rows of x, quantized
+	d       *Device
+	att     []float32 // attention scores
+	offs    []int     // attention: each position's row offset in the cache
+	qb      []float32 // attention: the query broadcast for the vector kernel
+	kt      []float32 // attention: a sequence's keys transposed (attn_runs.go)
+	vb      []float32 // attention: a sequence's values in rows (attn_runs.go)
+	ns      []int     // attention: a run's context lengths (attn_runs.go)
+	rowv    []float32 // attention: each row's sum
+	rows4   [4][]float32
+	sums4   [4]float32
+	smp     sampleScratch
+	rope    []float32 // RoPE frequencies, cos and sin
+	tail    [4 * panelWidth]float32
+	qa      qacts    // quantized matmul: this piece's rows of x, quantized
+	lpMarks []uint64 // log probabilities: the vector top k's marks (logprobs.go)
 }
 
 // splitMin is the work (in multiply-adds) below which an eager kernel runs on
@@ -690,6 +691,9 @@ func unitsAttention(c *rcall) (int, int) {
 // up once for all the heads of the piece. Eight-wide heads in pairs per KV
 // head (stories260K) take the vector kernels' attn8 path instead, which lays
 // its vectors across heads and positions (attn8_amd64.go) for the same bits.
+// A prefill step (some token's row in a run, hasRun) on a set with scoresT
+// takes runAttentionRuns (attn_runs.go): a sequence's keys transposed once
+// per head, the same chains.
 //
 //go:norace
 func runAttention(c *rcall, lo, hi int, k *kctx) {

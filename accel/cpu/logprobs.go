@@ -204,7 +204,7 @@ func topLPVec(row []float32, keys []uint64, marks []uint64) bool {
 // (sumExpLP): the sampled token's and the top k's.
 //
 //go:norace
-func runLogProbs(c *rcall, lo, hi int, _ *kctx) {
+func runLogProbs(c *rcall, lo, hi int, kc *kctx) {
 	vals, ids, logits, toks := c.o[0].f32(), c.o[1].i32(), c.o[2].f32(), c.o[3].i32()
 	v, k := c.o[2].cols, c.i[0]
 	// The list is worker-local, so the outputs are only ever written whole;
@@ -216,10 +216,19 @@ func runLogProbs(c *rcall, lo, hi int, _ *kctx) {
 		best, keys = make([]int32, 0, k), make([]uint64, 0, k)
 	}
 	best, keys = best[:k], keys[:k]
-	var mbuf [16]uint64 // vocabularies up to 1024
+	// The vector top k's marks: on the stack for vocabularies up to 1024,
+	// else in the worker's scratch (a step allocates nothing); the scalar
+	// path reads none.
+	var mbuf [16]uint64
 	marks := mbuf[:]
-	if w := (v + 63) / 64; w > len(mbuf) {
-		marks = make([]uint64, w)
+	if w := (v + 63) / 64; w > len(mbuf) && lpVecOn() {
+		if kc == nil {
+			kc = &kctx{}
+		}
+		if cap(kc.lpMarks) < w {
+			kc.lpMarks = make([]uint64, w)
+		}
+		marks = kc.lpMarks[:w]
 	}
 	for r := lo; r < hi; r++ {
 		row := logits[r*v : (r+1)*v]

@@ -52,7 +52,7 @@ func runPenalize(c *rcall, lo, hi int, _ *kctx) {
 func penalizeRow(y, x []float32, cr []int32, br []float32, rep, pres, freq float32, mask bool) {
 	f0 := freq * 0
 	cr, br, x = cr[:len(y)], br[:len(y)], x[:len(y)]
-	if penVecOn() {
+	if lpVecOn() {
 		for b := 0; b < len(y); b += 64 {
 			e := min(len(y), b+64)
 			for m := penalizeShortVec(y[b:e], x[b:e], cr[b:e], br[b:e], f0); m != 0; m &= m - 1 {
@@ -89,7 +89,7 @@ const minPMargin = 1e-9
 //
 //go:norace
 func minPRow(y []float32, minP, t float32) {
-	vec := penVecOn()
+	vec := lpVecOn()
 	m, ok := float32(0), false
 	if vk := simdOps(); vec && vk != nil {
 		m, ok = vk.max(y)

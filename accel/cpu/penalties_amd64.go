@@ -10,8 +10,6 @@ import (
 // The penalty pass's AVX2 kernels (penalties.go), run where the log
 // probabilities' are (lpVecOn), with the plain Go's bits.
 
-func penVecOn() bool { return lpVecOn() }
-
 // penalizeShortVec sets y[j] = (x[j] + b[j]) - f0 for every j (at most 64)
 // whose count word c[j] is 0, and marks the others, whose y[j] it sets to
 // x[j] (y may be x: Penalize then still reads the logit).
