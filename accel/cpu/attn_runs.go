@@ -111,19 +111,7 @@ func attnRun(c *rcall, h, t0, t1 int, k *kctx, vk *vecOps) {
 	if valid == 0 {
 		return
 	}
-	if cap(k.offs) < nmax {
-		k.offs = make([]int, 0, max(nmax, 1024))
-	}
-	offs := k.offs[:nmax]
-	pt := pages[int(rows[t0])*ppr : (int(rows[t0])+1)*ppr]
-	maxOff := 0
-	for p, pg := 0, 0; p < nmax; pg++ {
-		base := int(pt[pg]) * page
-		for j := 0; j < page && p < nmax; j, p = j+1, p+1 {
-			offs[p] = (base + j) * kvd
-		}
-		maxOff = max(maxOff, offs[p-1])
-	}
+	offs, maxOff := cacheOffs(k, pages[int(rows[t0])*ppr:(int(rows[t0])+1)*ppr], nmax, page, kvd)
 	if maxOff+koff+hd > len(kc) || maxOff+koff+hd > len(vc) {
 		panic("cpu: attention: a cache row out of range")
 	}
@@ -255,16 +243,7 @@ func attnGroup(c *rcall, h int, ts, ns []int, stride int, kt, vb []float32, scal
 			continue
 		}
 		nmin = min(nmin, n)
-		m, ok := vk.max(S[i])
-		if !ok {
-			m = S[i][0]
-			for _, v := range S[i][1:] {
-				if v > m {
-					m = v
-				}
-			}
-		}
-		vk.expShift(S[i], m)
+		vk.expShift(S[i], rowMax(S[i], vk))
 	}
 	long := 0 // rows of eight or more positions
 	for _, n := range ns {

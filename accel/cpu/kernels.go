@@ -698,11 +698,9 @@ func unitsAttention(c *rcall) (int, int) {
 //go:norace
 func runAttention(c *rcall, lo, hi int, k *kctx) {
 	out, q, kc, vc := c.o[0].f32(), c.o[1].f32(), c.o[2].f32(), c.o[3].f32()
-	rows, pos, pages := c.o[4].i32(), c.o[5].i32(), c.o[6].i32()
+	rows, pages := c.o[4].i32(), c.o[6].i32()
 	nh, nkv, hd, page := c.i[0], c.i[1], c.i[2], c.i[3]
-	nrows, ppr := c.o[6].rows, c.o[6].cols
-	nslots := c.o[2].rows
-	npages := nslots / page
+	ppr := c.o[6].cols
 	kvd := nkv * hd
 	group := nh / nkv
 	T := c.o[1].rows
@@ -722,34 +720,14 @@ func runAttention(c *rcall, lo, hi int, k *kctx) {
 		}
 		orow := out[t*nh*hd : (t+1)*nh*hd]
 		clearF32(orow[h0*hd : h1*hd])
-		r, n := int(rows[t]), int(pos[t])+1
-		if r < 0 || r >= nrows || n <= 0 || n > ppr*page {
-			continue
-		}
-		pt := pages[r*ppr : (r+1)*ppr]
-		ok := true
-		for p := 0; p < (n+page-1)/page; p++ {
-			if pt[p] < 0 || int(pt[p]) >= npages {
-				ok = false
-				break
-			}
-		}
+		n, ok := attnValid(c, t)
 		if !ok {
 			continue
 		}
 		nhp := h1 - h0
-		if cap(k.offs) < n {
-			k.offs = make([]int, 0, max(n, 1024))
-		}
-		offs := k.offs[:n]
-		hi := 0 // the largest offset, for the vector kernels' one bounds check
-		for p, pg := 0, 0; p < n; pg++ {
-			base := int(pt[pg]) * page
-			for j := 0; j < page && p < n; j, p = j+1, p+1 {
-				offs[p] = (base + j) * kvd
-			}
-			hi = max(hi, offs[p-1])
-		}
+		r := int(rows[t])
+		// hi is the largest offset, for the vector kernels' one bounds check.
+		offs, hi := cacheOffs(k, pages[r*ppr:(r+1)*ppr], n, page, kvd)
 		if vk != nil && vk.attn8 != nil && vk.attn8(orow, q[t*nh*hd:(t+1)*nh*hd], kc, vc, offs, hi, h0, h1, group, hd, scale, k) {
 			continue
 		}
@@ -767,6 +745,47 @@ func runAttention(c *rcall, lo, hi int, k *kctx) {
 			avHead(orow[h*hd:(h+1)*hd], vc[koff:], offs, hi, S[(h-h0)*n:(h-h0+1)*n], vk)
 		}
 	}
+}
+
+// cacheOffs are the rows in the cache (times kvd, the floats of a position)
+// of a sequence's first n positions, through its page table pt, in k.offs,
+// and the largest of them: the vector kernels check it once against the
+// cache's length instead of every position.
+//
+//go:norace
+func cacheOffs(k *kctx, pt []int32, n, page, kvd int) (offs []int, maxOff int) {
+	if cap(k.offs) < n {
+		k.offs = make([]int, 0, max(n, 1024))
+	}
+	offs = k.offs[:n]
+	for p, pg := 0, 0; p < n; pg++ {
+		base := int(pt[pg]) * page
+		for j := 0; j < page && p < n; j, p = j+1, p+1 {
+			offs[p] = (base + j) * kvd
+		}
+		maxOff = max(maxOff, offs[p-1])
+	}
+	return offs, maxOff
+}
+
+// rowMax is the largest of row (not empty) as the scalar loop from row[0]
+// with `v > m` finds it, NaNs included: the vector kernel of vk where it
+// answers (it declines rows it cannot decide the same way), else that loop.
+//
+//go:norace
+func rowMax(row []float32, vk *vecOps) float32 {
+	if vk != nil {
+		if m, ok := vk.max(row); ok {
+			return m
+		}
+	}
+	m := row[0]
+	for _, v := range row[1:] {
+		if v > m {
+			m = v
+		}
+	}
+	return m
 }
 
 // scoresHead sets att[p] = (q · k_p) / scale for one head: offs are the
@@ -844,16 +863,7 @@ func softmaxRows(S []float32, rows, n int, vk *vecOps, k *kctx) {
 	sums := k.rowv[rows : 2*rows]
 	for r := 0; r < rows; r++ {
 		row := S[r*n : (r+1)*n]
-		m, ok := vk.max(row)
-		if !ok {
-			m = row[0]
-			for _, v := range row[1:] {
-				if v > m {
-					m = v
-				}
-			}
-		}
-		vk.expShift(row, m)
+		vk.expShift(row, rowMax(row, vk))
 	}
 	r := 0
 	for ; r+4 <= rows; r += 4 {

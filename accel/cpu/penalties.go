@@ -90,18 +90,11 @@ const minPMargin = 1e-9
 //go:norace
 func minPRow(y []float32, minP, t float32) {
 	vec := lpVecOn()
-	m, ok := float32(0), false
-	if vk := simdOps(); vec && vk != nil {
-		m, ok = vk.max(y)
+	var vk *vecOps
+	if vec {
+		vk = simdOps()
 	}
-	if !ok {
-		m = y[0]
-		for _, z := range y {
-			if z > m {
-				m = z
-			}
-		}
-	}
+	m := rowMax(y, vk)
 	p := float64(minP)
 	lp := math.Log(p)
 	below, above := lp-minPMargin, lp+minPMargin

@@ -122,9 +122,7 @@ func withEachKernelSet(t *testing.T, f func(t *testing.T)) {
 			name = vk.name
 		}
 		t.Run(name, func(t *testing.T) {
-			old := vec.Load()
-			defer vec.Store(old)
-			vec.Store(vk)
+			withMode(t, kernelMode{vec: vk})
 			f(t)
 		})
 	}
