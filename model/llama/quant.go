@@ -1,6 +1,7 @@
 package llama
 
 import (
+	"encoding/binary"
 	"fmt"
 
 	"github.com/reprise-ml/reprise/accel"
@@ -16,12 +17,13 @@ import (
 // dequantised float32 values (it is gathered, and ggml gathers the
 // dequantised rows). A row length that is not whole blocks of the type
 // falls back as llama-quantize does: Q6_K to Q8_0, Q4_K to Q4_0 (where
-// llama.cpp takes Q5_0, which reprise does not run quantized), and to
+// llama.cpp takes Q5_0, which reprise would run only as Q8_0), and to
 // float32 where not even 32 divides the row.
 //
 // Whatever the plan, a matrix the file already stores as Q8_0, Q4_0, Q4_K
-// or Q6_K is used as it is; other quantized types are dequantised into the
-// plan's storage (dequantised lists them, for the start-up message).
+// or Q6_K is used as it is, a Q5_0 one as the Q8_0 of the same values
+// (q5ToQ8); other quantized types are dequantised into the plan's storage
+// (dequantised lists them, for the start-up message).
 type weightPlan struct {
 	mat         accel.DType // the matrices' storage
 	out         accel.DType // the classifier's
@@ -93,6 +95,11 @@ func (p weightPlan) storage(w Weight, role string, dt accel.DType) (Weight, acce
 	if qdt, ok := accel.QuantDType(quant.Type(w.Type)); ok {
 		return w, qdt, nil // used as it is
 	}
+	if w.Type == gguf.Q5_0 {
+		// Exactly Q8_0 (see q5ToQ8).
+		w.Type, w.Data = gguf.Q8_0, q5ToQ8(w.Data)
+		return w, accel.Q8_0, nil
+	}
 	if !float {
 		*p.dequantised = append(*p.dequantised, fmt.Sprintf("%s (%s)", w.Name, w.Type))
 	}
@@ -121,4 +128,30 @@ func quantizeMatrix(v []float32, dt accel.DType) ([]byte, error) {
 		return nil, fmt.Errorf("llama: quantizing to %s: %w", dt, err)
 	}
 	return b, nil
+}
+
+// q5ToQ8 re-encodes Q5_0 blocks as Q8_0 with the same values: a Q5_0
+// block is an f16 scale d and 32 integers q-16 in -16..15 (x = (q-16)·d),
+// a Q8_0 block the same scale and 32 int8, so each value is kept exactly.
+// ggml multiplies a Q5_0 matrix by Q8_0-quantized activations as it does a
+// Q8_0 one (the same integer sums, each block's scaled by d·dx), so the
+// matrix runs on the Q8_0 kernels instead of being dequantised to float32
+// (llama-quantize's Q4_K_M stores a row of whole 32s but not 256s, a
+// 25M-parameter shape's feed-forward down projection, as Q5_0), reading
+// 34 bytes per 32 weights instead of 128.
+func q5ToQ8(b []byte) []byte {
+	const q5, q8 = 22, 34
+	out := make([]byte, len(b)/q5*q8)
+	for i := 0; i < len(b)/q5; i++ {
+		s, d := b[i*q5:(i+1)*q5], out[i*q8:(i+1)*q8]
+		d[0], d[1] = s[0], s[1]
+		qh := binary.LittleEndian.Uint32(s[2:])
+		for j := 0; j < 16; j++ {
+			h0 := byte(qh>>j<<4) & 0x10
+			h1 := byte(qh>>(j+12)) & 0x10
+			d[2+j] = byte(int8(s[6+j]&0xf|h0) - 16)
+			d[2+16+j] = byte(int8(s[6+j]>>4|h1) - 16)
+		}
+	}
+	return out
 }
