@@ -46,6 +46,9 @@ type qacts struct {
 	// inv32 is Q8_K's inverse per group of 32, s16 Q8_0's sums per 16.
 	inv32 []float32
 	s16   []int32
+	// xs is each row's values split into nibbles, as the one-row Q8_0
+	// kernel reads them (quant_amd64.go).
+	xs []int8
 }
 
 // quantRowSplitMin is the number of rows from which a Q8_0 or Q4_0 MatMul

@@ -59,6 +59,18 @@ func runMatMulQuantVec(c *rcall, a *qacts, p *packed, lo, hi, t0, t1 int, k *kct
 	if kBlocks(p.dt) {
 		ns = in / 16
 	}
+	if p.dt == accel.Q8_0 {
+		// mmQ8_0 reads x split into nibbles: those rows that it runs.
+		a.xs = grow(a.xs, 2*(t1-t0)*in)
+		for t := t0; t < t1; {
+			m := quantRowStep(t1-t, rows, kern4 != nil, kern2 != nil)
+			if m == 1 {
+				r := t - t0
+				qSplit(unsafe.Pointer(&a.qx[r*in]), unsafe.Pointer(&a.xs[2*r*in]), in/32)
+			}
+			t += m
+		}
+	}
 	yf := y.f32()
 	ys := uintptr(out) * 4
 	// Panel by panel, so that a panel's weights stay in the nearest cache
@@ -74,6 +86,9 @@ func runMatMulQuantVec(c *rcall, a *qacts, p *packed, lo, hi, t0, t1 int, k *kct
 			sx := unsafe.Pointer(&a.sx[r*ns])
 			m := quantRowStep(t1-t, rows, kern4 != nil, kern2 != nil)
 			if m == 1 {
+				if p.dt == accel.Q8_0 {
+					qx = unsafe.Pointer(&a.xs[2*r*in])
+				}
 				if full {
 					kern(unsafe.Pointer(&yf[t*out+o0]), qx, dx, sx, wp, nb)
 				} else {
@@ -152,52 +167,105 @@ func mmQ4_0(y, qx, dx, sx, w unsafe.Pointer, nb int) {
 }
 
 // mmQ8_0: one row by one Q8_0 panel. The values are stored plus 128 as
-// unsigned bytes and split into nibbles, so that VPMADDUBSW cannot
-// saturate (15·127·2 per pair, as for Q4_0): Σ(w+128)·x = 16·Σhi·x + Σlo·x,
-// less 128·Σx. Shifts and loops as in mmQ4_0.
+// unsigned bytes u (0..255), and x comes split into nibbles (qSplit): xl =
+// x&15 (0..15) at qx, xh = x>>4 (-8..7) at qx+32·nb, so that Σu·x =
+// 16·Σu·xh + Σu·xl, less 128·Σx. VPMADDUBSW of u by either cannot saturate
+// (a pair is at most 2·255·15 = 7650 by xl, within -4080..3570 by xh), so
+// four groups' pair sums of xl and all eight of xh add in int16 without
+// overflow before VPMADDWD folds them to int32: two VPMADDUBSW per 32
+// weights and no masks or shifts (splitting the weights' bytes into
+// nibbles instead, as this kernel did, took seven vector operations per 32
+// weights to this one's four). The integer sums are exact, so the result
+// is the same bits as the other kernels'.
 //
 //go:noinline
 //go:norace
 //go:nocheckptr
 func mmQ8_0(y, qx, dx, sx, w unsafe.Pointer, nb int) {
 	var acc0, acc1 archsimd.Float32x8
-	m0f := archsimd.BroadcastUint8x32(0x0f)
+	ones := archsimd.BroadcastInt16x16(1)
+	sixteens := archsimd.BroadcastInt16x16(16)
 	wb, xb := w, qx
+	hoff := uintptr(nb) * 32
 	for b := 0; b < nb; b++ {
-		// The first group starts the sums.
+		// Groups 0-3: the first starts the sums.
 		u0 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 64)))
 		u1 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 96)))
-		xg := archsimd.BroadcastInt32x8(*(*int32)(xb)).AsInt8x32()
-		l0 := u0.And(m0f).DotProductPairsSaturated(xg)
-		h0 := u0.AsInt16x16().ShiftAllRight(4).AsUint8x32().And(m0f).DotProductPairsSaturated(xg)
-		l1 := u1.And(m0f).DotProductPairsSaturated(xg)
-		h1 := u1.AsInt16x16().ShiftAllRight(4).AsUint8x32().And(m0f).DotProductPairsSaturated(xg)
+		xl := archsimd.BroadcastInt32x8(*(*int32)(xb)).AsInt8x32()
+		xh := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(xb, hoff))).AsInt8x32()
+		l0 := u0.DotProductPairsSaturated(xl)
+		h0 := u0.DotProductPairsSaturated(xh)
+		l1 := u1.DotProductPairsSaturated(xl)
+		h1 := u1.DotProductPairsSaturated(xh)
 		px := unsafe.Add(xb, 4)
-		for wv, we := unsafe.Add(wb, 128), unsafe.Add(wb, 64+8*64); wv != we; wv = unsafe.Add(wv, 64) {
+		for wv, we := unsafe.Add(wb, 128), unsafe.Add(wb, 64+4*64); wv != we; wv = unsafe.Add(wv, 64) {
 			u0 := archsimd.LoadUint8x32((*[32]uint8)(wv))
 			u1 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wv, 32)))
-			xg := archsimd.BroadcastInt32x8(*(*int32)(px)).AsInt8x32()
-			l0 = l0.Add(u0.And(m0f).DotProductPairsSaturated(xg))
-			h0 = h0.Add(u0.AsInt16x16().ShiftAllRight(4).AsUint8x32().And(m0f).DotProductPairsSaturated(xg))
-			l1 = l1.Add(u1.And(m0f).DotProductPairsSaturated(xg))
-			h1 = h1.Add(u1.AsInt16x16().ShiftAllRight(4).AsUint8x32().And(m0f).DotProductPairsSaturated(xg))
+			xl := archsimd.BroadcastInt32x8(*(*int32)(px)).AsInt8x32()
+			xh := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(px, hoff))).AsInt8x32()
+			l0 = l0.Add(u0.DotProductPairsSaturated(xl))
+			h0 = h0.Add(u0.DotProductPairsSaturated(xh))
+			l1 = l1.Add(u1.DotProductPairsSaturated(xl))
+			h1 = h1.Add(u1.DotProductPairsSaturated(xh))
 			px = unsafe.Add(px, 4)
 		}
-		ones := archsimd.BroadcastInt16x16(1)
-		sixteens := archsimd.BroadcastInt16x16(16)
+		i0 := l0.DotProductPairs(ones)
+		i1 := l1.DotProductPairs(ones)
+		// Groups 4-7: xl's sums start again.
+		u0 = archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 64+4*64)))
+		u1 = archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 96+4*64)))
+		xl = archsimd.BroadcastInt32x8(*(*int32)(px)).AsInt8x32()
+		xh = archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(px, hoff))).AsInt8x32()
+		l0 = u0.DotProductPairsSaturated(xl)
+		h0 = h0.Add(u0.DotProductPairsSaturated(xh))
+		l1 = u1.DotProductPairsSaturated(xl)
+		h1 = h1.Add(u1.DotProductPairsSaturated(xh))
+		px = unsafe.Add(px, 4)
+		for wv, we := unsafe.Add(wb, 128+4*64), unsafe.Add(wb, 64+8*64); wv != we; wv = unsafe.Add(wv, 64) {
+			u0 := archsimd.LoadUint8x32((*[32]uint8)(wv))
+			u1 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wv, 32)))
+			xl := archsimd.BroadcastInt32x8(*(*int32)(px)).AsInt8x32()
+			xh := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(px, hoff))).AsInt8x32()
+			l0 = l0.Add(u0.DotProductPairsSaturated(xl))
+			h0 = h0.Add(u0.DotProductPairsSaturated(xh))
+			l1 = l1.Add(u1.DotProductPairsSaturated(xl))
+			h1 = h1.Add(u1.DotProductPairsSaturated(xh))
+			px = unsafe.Add(px, 4)
+		}
 		off := archsimd.BroadcastInt32x8(128 * *(*int32)(unsafe.Add(sx, uintptr(b)*4)))
 		dxv := archsimd.BroadcastFloat32x8(*(*float32)(unsafe.Add(dx, uintptr(b)*4)))
 		d0 := archsimd.LoadFloat32x8((*[8]float32)(wb)).Mul(dxv)
 		d1 := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(wb, 32))).Mul(dxv)
-		i0 := l0.DotProductPairs(ones).Add(h0.DotProductPairs(sixteens)).Sub(off)
-		i1 := l1.DotProductPairs(ones).Add(h1.DotProductPairs(sixteens)).Sub(off)
+		i0 = i0.Add(l0.DotProductPairs(ones)).Add(h0.DotProductPairs(sixteens)).Sub(off)
+		i1 = i1.Add(l1.DotProductPairs(ones)).Add(h1.DotProductPairs(sixteens)).Sub(off)
 		acc0 = acc0.Add(d0.Mul(i0.ConvertToFloat32()))
 		acc1 = acc1.Add(d1.Mul(i1.ConvertToFloat32()))
 		wb = unsafe.Add(wb, 64+8*64)
-		xb = unsafe.Add(xb, 32)
+		xb = px
 	}
 	acc0.Store((*[8]float32)(y))
 	acc1.Store((*[8]float32)(unsafe.Add(y, 32)))
+	archsimd.ClearAVXUpperBits()
+}
+
+// qSplit writes ng groups of 32 of x's values at qx split into nibbles at
+// xs, as mmQ8_0 reads them: the low nibbles x&15 (0..15) first, then the
+// high ones x>>4 (-8..7), x = 16·(x>>4) + x&15.
+//
+//go:noinline
+//go:norace
+//go:nocheckptr
+func qSplit(qx, xs unsafe.Pointer, ng int) {
+	m0f := archsimd.BroadcastUint8x32(0x0f)
+	eight := archsimd.BroadcastUint8x32(8)
+	hoff := uintptr(ng) * 32
+	for g := uintptr(0); g < uintptr(ng); g++ {
+		v := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(qx, 32*g)))
+		v.And(m0f).Store((*[32]uint8)(unsafe.Add(xs, 32*g)))
+		// The high nibble as 0..15, then sign-extended: (h^8)-8.
+		h := v.AsInt16x16().ShiftAllRight(4).AsUint8x32().And(m0f).Xor(eight)
+		h.AsInt8x32().Sub(eight.AsInt8x32()).Store((*[32]int8)(unsafe.Add(xs, hoff+32*g)))
+	}
 	archsimd.ClearAVXUpperBits()
 }
 
