@@ -211,7 +211,9 @@ func mmQ8_0(y, qx, dx, sx, w unsafe.Pointer, nb int) {
 		}
 		i0 := l0.DotProductPairs(ones)
 		i1 := l1.DotProductPairs(ones)
-		// Groups 4-7: xl's sums start again.
+		// Groups 4-7: xl's sums start again. (The two loops folded into
+		// one over the halves, with zeroed sums, reloaded two spilled
+		// vectors on every group.)
 		u0 = archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 64+4*64)))
 		u1 = archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 96+4*64)))
 		xl = archsimd.BroadcastInt32x8(*(*int32)(px)).AsInt8x32()
