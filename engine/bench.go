@@ -63,83 +63,30 @@ type BenchVariant struct {
 	Temperature float32
 }
 
-// BenchDecodeVariant is BenchDecode (replayed) with every request asking
-// for v.
-func (e *Engine) BenchDecodeVariant(ctx context.Context, bs, warmup, steps int, maxTime time.Duration, v BenchVariant) (DecodeBench, error) {
-	var res DecodeBench
-	var ferr error
-	err := e.do(ctx, func() { res, ferr = e.benchDecode(bs, warmup, steps, maxTime, false, v) })
-	if err != nil {
-		return res, err
-	}
-	return res, ferr
-}
-
 func (e *Engine) benchDecode(bs, warmup, steps int, maxTime time.Duration, eager bool, v BenchVariant) (DecodeBench, error) {
-	logprobs := v.LogProbs
 	res := DecodeBench{BatchSize: bs}
 	e.discardPrePlan()
 	need := 2 + warmup + steps
 	if need > e.info.MaxSeq {
 		return res, fmt.Errorf("engine: %d bench steps exceed the model's %d positions", warmup+steps, e.info.MaxSeq)
 	}
-	top := 0
-	if logprobs {
-		top = 5
-	}
-	reqs := make([]*request, bs)
-	for i := range reqs {
-		e.mu.Lock()
-		id := e.nextID
-		e.nextID++
-		e.mu.Unlock()
-		r := &request{id: id, req: Request{Prompt: []int32{1, int32(3 + i%200)}, MaxTokens: need, LogProbs: logprobs, TopLogProbs: top,
-			Sampling: Sampling{Temperature: v.Temperature, TopP: 1, Seed: uint64(i)}}, maxLen: need + 1,
-			out: make(chan Output, 1), wake: func() {}}
-		if v.Penalties {
-			bias := map[int32]float32{}
-			for k := range 8 {
-				bias[int32((i*8+k)%e.info.Vocab)] = float32(k) - 4
-			}
-			r.req.Penalties = Penalties{Repetition: 1.1, Presence: 0.3, Frequency: 0.2, LogitBias: bias, MinP: 0.05, MinTokens: 2}
-		}
-		if err := e.sr.Ingest(id, e.requestInfo(r)); err != nil {
-			e.benchCleanup(reqs[:i])
-			return res, fmt.Errorf("engine: bench batch %d: %w", bs, err)
-		}
-		r.ingested = true
-		reqs[i] = r
-	}
-	defer e.benchCleanup(reqs)
 	if eager {
 		e.forceEager = true
 		defer func() { e.forceEager = false }()
 	}
-	rows := make([]graph.Row, bs)
-	for i, r := range reqs {
-		rows[i] = graph.Row{ID: r.id, Tokens: r.req.Prompt}
+	reqs, err := e.openBench(bs, need, v)
+	if err != nil {
+		return res, err
 	}
-	// Prefill in chunks the prefill limits allow.
-	for lo := 0; lo < bs; lo += e.opts.MaxPrefillRows {
-		hi := min(bs, lo+e.opts.MaxPrefillRows)
-		if _, err := e.runStep(WalkPrefill, rows[lo:hi], reqs[lo:hi], nil); err != nil {
-			return res, err
-		}
-	}
-	last := make([]int32, bs)
+	defer e.benchCleanup(reqs)
+	set := &benchSet{reqs: reqs, rows: make([]graph.Row, bs), last: make([]int32, bs)}
 	var times []time.Duration
 	t0 := time.Now()
 	for i := 0; i < warmup+steps; i++ {
-		for j, r := range reqs {
-			rows[j] = graph.Row{ID: r.id, Tokens: []int32{3 + last[j]%200}}
-		}
-		ts, cs := time.Now(), cputime.Process()
-		next, err := e.runStep(WalkDecode, rows, reqs, reqs)
+		d, cd, err := e.benchStep(set, reqs)
 		if err != nil {
 			return res, err
 		}
-		d, cd := time.Since(ts), cputime.Process()-cs
-		copy(last, next)
 		if i >= warmup {
 			if len(times) == 0 || cd < res.CPU {
 				res.CPU = cd
@@ -154,6 +101,164 @@ func (e *Engine) benchDecode(bs, warmup, steps int, maxTime time.Duration, eager
 	slices.Sort(times)
 	res.Steps, res.Median, res.Min = len(times), times[len(times)/2], times[0]
 	res.Replay = !eager && e.runner != nil && e.runner.SelectBatchedBucket(WalkDecode, bs, samplingKey(reqs)) != nil
+	return res, nil
+}
+
+// DecodeSteps are one variant's steps timed by BenchDecodeRounds.
+type DecodeSteps struct {
+	// Replay: the steps replayed a graph (else eager).
+	Replay bool
+	// Wall and CPU are each timed step's wall time and process CPU time
+	// (user and system, every thread; 0 where the platform does not report
+	// it), step s of round r at r*steps+s.
+	Wall, CPU []time.Duration
+}
+
+// BenchDecodeRounds times replayed decode steps of bs rows for each of vs,
+// alternating: it opens bs requests for each variant (each set asking for
+// its variant), prefills every set, runs warmup steps of each, then rounds
+// rounds, each of steps steps of every set in turn, each step's next set
+// pre-planned as in serving. Load from elsewhere on the machine then
+// weighs alike on the variants of one round, which are a few steps apart,
+// so per-round comparisons hold where figures from separate runs do not.
+// The sets are open together: their requests must fit the engine (KV
+// pages, and MaxBatch penalty rows: at most one set per bs rows of
+// Options.MaxBatch may ask for penalties).
+func (e *Engine) BenchDecodeRounds(ctx context.Context, bs, warmup, rounds, steps int, vs []BenchVariant) ([]DecodeSteps, error) {
+	var res []DecodeSteps
+	var ferr error
+	err := e.do(ctx, func() { res, ferr = e.benchDecodeRounds(bs, warmup, rounds, steps, vs) })
+	if err != nil {
+		return res, err
+	}
+	return res, ferr
+}
+
+// openBench opens bs requests asking for v, for need tokens each, and
+// prefills them.
+func (e *Engine) openBench(bs, need int, v BenchVariant) ([]*request, error) {
+	top := 0
+	if v.LogProbs {
+		top = 5
+	}
+	reqs := make([]*request, bs)
+	for i := range reqs {
+		e.mu.Lock()
+		id := e.nextID
+		e.nextID++
+		e.mu.Unlock()
+		r := &request{id: id, req: Request{Prompt: []int32{1, int32(3 + i%200)}, MaxTokens: need, LogProbs: v.LogProbs, TopLogProbs: top,
+			Sampling: Sampling{Temperature: v.Temperature, TopP: 1, Seed: uint64(i)}}, maxLen: need + 1,
+			out: make(chan Output, 1), wake: func() {}}
+		if v.Penalties {
+			bias := map[int32]float32{}
+			for k := range 8 {
+				bias[int32((i*8+k)%e.info.Vocab)] = float32(k) - 4
+			}
+			r.req.Penalties = Penalties{Repetition: 1.1, Presence: 0.3, Frequency: 0.2, LogitBias: bias, MinP: 0.05, MinTokens: 2}
+		}
+		if err := e.sr.Ingest(id, e.requestInfo(r)); err != nil {
+			e.benchCleanup(reqs[:i])
+			return nil, fmt.Errorf("engine: bench batch %d: %w", bs, err)
+		}
+		r.ingested = true
+		reqs[i] = r
+	}
+	rows := make([]graph.Row, bs)
+	for i, r := range reqs {
+		rows[i] = graph.Row{ID: r.id, Tokens: r.req.Prompt}
+	}
+	// Prefill in chunks the prefill limits allow.
+	for lo := 0; lo < bs; lo += e.opts.MaxPrefillRows {
+		hi := min(bs, lo+e.opts.MaxPrefillRows)
+		if _, err := e.runStep(WalkPrefill, rows[lo:hi], reqs[lo:hi], nil); err != nil {
+			e.benchCleanup(reqs)
+			return nil, err
+		}
+	}
+	return reqs, nil
+}
+
+// benchSet is one variant's open requests and their last tokens.
+type benchSet struct {
+	reqs []*request
+	rows []graph.Row
+	last []int32
+}
+
+// step runs one decode step of the set (next pre-planned after it) and
+// returns its wall and CPU time.
+func (e *Engine) benchStep(s *benchSet, next []*request) (time.Duration, time.Duration, error) {
+	for j, r := range s.reqs {
+		s.rows[j] = graph.Row{ID: r.id, Tokens: []int32{3 + s.last[j]%200}}
+	}
+	ts, cs := time.Now(), cputime.Process()
+	toks, err := e.runStep(WalkDecode, s.rows, s.reqs, next)
+	if err != nil {
+		return 0, 0, err
+	}
+	d, cd := time.Since(ts), cputime.Process()-cs
+	copy(s.last, toks)
+	return d, cd, nil
+}
+
+func (e *Engine) benchDecodeRounds(bs, warmup, rounds, steps int, vs []BenchVariant) ([]DecodeSteps, error) {
+	e.discardPrePlan()
+	defer e.discardPrePlan()
+	if e.runner == nil {
+		return nil, fmt.Errorf("engine: a bench of replayed steps, but no graphs")
+	}
+	need := 2 + warmup + rounds*steps
+	if need > e.info.MaxSeq {
+		return nil, fmt.Errorf("engine: %d bench steps exceed the model's %d positions", warmup+rounds*steps, e.info.MaxSeq)
+	}
+	sets := make([]*benchSet, len(vs))
+	defer func() {
+		for _, s := range sets {
+			if s != nil {
+				e.benchCleanup(s.reqs)
+			}
+		}
+	}()
+	for i, v := range vs {
+		reqs, err := e.openBench(bs, need, v)
+		if err != nil {
+			return nil, err
+		}
+		sets[i] = &benchSet{reqs: reqs, rows: make([]graph.Row, bs), last: make([]int32, bs)}
+	}
+	res := make([]DecodeSteps, len(vs))
+	// Every step pre-plans the one after it, as serving does: the next
+	// set's at the end of a set's turn.
+	order := make([]int, 0, len(vs)*(warmup+rounds*steps))
+	for i := range vs {
+		for range warmup {
+			order = append(order, i)
+		}
+	}
+	for range rounds {
+		for i := range vs {
+			for range steps {
+				order = append(order, i)
+			}
+		}
+	}
+	for k, i := range order {
+		var next []*request
+		if k+1 < len(order) {
+			next = sets[order[k+1]].reqs
+		}
+		d, cd, err := e.benchStep(sets[i], next)
+		if err != nil {
+			return nil, err
+		}
+		if k >= len(vs)*warmup {
+			res[i].Wall, res[i].CPU = append(res[i].Wall, d), append(res[i].CPU, cd)
+		}
+	}
+	for i, s := range sets {
+		res[i].Replay = e.runner.SelectBatchedBucket(WalkDecode, bs, samplingKey(s.reqs)) != nil
+	}
 	return res, nil
 }
 

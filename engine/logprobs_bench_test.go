@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"slices"
 	"testing"
 	"time"
 
@@ -16,12 +17,17 @@ import (
 // log probabilities (5 alternatives) and penalties (repetition, presence,
 // frequency, an 8-token logit bias, min_p, min_tokens) off and on, greedy
 // and sampled at temperature 0.8, on stories260K and the synthetic 25M (a
-// sub-benchmark each, which builds its model only when it runs), in one
-// run: each variant's fastest step over rounds that alternate the
-// variants, in wall time and in process CPU time, and the slowdown of "on"
-// against "off" in both. On a machine shared with other work the CPU
-// figures are the steadier; with REPRISE_CPU_THREADS=1 no kernel worker
-// waits on another, so they are the steps' work:
+// sub-benchmark each, which builds its model only when it runs), and
+// reports the slowdown of "on" against "off" (overhead-%) in one run.
+//
+// The variants' request sets are open together and their steps
+// alternate (Engine.BenchDecodeRounds: rounds of a few steps of each), so
+// that load from elsewhere on the machine weighs alike on the steps
+// compared; the slowdown is the median over rounds of each round's
+// fastest "on" step against its fastest "off" step, in wall time and in
+// process CPU time (-cpu-). The -us/step figures are each variant's
+// median step, -min-us/step its fastest. With REPRISE_CPU_THREADS=1 no kernel worker waits on
+// another, so the CPU time is the steps' work:
 //
 //	GOEXPERIMENT=simd go test -run '^$' -bench DecodeLogProbs -benchtime 1x ./engine
 func BenchmarkDecodeLogProbs(b *testing.B) {
@@ -56,47 +62,86 @@ func benchDecodeLogProbs(b *testing.B, name string) {
 	if err := e.Start(ctx); err != nil {
 		b.Fatal(err)
 	}
-	variants := []struct {
+	// Each episode opens fresh request sets, so that every step compared
+	// is at one of the first 16 positions (the attention's cost grows
+	// with them, and would dilute what is measured): 8 episodes of 4
+	// rounds of 3 steps after 2 of warm-up. A stories260K step at batch 64
+	// is about a millisecond, a 25M one about 100 times longer: one
+	// episode of 5 rounds of a step, after one.
+	episodes, warmup, rounds, steps := 8, 2, 4, 3
+	if name != "stories260K" {
+		episodes, warmup, rounds, steps = 1, 1, 5, 1
+	}
+	// Each group is one BenchDecodeRounds per episode (at most one set with
+	// penalties: the engine has 64 penalty rows); the first of a group is
+	// "off", the second "on".
+	type variant struct {
 		name string
 		v    engine.BenchVariant
+	}
+	groups := []struct {
+		name string
+		vs   []variant
 	}{
-		{"plain", engine.BenchVariant{}},
-		{"logprobs", engine.BenchVariant{LogProbs: true}},
-		{"logprobs+penalties", engine.BenchVariant{LogProbs: true, Penalties: true}},
-		{"sampled", engine.BenchVariant{Temperature: 0.8}},
-		{"sampled+logprobs+penalties", engine.BenchVariant{LogProbs: true, Penalties: true, Temperature: 0.8}},
+		{"greedy", []variant{
+			{"plain", engine.BenchVariant{}},
+			{"logprobs+penalties", engine.BenchVariant{LogProbs: true, Penalties: true}},
+			{"logprobs", engine.BenchVariant{LogProbs: true}},
+		}},
+		{"sampled", []variant{
+			{"sampled", engine.BenchVariant{Temperature: 0.8}},
+			{"sampled+logprobs+penalties", engine.BenchVariant{LogProbs: true, Penalties: true, Temperature: 0.8}},
+		}},
 	}
-	// Rounds alternate the variants, and each keeps its fastest step, so
-	// that load from elsewhere on the machine weighs on every variant
-	// alike.
-	rounds, steps := 5, 10
-	if name != "stories260K" {
-		rounds, steps = 3, 6 // a 25M step at batch 64 is about 50x longer
-	}
-	best, cpu := make([]time.Duration, len(variants)), make([]time.Duration, len(variants))
-	for round := 0; round < rounds; round++ {
-		for i, v := range variants {
-			r, err := e.BenchDecodeVariant(ctx, 64, 2, steps, 10*time.Second, v.v)
-			if err != nil || !r.Replay {
-				b.Fatalf("%s: %+v %v", v.name, r, err)
+	b.ResetTimer()
+	for _, g := range groups {
+		vs := make([]engine.BenchVariant, len(g.vs))
+		for i, v := range g.vs {
+			vs[i] = v.v
+		}
+		all := make([]engine.DecodeSteps, len(vs))
+		for range episodes {
+			res, err := e.BenchDecodeRounds(ctx, 64, warmup, rounds, steps, vs)
+			if err != nil {
+				b.Fatalf("%s: %v", g.name, err)
 			}
-			if best[i] == 0 || r.Min < best[i] {
-				best[i] = r.Min
-			}
-			if cpu[i] == 0 || r.CPU < cpu[i] {
-				cpu[i] = r.CPU
+			for i, r := range res {
+				if !r.Replay {
+					b.Fatalf("%s: not replayed", g.vs[i].name)
+				}
+				all[i].Wall, all[i].CPU = append(all[i].Wall, r.Wall...), append(all[i].CPU, r.CPU...)
 			}
 		}
+		for i, r := range all {
+			b.ReportMetric(float64(median(r.Wall).Microseconds()), g.vs[i].name+"-us/step")
+			b.ReportMetric(float64(slices.Min(r.Wall).Microseconds()), g.vs[i].name+"-min-us/step")
+		}
+		b.ReportMetric(roundsSlowdown(all[1].Wall, all[0].Wall, steps), g.name+"-overhead-%")
+		if all[0].CPU[0] > 0 {
+			b.ReportMetric(roundsSlowdown(all[1].CPU, all[0].CPU, steps), g.name+"-cpu-overhead-%")
+		}
 	}
-	for i, v := range variants {
-		b.ReportMetric(float64(best[i].Microseconds()), v.name+"-us/step")
-		b.ReportMetric(float64(cpu[i].Microseconds()), v.name+"-cpu-us/step")
+}
+
+// roundsSlowdown is the median over rounds (steps steps each) of how much
+// slower, in %, the fastest step of on was than the fastest of off.
+func roundsSlowdown(on, off []time.Duration, steps int) float64 {
+	var r []float64
+	for i := 0; i+steps <= len(on) && i+steps <= len(off); i += steps {
+		r = append(r, 100*(float64(slices.Min(on[i:i+steps]))/float64(slices.Min(off[i:i+steps]))-1))
 	}
-	slower := func(on, off time.Duration) float64 { return 100 * (float64(on)/float64(off) - 1) }
-	b.ReportMetric(slower(best[2], best[0]), "greedy-on-vs-off-%")
-	b.ReportMetric(slower(best[4], best[3]), "sampled-on-vs-off-%")
-	if cpu[0] > 0 && cpu[3] > 0 {
-		b.ReportMetric(slower(cpu[2], cpu[0]), "greedy-cpu-on-vs-off-%")
-		b.ReportMetric(slower(cpu[4], cpu[3]), "sampled-cpu-on-vs-off-%")
+	slices.Sort(r)
+	if len(r) == 0 {
+		return 0
 	}
+	if len(r)%2 == 0 {
+		return (r[len(r)/2-1] + r[len(r)/2]) / 2
+	}
+	return r[len(r)/2]
+}
+
+func median(d []time.Duration) time.Duration {
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return s[len(s)/2]
 }
