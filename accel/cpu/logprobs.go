@@ -91,11 +91,9 @@ func sumExpLP(x []float32, m float32) float64 {
 // by its bits (but never passes the threshold's comparison, see topLP).
 func lpKey(x float32, i int) uint64 {
 	b := math.Float32bits(x + 0) // -0 + 0 is +0
-	if b>>31 != 0 {
-		b = ^b
-	} else {
-		b |= 1 << 31
-	}
+	// Negative: all bits flipped; else the sign bit set (without a branch:
+	// the signs of a row's logits are no pattern to predict).
+	b ^= uint32(int32(b)>>31) | 1<<31
 	return uint64(b)<<32 | uint64(^uint32(i))
 }
 
@@ -147,8 +145,8 @@ const lpBuckets = 32
 // how many beat it, by value then index), and the k best are the list,
 // whose last entry is then a lower bound of the row's k-th largest (k of
 // the row's logits are at least it). A second pass (vector) marks the
-// logits at least that threshold; each that is no bucket's maximum (those
-// were all ranked) is compared again against the current list (the
+// logits at least that threshold that are no bucket's maximum (those were
+// all ranked); each is compared again against the current list (the
 // threshold only rises), as the scalar scan would.
 //
 //go:norace
@@ -174,17 +172,16 @@ func topLPVec(row []float32, keys []uint64, marks []uint64) bool {
 	}
 	var beaten [lpBuckets]uint32
 	rankLPVec(&bv, &bi, &beaten)
+	// The ranks are 0 to lpBuckets-1, each once (the keys differ by
+	// index): every entry of all is written, without a branch.
+	var all [lpBuckets]uint64
 	for j, b := range beaten {
-		if r := bits.OnesCount32(b); r < k {
-			keys[r] = lpKey(bv[j], int(bi[j]))
-		}
+		all[bits.OnesCount32(b)&(lpBuckets-1)] = lpKey(bv[j], int(bi[j]))
 	}
+	copy(keys, all[:k])
 	th := row[lpIndex(keys[k-1])]
 	marks = marks[:(len(row)+63)/64]
-	atLeastLPVec(row, th, marks)
-	for _, i := range bi {
-		marks[i/64] &^= 1 << (i % 64)
-	}
+	atLeastLPVec(row, th, &bi, marks)
 	for w, m := range marks {
 		for ; m != 0; m &= m - 1 {
 			i := 64*w + bits.TrailingZeros64(m)

@@ -89,35 +89,63 @@ func vExpSumLP8(x unsafe.Pointer, n int, m float32, acc *[8]float64) {
 	archsimd.ClearAVXUpperBits()
 }
 
-// atLeastLPVec sets bit i%64 of marks[i/64] where x[i] >= th, clears the
-// others.
-func atLeastLPVec(x []float32, th float32, marks []uint64) {
+// atLeastLPVec sets bit i%64 of marks[i/64] where x[i] >= th and x[i] is
+// no bucket's maximum (bi[i mod lpBuckets] is not i), clears the others.
+func atLeastLPVec(x []float32, th float32, bi *[lpBuckets]int32, marks []uint64) {
 	n := len(x) &^ 7
 	clear(marks)
 	if n > 0 {
-		vAtLeastLP(unsafe.Pointer(&x[0]), n, th, unsafe.Pointer(&marks[0]))
+		vAtLeastLP(unsafe.Pointer(&x[0]), n, th, bi, unsafe.Pointer(&marks[0]))
 	}
 	for i := n; i < len(x); i++ {
-		if x[i] >= th {
+		if x[i] >= th && bi[i%lpBuckets] != int32(i) {
 			marks[i/64] |= 1 << (i % 64)
 		}
 	}
 }
 
-// vAtLeastLP: n a multiple of 8; marks zeroed.
+// vAtLeastLP: n a multiple of 8; marks zeroed. The buckets' lanes of the
+// group of eight at g are g mod 32 to g mod 32 + 7; the marks of 32
+// logits are made in a register and stored at once.
 //
 //go:noinline
 //go:norace
 //go:nocheckptr
-func vAtLeastLP(x unsafe.Pointer, n int, th float32, marks unsafe.Pointer) {
+func vAtLeastLP(x unsafe.Pointer, n int, th float32, bi *[lpBuckets]int32, marks unsafe.Pointer) {
 	tv := archsimd.BroadcastFloat32x8(th)
-	for g := 0; g < n; g += 8 {
-		b := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(x, 4*g))).GreaterEqual(tv).ToBits()
-		w := (*uint64)(unsafe.Add(marks, 8*(g/64)))
-		*w |= uint64(b) << (g % 64)
+	idx := archsimd.LoadInt32x8((*[8]int32)(lpLanes[0:8]))
+	eight := archsimd.LoadInt32x8(&lpEight)
+	b0 := archsimd.LoadInt32x8((*[8]int32)(bi[0:8]))
+	b1 := archsimd.LoadInt32x8((*[8]int32)(bi[8:16]))
+	b2 := archsimd.LoadInt32x8((*[8]int32)(bi[16:24]))
+	b3 := archsimd.LoadInt32x8((*[8]int32)(bi[24:32]))
+	g := 0
+	for ; g+32 <= n; g += 32 {
+		p := unsafe.Add(x, 4*g)
+		i1 := idx.Add(eight)
+		i2 := i1.Add(eight)
+		i3 := i2.Add(eight)
+		m0 := archsimd.LoadFloat32x8((*[8]float32)(p)).GreaterEqual(tv).ToBits() &^ idx.Equal(b0).ToBits()
+		m1 := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(p, 32))).GreaterEqual(tv).ToBits() &^ i1.Equal(b1).ToBits()
+		m2 := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(p, 64))).GreaterEqual(tv).ToBits() &^ i2.Equal(b2).ToBits()
+		m3 := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(p, 96))).GreaterEqual(tv).ToBits() &^ i3.Equal(b3).ToBits()
+		idx = i3.Add(eight)
+		w := uint64(m0) | uint64(m1)<<8 | uint64(m2)<<16 | uint64(m3)<<24
+		*(*uint64)(unsafe.Add(marks, 8*(g/64))) |= w << (g % 64)
+	}
+	// The groups of eight past the last whole 32 (their buckets' lanes are
+	// the first groups').
+	bs := [3]archsimd.Int32x8{b0, b1, b2}
+	for q := 0; g < n; g, q = g+8, q+1 {
+		m := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(x, 4*g))).GreaterEqual(tv).ToBits() &^ idx.Equal(bs[q]).ToBits()
+		idx = idx.Add(eight)
+		*(*uint64)(unsafe.Add(marks, 8*(g/64))) |= uint64(m) << (g % 64)
 	}
 	archsimd.ClearAVXUpperBits()
 }
+
+// lpEight is eight in every lane: the step of vAtLeastLP's indices.
+var lpEight = [8]int32{8, 8, 8, 8, 8, 8, 8, 8}
 
 // rankLPVec sets the bits of beaten[i] to the buckets' maxima that come
 // before bv[i] in the top k's order: larger, or equal with a lower index.

@@ -41,7 +41,7 @@ func TestExpLPAccuracy(t *testing.T) {
 func lpRows() [][]float32 {
 	r := rand.New(rand.NewPCG(7, 8))
 	var rows [][]float32
-	for _, n := range []int{20, 21, 27, 64, 100, 300, 512, 515} {
+	for _, n := range []int{20, 21, 27, 64, 100, 120, 300, 512, 515} {
 		for _, spread := range []float64{0.01, 1, 4, 30, 100} {
 			row := make([]float32, n)
 			for i := range row {
