@@ -94,7 +94,8 @@ const (
 	// logit_bias, the repetition, frequency and presence penalties, then
 	// min_p. T0 out[R,V] F32 (may be T1), T1 logits[R,V] F32, T2 counts[N,V]
 	// I32 and T3 bias[N,V] F32 (per-request rows of a pool), T4 rows[R,2]
-	// I32 (each row's pool row, outside [0,N): none; its flags), T5
+	// I32 (each row's pool row, outside [0,N): none; its flags:
+	// PenaltyMaskStops, PenaltyNoBias), T5
 	// params[R,4] F32 (repetition, presence, frequency, min_p), T6
 	// temperature (R, F32). See PenaltyCountMask for the counts' layout
 	// and Penalize for the arithmetic.

@@ -16,6 +16,11 @@ const (
 	PenaltyPromptBit = 1 << 30
 	// PenaltyMaskStops in a row's flags (rows[r,1]) masks its stop tokens.
 	PenaltyMaskStops = 1
+	// PenaltyNoBias in a row's flags says its bias row is all zero (no
+	// logit_bias): a kernel may then skip reading it, the pool's largest
+	// per-step read besides the counts. A row with a bias must not carry
+	// it.
+	PenaltyNoBias = 2
 )
 
 // Penalize is OpPenalize's arithmetic for one logit x of a row with a pool

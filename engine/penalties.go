@@ -248,6 +248,9 @@ func (p *penaltyPool) Plan(s accel.Stream, sg *accel.Stager, step *Step) (any, e
 		if rec.k[i] < st.p.MinTokens {
 			rows[2*i+1] = accel.PenaltyMaskStops
 		}
+		if len(st.p.LogitBias) == 0 {
+			rows[2*i+1] |= accel.PenaltyNoBias // its bias row is all zero
+		}
 		if r := st.p.Repetition; r != 0 {
 			params[4*i] = r
 		}

@@ -99,8 +99,10 @@ func testPenalties(t *testing.T, backend string) {
 		}
 	}
 	// Row 1 has no pool row, row 5 one outside the pool; rows 1 and 3
-	// filter with min_p; rows 0 and 3 mask their stop tokens.
-	rows := []int32{2, accel.PenaltyMaskStops, -1, 0, 0, 0, 3, accel.PenaltyMaskStops, 1, 0, 9, 0}
+	// filter with min_p; rows 0 and 3 mask their stop tokens; row 4's pool
+	// row has no bias, and its flags say so.
+	clear(bias[1*V : 2*V])
+	rows := []int32{2, accel.PenaltyMaskStops, -1, 0, 0, 0, 3, accel.PenaltyMaskStops, 1, accel.PenaltyNoBias, 9, 0}
 	params := []float32{1.3, 0.5, 0.25, 0, 1, 0, 0, 0.2, 1, 0, 0, 0, 0.7, 1.5, 0.4, 0.05, 2, 0, 0, 0, 1.1, 1, 1, 0}
 	temp := []float32{1, 0.8, 0, 1.2, 1, 0.5}
 	want := refPenalize(lv, counts, bias, rows, params, temp, V, N)

@@ -88,8 +88,9 @@ type kctx struct {
 	smp     sampleScratch
 	rope    []float32 // RoPE frequencies, cos and sin
 	tail    [4 * panelWidth]float32
-	qa      qacts    // quantized matmul: this piece's rows of x, quantized
-	lpMarks []uint64 // log probabilities: the vector top k's marks (logprobs.go)
+	qa      qacts     // quantized matmul: this piece's rows of x, quantized
+	lpMarks []uint64  // log probabilities: the vector top k's marks (logprobs.go)
+	zeros   []float32 // penalties: an all-zero bias row, never written (penalties.go)
 }
 
 // splitMin is the work (in multiply-adds) below which an eager kernel runs on

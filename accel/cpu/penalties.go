@@ -14,10 +14,12 @@ func init() {
 
 // runPenalize: per row, accel.Penalize on every logit of a row with a pool
 // row (a copy otherwise), then min_p against the processed row's maximum,
-// the exponential in float64.
+// the exponential in float64. A row flagged accel.PenaltyNoBias reads the
+// worker's zero row (kctx.zeros, in its cache from the last step) for its
+// bias, not the pool's: the same values, without the pool row's traffic.
 //
 //go:norace
-func runPenalize(c *rcall, lo, hi int, _ *kctx) {
+func runPenalize(c *rcall, lo, hi int, kc *kctx) {
 	out, logits, counts, bias := c.o[0].f32(), c.o[1].f32(), c.o[2].i32(), c.o[3].f32()
 	rows, params, temp := c.o[4].i32(), c.o[5].f32(), c.o[6].f32()
 	v, n := c.o[1].cols, c.o[2].rows
@@ -25,7 +27,17 @@ func runPenalize(c *rcall, lo, hi int, _ *kctx) {
 		x, y := logits[r*v:(r+1)*v], out[r*v:(r+1)*v]
 		p := params[4*r : 4*r+4]
 		if i := int(rows[2*r]); i >= 0 && i < n {
-			penalizeRow(y, x, counts[i*v:(i+1)*v], bias[i*v:(i+1)*v], p[0], p[1], p[2], rows[2*r+1]&accel.PenaltyMaskStops != 0)
+			f, br := rows[2*r+1], bias[i*v:(i+1)*v]
+			if f&accel.PenaltyNoBias != 0 {
+				if kc == nil {
+					kc = &kctx{}
+				}
+				if len(kc.zeros) < v {
+					kc.zeros = make([]float32, v)
+				}
+				br = kc.zeros[:v]
+			}
+			penalizeRow(y, x, counts[i*v:(i+1)*v], br, p[0], p[1], p[2], f&accel.PenaltyMaskStops != 0)
 		} else if &x[0] != &y[0] {
 			// A loop, not copy: the runtime's copy reports to the race
 			// detector even here, and a one-row call runs on every worker

@@ -3,6 +3,7 @@ package cpu
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/reprise-ml/reprise/accel"
@@ -40,6 +41,16 @@ func BenchmarkSamplingOps(b *testing.B) {
 			params[4*i+3], temp[i] = 0.05, 0.8
 		}
 		pm.Params, pm.Temperature = e.F32(params, R, 4), e.F32(temp, 1, R)
+		// The same rows without a logit bias: a zero pool bias, and their
+		// flags saying so (accel.PenaltyNoBias), or not.
+		nb := p
+		nb.Bias = e.Zeros(accel.F32, R, v)
+		nbf := nb
+		flagged := slices.Clone(rows)
+		for i := range R {
+			flagged[2*i+1] |= accel.PenaltyNoBias
+		}
+		nbf.Rows = e.I32(flagged, R, 2)
 		logits, proc := e.F32(lv, R, v), e.Zeros(accel.F32, R, v)
 		next := e.Zeros(accel.I32, 1, R)
 		vals, ids := e.Zeros(accel.F32, R, 21), e.Zeros(accel.I32, R, 20)
@@ -58,6 +69,8 @@ func BenchmarkSamplingOps(b *testing.B) {
 		}{
 			{"penalize", func(l *accel.Launcher) { l.Penalize(proc, logits, p) }},
 			{"penalize+min_p", func(l *accel.Launcher) { l.Penalize(proc, logits, pm) }},
+			{"penalize-nobias", func(l *accel.Launcher) { l.Penalize(proc, logits, nb) }},
+			{"penalize-nobias-flagged", func(l *accel.Launcher) { l.Penalize(proc, logits, nbf) }},
 			{"logprobs", func(l *accel.Launcher) { l.LogProbs(vals, ids, logits, next, 20) }},
 			{"count", func(l *accel.Launcher) { l.CountTokens(p.Counts, p.Rows, next) }},
 			{"sample-greedy", func(l *accel.Launcher) { l.Sample(next, logits, greedy) }},
