@@ -52,7 +52,7 @@ func (e *Engine) BenchDecodeLogProbs(ctx context.Context, bs, warmup, steps int,
 	return res, ferr
 }
 
-// BenchVariant is what every request of a BenchDecodeVariant asks for.
+// BenchVariant is what every request of a BenchDecodeRounds set asks for.
 type BenchVariant struct {
 	// LogProbs asks for log probabilities and 5 alternatives.
 	LogProbs bool
