@@ -180,57 +180,6 @@ func TestScheduleSteal(t *testing.T) {
 	}
 }
 
-// TestScheduleChunks: with matmul pieces cut into one chunk per panel
-// (chunkBytes 1), replays on two workers, which take each other's chunks,
-// give the eager launch's bits, and so does one goroutine running the whole
-// schedule (every chunk its own).
-func TestScheduleChunks(t *testing.T) {
-	old := chunkBytes
-	t.Cleanup(func() { chunkBytes = old })
-	chunkBytes = 1
-	var stolen uint64
-	for _, sc := range []struct {
-		sh  modelShape
-		wdt accel.DType
-	}{{shapeStories, accel.F32}, {shape25M, accel.Q4_K}, {shape25M, accel.Q8_0}} {
-		e := acceltest.Open(t, "cpu", accel.Options{Threads: 2})
-		d := newDecoder(t, e, sc.sh, sc.wdt, 1, 1, 20)
-		d.eager(t)
-		want := e.ReadF32(d.logits)
-		ex := d.capture(t)
-		d.replay(t, ex)
-		s := ex.(*exec).cur.Load().sched
-		if s == nil || s.stats.Chunked == 0 {
-			t.Fatalf("%s/%s: schedule %v: no chunked pieces", sc.sh.name, sc.wdt, s)
-		}
-		for rep := 0; rep < 10; rep++ {
-			e.Zero(d.logits)
-			d.replay(t, ex)
-			if i, ok := bitsEqual(e.ReadF32(d.logits), want); !ok {
-				t.Fatalf("%s/%s, replay %d: logit %d differs", sc.sh.name, sc.wdt, rep, i)
-			}
-		}
-		dev := e.Dev.(*Device)
-		e.Zero(d.logits)
-		if err := e.S.Synchronize(); err != nil {
-			t.Fatal(err)
-		}
-		dev.work.busy.Lock() // no published job: worker 1 never runs
-		s.job.epoch.Store(s.runs)
-		s.runAll(&s.job, 0, &kctx{d: dev})
-		s.runs++
-		dev.work.busy.Unlock()
-		if f := s.job.fault.Load(); f != nil {
-			t.Fatal(f.v)
-		}
-		if i, ok := bitsEqual(e.ReadF32(d.logits), want); !ok {
-			t.Fatalf("%s/%s, one goroutine: logit %d differs", sc.sh.name, sc.wdt, i)
-		}
-		stolen += s.stolen.Load()
-	}
-	t.Logf("%d chunks run by a worker not their owner", stolen)
-}
-
 // TestScheduleQuantOnePanel: a quantized matmul of one panel is not
 // replicated (its many-row kernels add into their outputs block by block,
 // so two workers on one panel would mix their sums), and its replays give

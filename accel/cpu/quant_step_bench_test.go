@@ -2,7 +2,6 @@ package cpu
 
 import (
 	"fmt"
-	"os"
 	"slices"
 	"testing"
 	"time"
@@ -50,44 +49,5 @@ func BenchmarkStep110MQuant(b *testing.B) {
 				})
 			}
 		}
-	}
-}
-
-// BenchmarkStepChunks compares, in one process and step by step
-// alternately (so that both see the same load on a shared machine), the
-// replayed batch-1 step of the 110M shape (Q4_K, Q6_K classifier: about 70
-// MB of weights a step, more than the L3) on two threads with its matmul
-// pieces cut into chunks the other worker may take (chunkBytes) and whole
-// (one half per worker): min and median µs/step of each.
-// `GOEXPERIMENT=simd go test -run '^$' -bench StepChunks -benchtime 100x ./accel/cpu`
-func BenchmarkStepChunks(b *testing.B) {
-	e := acceltest.Open(b, "cpu", accel.Options{Threads: 2})
-	d := newDecoder(b, e, shape110M, accel.Q4_K, 1, 1, 64)
-	chunked := d.capture(b)
-	old := chunkBytes
-	chunkBytes = 1 << 60
-	whole := d.capture(b)
-	chunkBytes = old
-	exs := []accel.Exec{whole, chunked}
-	names := []string{"whole", "chunked"}
-	if os.Getenv("SWAP") != "" {
-		exs, names = []accel.Exec{chunked, whole}, []string{"chunked", "whole"}
-	}
-	times := [2][]time.Duration{}
-	for _, ex := range exs {
-		d.replay(b, ex)
-	}
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		for v, ex := range exs {
-			t0 := time.Now()
-			d.replay(b, ex)
-			times[v] = append(times[v], time.Since(t0))
-		}
-	}
-	for v, name := range names {
-		slices.Sort(times[v])
-		b.ReportMetric(float64(times[v][0].Nanoseconds())/1e3, name+"-min-µs/step")
-		b.ReportMetric(float64(times[v][len(times[v])/2].Nanoseconds())/1e3, name+"-med-µs/step")
 	}
 }

@@ -54,12 +54,6 @@ type item struct {
 	doff   int64
 	rep    bool  // run by every worker
 	t      *task // itemSerial
-	// chunks > 1: the piece is cut into that many chunks of whole units,
-	// which its owner runs in order from the first while any worker done
-	// with its own part takes them from the last (schedule.steal); st is
-	// its claim state in schedule.chunk.
-	chunks int32
-	st     int32
 }
 
 type schedule struct {
@@ -75,13 +69,8 @@ type schedule struct {
 	claim []atomic.Uint64
 	done  []paddedCounter
 	busy  []uint64
-	// chunk[i] is the claim state of the chunked items; stealable[ph*W+w]
-	// lists the indices in parts[w] of slot w's chunked items in phase ph.
-	chunk     []chunkState
-	stealable [][]int32
-	stolen    atomic.Uint64 // chunks run by a worker not their owner (tests)
-	runs      uint64        // runs started (the caller's, under the pool's busy lock)
-	stats     ScheduleStats
+	runs  uint64 // runs started (the caller's, under the pool's busy lock)
+	stats ScheduleStats
 }
 
 type paddedCounter struct {
@@ -89,43 +78,12 @@ type paddedCounter struct {
 	_ [56]byte
 }
 
-// chunkState is a chunked item's claims in one run: claim packs the run's
-// number (its low 40 bits), the next chunk from the front (the owner's) and
-// the end of the chunks not yet taken from the back; done packs the run's
-// number and the chunks finished. Tagging both with the run lets a run start
-// without resetting them, and a goroutine still in an earlier run (which
-// compares the tags) never takes a chunk of this one.
-type chunkState struct {
-	claim atomic.Uint64
-	done  atomic.Uint64
-	_     [48]byte
-}
-
-const (
-	chunkBits = 12 // chunk indices in a claim word
-	chunkMask = 1<<chunkBits - 1
-	runTag    = 2 * chunkBits // where the run's number starts
-	runMask   = 1<<(64-runTag) - 1
-)
-
-// chunkBytes is about the weight bytes of one chunk of a matmul piece: big
-// enough that a chunk's fixed costs (quantizing x, the claim) stay small
-// beside streaming its weights, small enough that a worker slowed or
-// descheduled within its half holds the phase's barrier for a fraction of
-// a millisecond only (at 1B a half of w1 is 3.2 MB, about 0.4 ms of
-// reading); maxChunks bounds the chunks of one piece.
-// (A variable for the tests, which cut small matmuls into chunks.)
-var chunkBytes = 256 << 10
-
-const maxChunks = 64
-
 // ScheduleStats describes a replay's static schedule.
 type ScheduleStats struct {
 	Workers    int // workers it splits over
 	Nodes      int // nodes scheduled
 	Barriers   int // barriers per replay (phases less one)
 	Replicated int // single-unit kernels every worker runs
-	Chunked    int // pieces cut into chunks other workers may take (item.chunks)
 }
 
 // replay runs an executable's nodes: on its static schedule across the pool
@@ -197,16 +155,12 @@ func (s *schedule) runAll(j *job, self int, k *kctx) {
 				continue
 			}
 			if j.fault.Load() == nil {
-				s.runItems(j, s.parts[w][start:end], r, k)
+				s.runItems(j, s.parts[w][start:end], k)
 			}
 			s.done[ph].n.Add(1)
 		}
 		target := (r + 1) * s.busy[ph]
 		for spins := 0; s.done[ph].n.Load() < target; spins++ {
-			if s.steal(j, ph, r, k) {
-				spins = 0
-				continue
-			}
 			if spins > 1000 {
 				runtime.Gosched()
 			}
@@ -214,7 +168,7 @@ func (s *schedule) runAll(j *job, self int, k *kctx) {
 	}
 }
 
-func (s *schedule) runItems(j *job, items []item, r uint64, k *kctx) {
+func (s *schedule) runItems(j *job, items []item, k *kctx) {
 	defer func() {
 		if r := recover(); r != nil {
 			j.fault.CompareAndSwap(nil, &faultErr{r})
@@ -226,13 +180,6 @@ func (s *schedule) runItems(j *job, items []item, r uint64, k *kctx) {
 		switch it.kind {
 		case itemKernel:
 			d.noteWrites(it.c)
-			if it.chunks > 1 {
-				s.runChunked(j, it, r, k)
-				if j.fault.Load() != nil {
-					return
-				}
-				continue
-			}
 			kernels[it.c.op].run(it.c, it.lo, it.hi, k)
 		case itemCopy:
 			d.packs.written(it.dm, it.doff, int64(len(it.dst)))
@@ -245,89 +192,6 @@ func (s *schedule) runItems(j *job, items []item, r uint64, k *kctx) {
 			d.runNodeSerial(it.t, k)
 		}
 	}
-}
-
-// runChunked is the owner's run of a chunked item in run r: it opens the
-// item's claims (taking chunk 0), runs chunks from the front until none is
-// left, then waits for those other workers took from the back, so that the
-// owner's next items, which may read this one's outputs, find them
-// complete.
-func (s *schedule) runChunked(j *job, it *item, r uint64, k *kctx) {
-	st := &s.chunk[it.st]
-	C := uint64(it.chunks)
-	tag := (r & runMask) << runTag
-	st.done.Store(tag)
-	st.claim.Store(tag | 1<<chunkBits | C) // done first: a thief adds to it
-	s.runChunk(j, it, 0, st, k)
-	for {
-		w := st.claim.Load()
-		f := w >> chunkBits & chunkMask
-		if f >= w&chunkMask {
-			break
-		}
-		if st.claim.CompareAndSwap(w, w+1<<chunkBits) {
-			s.runChunk(j, it, int(f), st, k)
-		}
-	}
-	for spins := 0; st.done.Load() != tag|C; spins++ {
-		if spins > 1000 {
-			runtime.Gosched()
-		}
-	}
-}
-
-// steal takes the last chunk not yet taken of a chunked item of phase ph
-// whose owner has started it in run r, and runs it; it reports whether it
-// found one.
-func (s *schedule) steal(j *job, ph int, r uint64, k *kctx) bool {
-	tag := r & runMask
-	for w := 0; w < s.W; w++ {
-		for _, i := range s.stealable[ph*s.W+w] {
-			it := &s.parts[w][i]
-			st := &s.chunk[it.st]
-			for {
-				c := st.claim.Load()
-				f, b := c>>chunkBits&chunkMask, c&chunkMask
-				if c>>runTag != tag || f >= b {
-					break
-				}
-				if st.claim.CompareAndSwap(c, c-1) {
-					s.stolen.Add(1)
-					s.runChunk(j, it, int(b-1), st, k)
-					return true
-				}
-			}
-		}
-	}
-	return false
-}
-
-// runChunk runs chunk i of a chunked item and counts it done, even when it
-// panics (the fault is kept for the replay to re-raise) or a fault has
-// stopped the run, so that the owner's wait ends.
-func (s *schedule) runChunk(j *job, it *item, i int, st *chunkState, k *kctx) {
-	defer func() {
-		if r := recover(); r != nil {
-			j.fault.CompareAndSwap(nil, &faultErr{r})
-		}
-		st.done.Add(1)
-	}()
-	if j.fault.Load() != nil {
-		return
-	}
-	n, C := it.hi-it.lo, int(it.chunks)
-	kernels[it.c.op].run(it.c, it.lo+n*i/C, it.lo+n*(i+1)/C, k)
-}
-
-// chunksOf is how many chunks the schedule cuts a piece of units [lo, hi)
-// of c into: matmuls split by panels only (a row-split matmul's pieces
-// each read every weight), by their weight bytes.
-func chunksOf(c *rcall, lo, hi int) int32 {
-	if c.op != accel.OpMatMul || matRowSplit(c) {
-		return 1
-	}
-	bytes := (hi - lo) * matBlock * int(rowBytes(&c.o[2]))
-	return int32(max(1, min(bytes/chunkBytes, hi-lo, maxChunks)))
 }
 
 // region is the bytes {base + r*stride + c : r in [0,rows), c in [c0,c1)}:
@@ -632,7 +496,6 @@ func buildSchedule(d *Device, ts []task) *schedule {
 	s.claim = make([]atomic.Uint64, s.np*W)
 	s.done = make([]paddedCounter, s.np)
 	s.busy = make([]uint64, s.np)
-	s.stealable = make([][]int32, s.np*W)
 	for ph := 0; ph < s.np; ph++ {
 		for w := 0; w < W; w++ {
 			start := 0
@@ -642,24 +505,8 @@ func buildSchedule(d *Device, ts []task) *schedule {
 			if s.ends[w][ph] > start {
 				s.busy[ph]++
 			}
-			for i := start; i < s.ends[w][ph]; i++ {
-				if s.parts[w][i].chunks > 1 {
-					s.stealable[ph*W+w] = append(s.stealable[ph*W+w], int32(i))
-				}
-			}
 		}
 	}
-	nc := 0
-	for w := range s.parts {
-		for i := range s.parts[w] {
-			if it := &s.parts[w][i]; it.chunks > 1 {
-				it.st = int32(nc)
-				nc++
-			}
-		}
-	}
-	s.chunk = make([]chunkState, nc)
-	s.stats.Chunked = nc
 	s.stats.Workers, s.stats.Nodes, s.stats.Barriers = W, len(ts), max(s.np-1, 0)
 	return s
 }
@@ -734,7 +581,7 @@ func (b *builder) kernel(c *rcall) {
 	for w := 0; w < b.W; w++ {
 		lo, hi := n*w/b.W, n*(w+1)/b.W
 		if lo < hi {
-			b.add(w, item{kind: itemKernel, c: c, lo: lo, hi: hi, chunks: chunksOf(c, lo, hi)}, &b.parts[w], (hi-lo)*cost)
+			b.add(w, item{kind: itemKernel, c: c, lo: lo, hi: hi}, &b.parts[w], (hi-lo)*cost)
 		}
 	}
 }
@@ -842,9 +689,6 @@ func (s *schedule) String() string {
 				switch it.kind {
 				case itemKernel:
 					fmt.Fprintf(&b, " %s[%d,%d)", it.c.op, it.lo, it.hi)
-					if it.chunks > 1 {
-						fmt.Fprintf(&b, "/%d", it.chunks)
-					}
 				case itemCopy:
 					fmt.Fprintf(&b, " copy(%d)", len(it.dst))
 				case itemSerial:
