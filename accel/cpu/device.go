@@ -61,6 +61,7 @@ type Device struct {
 	budget        *alloc.Budget // the arena: segments, executables, packed weights
 	work          *workers
 	threads       int
+	traceEvery    uint64 // EnvScheduleTrace
 	packs         packTable
 
 	mu      sync.Mutex
@@ -100,7 +101,15 @@ func Open(opts accel.Options) (*Device, error) {
 			threads = runtime.GOMAXPROCS(0)
 		}
 	}
-	d := &Device{info: info(0), budget: budget, threads: threads, streams: map[*stream]struct{}{}, aliases: map[*mem]struct{}{}}
+	var every uint64
+	if v := os.Getenv(EnvScheduleTrace); v != "" {
+		n, err := strconv.ParseUint(v, 10, 32)
+		if err != nil {
+			return nil, fmt.Errorf("cpu: %s=%q: want a number of replays (0: off)", EnvScheduleTrace, v)
+		}
+		every = n
+	}
+	d := &Device{info: info(0), budget: budget, threads: threads, traceEvery: every, streams: map[*stream]struct{}{}, aliases: map[*mem]struct{}{}}
 	d.deviceMemory = alloc.NewDeviceMemory(budget, source{d}, d.check)
 	d.packs.init(d)
 	d.work = newWorkers(d, threads)

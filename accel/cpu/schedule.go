@@ -5,6 +5,7 @@ import (
 	"runtime"
 	"strings"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/reprise-ml/reprise/accel"
@@ -71,6 +72,7 @@ type schedule struct {
 	busy  []uint64
 	runs  uint64 // runs started (the caller's, under the pool's busy lock)
 	stats ScheduleStats
+	trace *schedTrace // EnvScheduleTrace; nil: no time stamps
 }
 
 type paddedCounter struct {
@@ -106,6 +108,9 @@ func (d *Device) replay(ns *nodes, k *kctx) {
 	d.work.publish(j)
 	s.runAll(j, 0, k)
 	s.runs++
+	if s.trace != nil {
+		s.traceReport()
+	}
 	d.work.busy.Unlock()
 	if f := j.fault.Load(); f != nil {
 		panic(f.v)
@@ -133,9 +138,14 @@ func (d *Device) runNodeSerial(t *task, k *kctx) {
 // finished finds every slot claimed and every phase done, and leaves.
 func (s *schedule) runAll(j *job, self int, k *kctx) {
 	r := j.epoch.Load()
+	tr := s.trace
 	for ph := 0; ph < s.np; ph++ {
 		if s.busy[ph] == 0 {
 			continue
+		}
+		var t0, t1 time.Time
+		if tr != nil {
+			t0 = time.Now()
 		}
 		for i := 0; i < s.W; i++ {
 			w := self + i
@@ -159,11 +169,17 @@ func (s *schedule) runAll(j *job, self int, k *kctx) {
 			}
 			s.done[ph].n.Add(1)
 		}
+		if tr != nil {
+			t1 = time.Now()
+		}
 		target := (r + 1) * s.busy[ph]
 		for spins := 0; s.done[ph].n.Load() < target; spins++ {
 			if spins > 1000 {
 				runtime.Gosched()
 			}
+		}
+		if tr != nil {
+			tr.note(self, ph, t0, t1, time.Now())
 		}
 	}
 }
@@ -506,6 +522,9 @@ func buildSchedule(d *Device, ts []task) *schedule {
 				s.busy[ph]++
 			}
 		}
+	}
+	if d.traceEvery > 0 {
+		s.trace = newSchedTrace(d.traceEvery, W, s.np)
 	}
 	s.stats.Workers, s.stats.Nodes, s.stats.Barriers = W, len(ts), max(s.np-1, 0)
 	return s
