@@ -89,6 +89,7 @@ type kctx struct {
 	rope    []float32 // RoPE frequencies, cos and sin
 	tail    [4 * panelWidth]float32
 	qa      qacts     // quantized matmul: this piece's rows of x, quantized
+	qw      []byte    // quantized matmul: a panel widened for many rows (quant_rows_amd64.go)
 	lpMarks []uint64  // log probabilities: the vector top k's marks (logprobs.go)
 	zeros   []float32 // penalties: an all-zero bias row, never written (penalties.go)
 }

@@ -73,12 +73,20 @@ func runMatMulQuantVec(c *rcall, a *qacts, p *packed, lo, hi, t0, t1 int, k *kct
 	}
 	yf := y.f32()
 	ys := uintptr(out) * 4
+	wide := quantWide(p.dt, t1-t0)
+	if wide {
+		kern4, kern2, rows = wideKernels(p.dt)
+	}
 	// Panel by panel, so that a panel's weights stay in the nearest cache
 	// for every row; several rows at a time (quantRowStep).
 	for pn := lo; pn < hi; pn++ {
 		o0 := pn * panelWidth
 		full := o0+panelWidth <= out
 		wp := p.panel(pn)
+		wm := wp // the many-row kernels' panel
+		if wide {
+			wm = widenPanel(k, p.dt, wp, nb)
+		}
 		for t := t0; t < t1; {
 			r := t - t0
 			qx := unsafe.Pointer(&a.qx[r*in])
@@ -103,9 +111,9 @@ func runMatMulQuantVec(c *rcall, a *qacts, p *packed, lo, hi, t0, t1 int, k *kct
 				km = kern2
 			}
 			if full {
-				km(unsafe.Pointer(&yf[t*out+o0]), ys, qx, uintptr(in), dx, sx, uintptr(nb)*4, uintptr(ns)*4, wp, nb)
+				km(unsafe.Pointer(&yf[t*out+o0]), ys, qx, uintptr(in), dx, sx, uintptr(nb)*4, uintptr(ns)*4, wm, nb)
 			} else {
-				km(unsafe.Pointer(&k.tail[0]), panelWidth*4, qx, uintptr(in), dx, sx, uintptr(nb)*4, uintptr(ns)*4, wp, nb)
+				km(unsafe.Pointer(&k.tail[0]), panelWidth*4, qx, uintptr(in), dx, sx, uintptr(nb)*4, uintptr(ns)*4, wm, nb)
 				for i := 0; i < m; i++ {
 					copyF32(yf[(t+i)*out+o0:(t+i+1)*out], k.tail[i*panelWidth:i*panelWidth+out-o0])
 				}

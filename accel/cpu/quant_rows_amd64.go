@@ -4,7 +4,11 @@ package cpu
 
 //go:generate go run gen_quantrows.go
 
-import "unsafe"
+import (
+	"unsafe"
+
+	"github.com/reprise-ml/reprise/accel"
+)
 
 // Many-row quantized kernels: one panel's weights applied to several rows
 // of x at once, each weight vector loaded (and split into nibbles, or made
@@ -92,3 +96,52 @@ var q6High = [32]uint8{
 // s shifted left by 16 it makes the (s, s) int16 pairs of mmQ6_Kx3's and
 // mmQ6_Kx2's scale fold.
 var q32Low16 = [8]int32{0xffff, 0xffff, 0xffff, 0xffff, 0xffff, 0xffff, 0xffff, 0xffff}
+
+// Widened panels. A many-row kernel spends part of each group's work
+// making the weight vectors from the packed bits (Q6_K's 6-bit values from
+// a nibble and two high bits: eleven vector instructions per group, as
+// many as the three rows' products take), and it makes them again for
+// every two or three rows. With many rows, the panel is widened once into
+// the worker's scratch (kctx.qw), each group's vectors as the kernel made
+// them, and the widened kernels load them as they are: the same integer
+// sums, in the same float32 order (so the same bits as every other path).
+
+// q6WideBlock is the bytes of one super-block of a widened Q6_K panel:
+// d (16 float32), the scales as (scale, scale) int16 pairs per sub-block
+// and half (16·2·32 bytes), then the 6-bit values (0..63) one per byte,
+// group by group of four inputs in input order (64 groups of two 32-byte
+// halves, each as the packed kernels' q6Group makes it).
+const q6WideBlock = 64 + 1024 + 4096
+
+// quantWideMin is the rows of x from which a panel is widened first: the
+// widening costs about what three rows of the packed kernel's unpacking
+// do, once per panel.
+const quantWideMin = 12
+
+// quantWide reports whether a quantized MatMul of rows rows of x on dt's
+// panels widens each panel first.
+func quantWide(dt accel.DType, rows int) bool {
+	return rows >= quantWideMin && dt == accel.Q6_K
+}
+
+// wideKernels is dt's widened many-row kernels and the first one's rows.
+func wideKernels(dt accel.DType) (k3, k2 qKernel4, rows int) {
+	switch dt {
+	case accel.Q6_K:
+		return mmQ6_KWx3, mmQ6_KWx2, 3
+	}
+	panic("cpu: no widened kernels for " + dt.String())
+}
+
+// widenPanel widens the nb blocks of dt's packed panel at w into k's
+// scratch, returning where.
+func widenPanel(k *kctx, dt accel.DType, w unsafe.Pointer, nb int) unsafe.Pointer {
+	switch dt {
+	case accel.Q6_K:
+		k.qw = grow(k.qw, nb*q6WideBlock)
+		widenQ6_K(unsafe.Pointer(&k.qw[0]), w, nb)
+	default:
+		panic("cpu: no widened panels for " + dt.String())
+	}
+	return unsafe.Pointer(&k.qw[0])
+}

@@ -5268,3 +5268,3101 @@ func mmQ6_Kx2(y unsafe.Pointer, ys uintptr, qx unsafe.Pointer, xs uintptr, dx, s
 	runtime.KeepAlive(&fenceB)
 	archsimd.ClearAVXUpperBits()
 }
+
+// widenQ6_K: nb super-blocks of the packed Q6_K panel at w into the
+// widened layout at dst (quant_rows_amd64.go's q6WideBlock).
+//
+//go:noinline
+//go:norace
+//go:nocheckptr
+func widenQ6_K(dst, w unsafe.Pointer, nb int) {
+	for b := 0; b < nb; b++ {
+		wb := unsafe.Add(w, uintptr(b)*3392)
+		db := unsafe.Add(dst, uintptr(b)*5184)
+		archsimd.LoadFloat32x8((*[8]float32)(wb)).Store((*[8]float32)(db))
+		archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(wb, 32))).Store((*[8]float32)(unsafe.Add(db, 32)))
+		{
+			sc := archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(wb, 64))).ExtendLo8ToInt32()
+			sc.ShiftAllLeft(16).Or(sc.And(archsimd.LoadInt32x8(&q32Low16))).Store((*[8]int32)(unsafe.Add(db, 64)))
+		}
+		{
+			sc := archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(wb, 72))).ExtendLo8ToInt32()
+			sc.ShiftAllLeft(16).Or(sc.And(archsimd.LoadInt32x8(&q32Low16))).Store((*[8]int32)(unsafe.Add(db, 96)))
+		}
+		{
+			sc := archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(wb, 80))).ExtendLo8ToInt32()
+			sc.ShiftAllLeft(16).Or(sc.And(archsimd.LoadInt32x8(&q32Low16))).Store((*[8]int32)(unsafe.Add(db, 128)))
+		}
+		{
+			sc := archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(wb, 88))).ExtendLo8ToInt32()
+			sc.ShiftAllLeft(16).Or(sc.And(archsimd.LoadInt32x8(&q32Low16))).Store((*[8]int32)(unsafe.Add(db, 160)))
+		}
+		{
+			sc := archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(wb, 96))).ExtendLo8ToInt32()
+			sc.ShiftAllLeft(16).Or(sc.And(archsimd.LoadInt32x8(&q32Low16))).Store((*[8]int32)(unsafe.Add(db, 192)))
+		}
+		{
+			sc := archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(wb, 104))).ExtendLo8ToInt32()
+			sc.ShiftAllLeft(16).Or(sc.And(archsimd.LoadInt32x8(&q32Low16))).Store((*[8]int32)(unsafe.Add(db, 224)))
+		}
+		{
+			sc := archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(wb, 112))).ExtendLo8ToInt32()
+			sc.ShiftAllLeft(16).Or(sc.And(archsimd.LoadInt32x8(&q32Low16))).Store((*[8]int32)(unsafe.Add(db, 256)))
+		}
+		{
+			sc := archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(wb, 120))).ExtendLo8ToInt32()
+			sc.ShiftAllLeft(16).Or(sc.And(archsimd.LoadInt32x8(&q32Low16))).Store((*[8]int32)(unsafe.Add(db, 288)))
+		}
+		{
+			sc := archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(wb, 128))).ExtendLo8ToInt32()
+			sc.ShiftAllLeft(16).Or(sc.And(archsimd.LoadInt32x8(&q32Low16))).Store((*[8]int32)(unsafe.Add(db, 320)))
+		}
+		{
+			sc := archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(wb, 136))).ExtendLo8ToInt32()
+			sc.ShiftAllLeft(16).Or(sc.And(archsimd.LoadInt32x8(&q32Low16))).Store((*[8]int32)(unsafe.Add(db, 352)))
+		}
+		{
+			sc := archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(wb, 144))).ExtendLo8ToInt32()
+			sc.ShiftAllLeft(16).Or(sc.And(archsimd.LoadInt32x8(&q32Low16))).Store((*[8]int32)(unsafe.Add(db, 384)))
+		}
+		{
+			sc := archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(wb, 152))).ExtendLo8ToInt32()
+			sc.ShiftAllLeft(16).Or(sc.And(archsimd.LoadInt32x8(&q32Low16))).Store((*[8]int32)(unsafe.Add(db, 416)))
+		}
+		{
+			sc := archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(wb, 160))).ExtendLo8ToInt32()
+			sc.ShiftAllLeft(16).Or(sc.And(archsimd.LoadInt32x8(&q32Low16))).Store((*[8]int32)(unsafe.Add(db, 448)))
+		}
+		{
+			sc := archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(wb, 168))).ExtendLo8ToInt32()
+			sc.ShiftAllLeft(16).Or(sc.And(archsimd.LoadInt32x8(&q32Low16))).Store((*[8]int32)(unsafe.Add(db, 480)))
+		}
+		{
+			sc := archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(wb, 176))).ExtendLo8ToInt32()
+			sc.ShiftAllLeft(16).Or(sc.And(archsimd.LoadInt32x8(&q32Low16))).Store((*[8]int32)(unsafe.Add(db, 512)))
+		}
+		{
+			sc := archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(wb, 184))).ExtendLo8ToInt32()
+			sc.ShiftAllLeft(16).Or(sc.And(archsimd.LoadInt32x8(&q32Low16))).Store((*[8]int32)(unsafe.Add(db, 544)))
+		}
+		{
+			sc := archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(wb, 192))).ExtendLo8ToInt32()
+			sc.ShiftAllLeft(16).Or(sc.And(archsimd.LoadInt32x8(&q32Low16))).Store((*[8]int32)(unsafe.Add(db, 576)))
+		}
+		{
+			sc := archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(wb, 200))).ExtendLo8ToInt32()
+			sc.ShiftAllLeft(16).Or(sc.And(archsimd.LoadInt32x8(&q32Low16))).Store((*[8]int32)(unsafe.Add(db, 608)))
+		}
+		{
+			sc := archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(wb, 208))).ExtendLo8ToInt32()
+			sc.ShiftAllLeft(16).Or(sc.And(archsimd.LoadInt32x8(&q32Low16))).Store((*[8]int32)(unsafe.Add(db, 640)))
+		}
+		{
+			sc := archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(wb, 216))).ExtendLo8ToInt32()
+			sc.ShiftAllLeft(16).Or(sc.And(archsimd.LoadInt32x8(&q32Low16))).Store((*[8]int32)(unsafe.Add(db, 672)))
+		}
+		{
+			sc := archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(wb, 224))).ExtendLo8ToInt32()
+			sc.ShiftAllLeft(16).Or(sc.And(archsimd.LoadInt32x8(&q32Low16))).Store((*[8]int32)(unsafe.Add(db, 704)))
+		}
+		{
+			sc := archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(wb, 232))).ExtendLo8ToInt32()
+			sc.ShiftAllLeft(16).Or(sc.And(archsimd.LoadInt32x8(&q32Low16))).Store((*[8]int32)(unsafe.Add(db, 736)))
+		}
+		{
+			sc := archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(wb, 240))).ExtendLo8ToInt32()
+			sc.ShiftAllLeft(16).Or(sc.And(archsimd.LoadInt32x8(&q32Low16))).Store((*[8]int32)(unsafe.Add(db, 768)))
+		}
+		{
+			sc := archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(wb, 248))).ExtendLo8ToInt32()
+			sc.ShiftAllLeft(16).Or(sc.And(archsimd.LoadInt32x8(&q32Low16))).Store((*[8]int32)(unsafe.Add(db, 800)))
+		}
+		{
+			sc := archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(wb, 256))).ExtendLo8ToInt32()
+			sc.ShiftAllLeft(16).Or(sc.And(archsimd.LoadInt32x8(&q32Low16))).Store((*[8]int32)(unsafe.Add(db, 832)))
+		}
+		{
+			sc := archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(wb, 264))).ExtendLo8ToInt32()
+			sc.ShiftAllLeft(16).Or(sc.And(archsimd.LoadInt32x8(&q32Low16))).Store((*[8]int32)(unsafe.Add(db, 864)))
+		}
+		{
+			sc := archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(wb, 272))).ExtendLo8ToInt32()
+			sc.ShiftAllLeft(16).Or(sc.And(archsimd.LoadInt32x8(&q32Low16))).Store((*[8]int32)(unsafe.Add(db, 896)))
+		}
+		{
+			sc := archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(wb, 280))).ExtendLo8ToInt32()
+			sc.ShiftAllLeft(16).Or(sc.And(archsimd.LoadInt32x8(&q32Low16))).Store((*[8]int32)(unsafe.Add(db, 928)))
+		}
+		{
+			sc := archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(wb, 288))).ExtendLo8ToInt32()
+			sc.ShiftAllLeft(16).Or(sc.And(archsimd.LoadInt32x8(&q32Low16))).Store((*[8]int32)(unsafe.Add(db, 960)))
+		}
+		{
+			sc := archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(wb, 296))).ExtendLo8ToInt32()
+			sc.ShiftAllLeft(16).Or(sc.And(archsimd.LoadInt32x8(&q32Low16))).Store((*[8]int32)(unsafe.Add(db, 992)))
+		}
+		{
+			sc := archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(wb, 304))).ExtendLo8ToInt32()
+			sc.ShiftAllLeft(16).Or(sc.And(archsimd.LoadInt32x8(&q32Low16))).Store((*[8]int32)(unsafe.Add(db, 1024)))
+		}
+		{
+			sc := archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(wb, 312))).ExtendLo8ToInt32()
+			sc.ShiftAllLeft(16).Or(sc.And(archsimd.LoadInt32x8(&q32Low16))).Store((*[8]int32)(unsafe.Add(db, 1056)))
+		}
+		{
+			m0f := archsimd.LoadUint8x32(&q8Low)
+			m30 := archsimd.LoadUint8x32(&q6High)
+			archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 320))).And(m0f).Or(archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2368))).AsInt16x16().ShiftAllLeft(4).AsUint8x32().And(m30)).Store((*[32]uint8)(unsafe.Add(db, 1088)))
+			archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 352))).And(m0f).Or(archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2400))).AsInt16x16().ShiftAllLeft(4).AsUint8x32().And(m30)).Store((*[32]uint8)(unsafe.Add(db, 1120)))
+		}
+		{
+			m0f := archsimd.LoadUint8x32(&q8Low)
+			m30 := archsimd.LoadUint8x32(&q6High)
+			archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 384))).And(m0f).Or(archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2432))).AsInt16x16().ShiftAllLeft(4).AsUint8x32().And(m30)).Store((*[32]uint8)(unsafe.Add(db, 1152)))
+			archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 416))).And(m0f).Or(archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2464))).AsInt16x16().ShiftAllLeft(4).AsUint8x32().And(m30)).Store((*[32]uint8)(unsafe.Add(db, 1184)))
+		}
+		{
+			m0f := archsimd.LoadUint8x32(&q8Low)
+			m30 := archsimd.LoadUint8x32(&q6High)
+			archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 448))).And(m0f).Or(archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2496))).AsInt16x16().ShiftAllLeft(4).AsUint8x32().And(m30)).Store((*[32]uint8)(unsafe.Add(db, 1216)))
+			archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 480))).And(m0f).Or(archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2528))).AsInt16x16().ShiftAllLeft(4).AsUint8x32().And(m30)).Store((*[32]uint8)(unsafe.Add(db, 1248)))
+		}
+		{
+			m0f := archsimd.LoadUint8x32(&q8Low)
+			m30 := archsimd.LoadUint8x32(&q6High)
+			archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 512))).And(m0f).Or(archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2560))).AsInt16x16().ShiftAllLeft(4).AsUint8x32().And(m30)).Store((*[32]uint8)(unsafe.Add(db, 1280)))
+			archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 544))).And(m0f).Or(archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2592))).AsInt16x16().ShiftAllLeft(4).AsUint8x32().And(m30)).Store((*[32]uint8)(unsafe.Add(db, 1312)))
+		}
+		{
+			m0f := archsimd.LoadUint8x32(&q8Low)
+			m30 := archsimd.LoadUint8x32(&q6High)
+			archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 576))).And(m0f).Or(archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2624))).AsInt16x16().ShiftAllLeft(4).AsUint8x32().And(m30)).Store((*[32]uint8)(unsafe.Add(db, 1344)))
+			archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 608))).And(m0f).Or(archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2656))).AsInt16x16().ShiftAllLeft(4).AsUint8x32().And(m30)).Store((*[32]uint8)(unsafe.Add(db, 1376)))
+		}
+		{
+			m0f := archsimd.LoadUint8x32(&q8Low)
+			m30 := archsimd.LoadUint8x32(&q6High)
+			archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 640))).And(m0f).Or(archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2688))).AsInt16x16().ShiftAllLeft(4).AsUint8x32().And(m30)).Store((*[32]uint8)(unsafe.Add(db, 1408)))
+			archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 672))).And(m0f).Or(archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2720))).AsInt16x16().ShiftAllLeft(4).AsUint8x32().And(m30)).Store((*[32]uint8)(unsafe.Add(db, 1440)))
+		}
+		{
+			m0f := archsimd.LoadUint8x32(&q8Low)
+			m30 := archsimd.LoadUint8x32(&q6High)
+			archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 704))).And(m0f).Or(archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2752))).AsInt16x16().ShiftAllLeft(4).AsUint8x32().And(m30)).Store((*[32]uint8)(unsafe.Add(db, 1472)))
+			archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 736))).And(m0f).Or(archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2784))).AsInt16x16().ShiftAllLeft(4).AsUint8x32().And(m30)).Store((*[32]uint8)(unsafe.Add(db, 1504)))
+		}
+		{
+			m0f := archsimd.LoadUint8x32(&q8Low)
+			m30 := archsimd.LoadUint8x32(&q6High)
+			archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 768))).And(m0f).Or(archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2816))).AsInt16x16().ShiftAllLeft(4).AsUint8x32().And(m30)).Store((*[32]uint8)(unsafe.Add(db, 1536)))
+			archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 800))).And(m0f).Or(archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2848))).AsInt16x16().ShiftAllLeft(4).AsUint8x32().And(m30)).Store((*[32]uint8)(unsafe.Add(db, 1568)))
+		}
+		{
+			m0f := archsimd.LoadUint8x32(&q8Low)
+			m30 := archsimd.LoadUint8x32(&q6High)
+			archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 832))).And(m0f).Or(archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2880))).AsInt16x16().ShiftAllLeft(4).AsUint8x32().And(m30)).Store((*[32]uint8)(unsafe.Add(db, 1600)))
+			archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 864))).And(m0f).Or(archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2912))).AsInt16x16().ShiftAllLeft(4).AsUint8x32().And(m30)).Store((*[32]uint8)(unsafe.Add(db, 1632)))
+		}
+		{
+			m0f := archsimd.LoadUint8x32(&q8Low)
+			m30 := archsimd.LoadUint8x32(&q6High)
+			archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 896))).And(m0f).Or(archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2944))).AsInt16x16().ShiftAllLeft(4).AsUint8x32().And(m30)).Store((*[32]uint8)(unsafe.Add(db, 1664)))
+			archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 928))).And(m0f).Or(archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2976))).AsInt16x16().ShiftAllLeft(4).AsUint8x32().And(m30)).Store((*[32]uint8)(unsafe.Add(db, 1696)))
+		}
+		{
+			m0f := archsimd.LoadUint8x32(&q8Low)
+			m30 := archsimd.LoadUint8x32(&q6High)
+			archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 960))).And(m0f).Or(archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 3008))).AsInt16x16().ShiftAllLeft(4).AsUint8x32().And(m30)).Store((*[32]uint8)(unsafe.Add(db, 1728)))
+			archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 992))).And(m0f).Or(archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 3040))).AsInt16x16().ShiftAllLeft(4).AsUint8x32().And(m30)).Store((*[32]uint8)(unsafe.Add(db, 1760)))
+		}
+		{
+			m0f := archsimd.LoadUint8x32(&q8Low)
+			m30 := archsimd.LoadUint8x32(&q6High)
+			archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 1024))).And(m0f).Or(archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 3072))).AsInt16x16().ShiftAllLeft(4).AsUint8x32().And(m30)).Store((*[32]uint8)(unsafe.Add(db, 1792)))
+			archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 1056))).And(m0f).Or(archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 3104))).AsInt16x16().ShiftAllLeft(4).AsUint8x32().And(m30)).Store((*[32]uint8)(unsafe.Add(db, 1824)))
+		}
+		{
+			m0f := archsimd.LoadUint8x32(&q8Low)
+			m30 := archsimd.LoadUint8x32(&q6High)
+			archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 1088))).And(m0f).Or(archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 3136))).AsInt16x16().ShiftAllLeft(4).AsUint8x32().And(m30)).Store((*[32]uint8)(unsafe.Add(db, 1856)))
+			archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 1120))).And(m0f).Or(archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 3168))).AsInt16x16().ShiftAllLeft(4).AsUint8x32().And(m30)).Store((*[32]uint8)(unsafe.Add(db, 1888)))
+		}
+		{
+			m0f := archsimd.LoadUint8x32(&q8Low)
+			m30 := archsimd.LoadUint8x32(&q6High)
+			archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 1152))).And(m0f).Or(archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 3200))).AsInt16x16().ShiftAllLeft(4).AsUint8x32().And(m30)).Store((*[32]uint8)(unsafe.Add(db, 1920)))
+			archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 1184))).And(m0f).Or(archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 3232))).AsInt16x16().ShiftAllLeft(4).AsUint8x32().And(m30)).Store((*[32]uint8)(unsafe.Add(db, 1952)))
+		}
+		{
+			m0f := archsimd.LoadUint8x32(&q8Low)
+			m30 := archsimd.LoadUint8x32(&q6High)
+			archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 1216))).And(m0f).Or(archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 3264))).AsInt16x16().ShiftAllLeft(4).AsUint8x32().And(m30)).Store((*[32]uint8)(unsafe.Add(db, 1984)))
+			archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 1248))).And(m0f).Or(archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 3296))).AsInt16x16().ShiftAllLeft(4).AsUint8x32().And(m30)).Store((*[32]uint8)(unsafe.Add(db, 2016)))
+		}
+		{
+			m0f := archsimd.LoadUint8x32(&q8Low)
+			m30 := archsimd.LoadUint8x32(&q6High)
+			archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 1280))).And(m0f).Or(archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 3328))).AsInt16x16().ShiftAllLeft(4).AsUint8x32().And(m30)).Store((*[32]uint8)(unsafe.Add(db, 2048)))
+			archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 1312))).And(m0f).Or(archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 3360))).AsInt16x16().ShiftAllLeft(4).AsUint8x32().And(m30)).Store((*[32]uint8)(unsafe.Add(db, 2080)))
+		}
+		{
+			m0f := archsimd.LoadUint8x32(&q8Low)
+			m30 := archsimd.LoadUint8x32(&q6High)
+			archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 1344))).And(m0f).Or(archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2368))).And(m30)).Store((*[32]uint8)(unsafe.Add(db, 2112)))
+			archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 1376))).And(m0f).Or(archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2400))).And(m30)).Store((*[32]uint8)(unsafe.Add(db, 2144)))
+		}
+		{
+			m0f := archsimd.LoadUint8x32(&q8Low)
+			m30 := archsimd.LoadUint8x32(&q6High)
+			archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 1408))).And(m0f).Or(archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2432))).And(m30)).Store((*[32]uint8)(unsafe.Add(db, 2176)))
+			archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 1440))).And(m0f).Or(archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2464))).And(m30)).Store((*[32]uint8)(unsafe.Add(db, 2208)))
+		}
+		{
+			m0f := archsimd.LoadUint8x32(&q8Low)
+			m30 := archsimd.LoadUint8x32(&q6High)
+			archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 1472))).And(m0f).Or(archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2496))).And(m30)).Store((*[32]uint8)(unsafe.Add(db, 2240)))
+			archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 1504))).And(m0f).Or(archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2528))).And(m30)).Store((*[32]uint8)(unsafe.Add(db, 2272)))
+		}
+		{
+			m0f := archsimd.LoadUint8x32(&q8Low)
+			m30 := archsimd.LoadUint8x32(&q6High)
+			archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 1536))).And(m0f).Or(archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2560))).And(m30)).Store((*[32]uint8)(unsafe.Add(db, 2304)))
+			archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 1568))).And(m0f).Or(archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2592))).And(m30)).Store((*[32]uint8)(unsafe.Add(db, 2336)))
+		}
+		{
+			m0f := archsimd.LoadUint8x32(&q8Low)
+			m30 := archsimd.LoadUint8x32(&q6High)
+			archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 1600))).And(m0f).Or(archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2624))).And(m30)).Store((*[32]uint8)(unsafe.Add(db, 2368)))
+			archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 1632))).And(m0f).Or(archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2656))).And(m30)).Store((*[32]uint8)(unsafe.Add(db, 2400)))
+		}
+		{
+			m0f := archsimd.LoadUint8x32(&q8Low)
+			m30 := archsimd.LoadUint8x32(&q6High)
+			archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 1664))).And(m0f).Or(archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2688))).And(m30)).Store((*[32]uint8)(unsafe.Add(db, 2432)))
+			archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 1696))).And(m0f).Or(archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2720))).And(m30)).Store((*[32]uint8)(unsafe.Add(db, 2464)))
+		}
+		{
+			m0f := archsimd.LoadUint8x32(&q8Low)
+			m30 := archsimd.LoadUint8x32(&q6High)
+			archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 1728))).And(m0f).Or(archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2752))).And(m30)).Store((*[32]uint8)(unsafe.Add(db, 2496)))
+			archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 1760))).And(m0f).Or(archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2784))).And(m30)).Store((*[32]uint8)(unsafe.Add(db, 2528)))
+		}
+		{
+			m0f := archsimd.LoadUint8x32(&q8Low)
+			m30 := archsimd.LoadUint8x32(&q6High)
+			archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 1792))).And(m0f).Or(archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2816))).And(m30)).Store((*[32]uint8)(unsafe.Add(db, 2560)))
+			archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 1824))).And(m0f).Or(archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2848))).And(m30)).Store((*[32]uint8)(unsafe.Add(db, 2592)))
+		}
+		{
+			m0f := archsimd.LoadUint8x32(&q8Low)
+			m30 := archsimd.LoadUint8x32(&q6High)
+			archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 1856))).And(m0f).Or(archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2880))).And(m30)).Store((*[32]uint8)(unsafe.Add(db, 2624)))
+			archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 1888))).And(m0f).Or(archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2912))).And(m30)).Store((*[32]uint8)(unsafe.Add(db, 2656)))
+		}
+		{
+			m0f := archsimd.LoadUint8x32(&q8Low)
+			m30 := archsimd.LoadUint8x32(&q6High)
+			archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 1920))).And(m0f).Or(archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2944))).And(m30)).Store((*[32]uint8)(unsafe.Add(db, 2688)))
+			archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 1952))).And(m0f).Or(archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2976))).And(m30)).Store((*[32]uint8)(unsafe.Add(db, 2720)))
+		}
+		{
+			m0f := archsimd.LoadUint8x32(&q8Low)
+			m30 := archsimd.LoadUint8x32(&q6High)
+			archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 1984))).And(m0f).Or(archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 3008))).And(m30)).Store((*[32]uint8)(unsafe.Add(db, 2752)))
+			archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2016))).And(m0f).Or(archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 3040))).And(m30)).Store((*[32]uint8)(unsafe.Add(db, 2784)))
+		}
+		{
+			m0f := archsimd.LoadUint8x32(&q8Low)
+			m30 := archsimd.LoadUint8x32(&q6High)
+			archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2048))).And(m0f).Or(archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 3072))).And(m30)).Store((*[32]uint8)(unsafe.Add(db, 2816)))
+			archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2080))).And(m0f).Or(archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 3104))).And(m30)).Store((*[32]uint8)(unsafe.Add(db, 2848)))
+		}
+		{
+			m0f := archsimd.LoadUint8x32(&q8Low)
+			m30 := archsimd.LoadUint8x32(&q6High)
+			archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2112))).And(m0f).Or(archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 3136))).And(m30)).Store((*[32]uint8)(unsafe.Add(db, 2880)))
+			archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2144))).And(m0f).Or(archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 3168))).And(m30)).Store((*[32]uint8)(unsafe.Add(db, 2912)))
+		}
+		{
+			m0f := archsimd.LoadUint8x32(&q8Low)
+			m30 := archsimd.LoadUint8x32(&q6High)
+			archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2176))).And(m0f).Or(archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 3200))).And(m30)).Store((*[32]uint8)(unsafe.Add(db, 2944)))
+			archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2208))).And(m0f).Or(archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 3232))).And(m30)).Store((*[32]uint8)(unsafe.Add(db, 2976)))
+		}
+		{
+			m0f := archsimd.LoadUint8x32(&q8Low)
+			m30 := archsimd.LoadUint8x32(&q6High)
+			archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2240))).And(m0f).Or(archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 3264))).And(m30)).Store((*[32]uint8)(unsafe.Add(db, 3008)))
+			archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2272))).And(m0f).Or(archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 3296))).And(m30)).Store((*[32]uint8)(unsafe.Add(db, 3040)))
+		}
+		{
+			m0f := archsimd.LoadUint8x32(&q8Low)
+			m30 := archsimd.LoadUint8x32(&q6High)
+			archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2304))).And(m0f).Or(archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 3328))).And(m30)).Store((*[32]uint8)(unsafe.Add(db, 3072)))
+			archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2336))).And(m0f).Or(archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 3360))).And(m30)).Store((*[32]uint8)(unsafe.Add(db, 3104)))
+		}
+		{
+			m0f := archsimd.LoadUint8x32(&q8Low)
+			m30 := archsimd.LoadUint8x32(&q6High)
+			archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 320))).AsInt16x16().ShiftAllRight(4).AsUint8x32().And(m0f).Or(archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2368))).AsInt16x16().ShiftAllLeft(2).AsUint8x32().And(m30)).Store((*[32]uint8)(unsafe.Add(db, 3136)))
+			archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 352))).AsInt16x16().ShiftAllRight(4).AsUint8x32().And(m0f).Or(archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2400))).AsInt16x16().ShiftAllLeft(2).AsUint8x32().And(m30)).Store((*[32]uint8)(unsafe.Add(db, 3168)))
+		}
+		{
+			m0f := archsimd.LoadUint8x32(&q8Low)
+			m30 := archsimd.LoadUint8x32(&q6High)
+			archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 384))).AsInt16x16().ShiftAllRight(4).AsUint8x32().And(m0f).Or(archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2432))).AsInt16x16().ShiftAllLeft(2).AsUint8x32().And(m30)).Store((*[32]uint8)(unsafe.Add(db, 3200)))
+			archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 416))).AsInt16x16().ShiftAllRight(4).AsUint8x32().And(m0f).Or(archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2464))).AsInt16x16().ShiftAllLeft(2).AsUint8x32().And(m30)).Store((*[32]uint8)(unsafe.Add(db, 3232)))
+		}
+		{
+			m0f := archsimd.LoadUint8x32(&q8Low)
+			m30 := archsimd.LoadUint8x32(&q6High)
+			archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 448))).AsInt16x16().ShiftAllRight(4).AsUint8x32().And(m0f).Or(archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2496))).AsInt16x16().ShiftAllLeft(2).AsUint8x32().And(m30)).Store((*[32]uint8)(unsafe.Add(db, 3264)))
+			archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 480))).AsInt16x16().ShiftAllRight(4).AsUint8x32().And(m0f).Or(archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2528))).AsInt16x16().ShiftAllLeft(2).AsUint8x32().And(m30)).Store((*[32]uint8)(unsafe.Add(db, 3296)))
+		}
+		{
+			m0f := archsimd.LoadUint8x32(&q8Low)
+			m30 := archsimd.LoadUint8x32(&q6High)
+			archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 512))).AsInt16x16().ShiftAllRight(4).AsUint8x32().And(m0f).Or(archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2560))).AsInt16x16().ShiftAllLeft(2).AsUint8x32().And(m30)).Store((*[32]uint8)(unsafe.Add(db, 3328)))
+			archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 544))).AsInt16x16().ShiftAllRight(4).AsUint8x32().And(m0f).Or(archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2592))).AsInt16x16().ShiftAllLeft(2).AsUint8x32().And(m30)).Store((*[32]uint8)(unsafe.Add(db, 3360)))
+		}
+		{
+			m0f := archsimd.LoadUint8x32(&q8Low)
+			m30 := archsimd.LoadUint8x32(&q6High)
+			archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 576))).AsInt16x16().ShiftAllRight(4).AsUint8x32().And(m0f).Or(archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2624))).AsInt16x16().ShiftAllLeft(2).AsUint8x32().And(m30)).Store((*[32]uint8)(unsafe.Add(db, 3392)))
+			archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 608))).AsInt16x16().ShiftAllRight(4).AsUint8x32().And(m0f).Or(archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2656))).AsInt16x16().ShiftAllLeft(2).AsUint8x32().And(m30)).Store((*[32]uint8)(unsafe.Add(db, 3424)))
+		}
+		{
+			m0f := archsimd.LoadUint8x32(&q8Low)
+			m30 := archsimd.LoadUint8x32(&q6High)
+			archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 640))).AsInt16x16().ShiftAllRight(4).AsUint8x32().And(m0f).Or(archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2688))).AsInt16x16().ShiftAllLeft(2).AsUint8x32().And(m30)).Store((*[32]uint8)(unsafe.Add(db, 3456)))
+			archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 672))).AsInt16x16().ShiftAllRight(4).AsUint8x32().And(m0f).Or(archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2720))).AsInt16x16().ShiftAllLeft(2).AsUint8x32().And(m30)).Store((*[32]uint8)(unsafe.Add(db, 3488)))
+		}
+		{
+			m0f := archsimd.LoadUint8x32(&q8Low)
+			m30 := archsimd.LoadUint8x32(&q6High)
+			archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 704))).AsInt16x16().ShiftAllRight(4).AsUint8x32().And(m0f).Or(archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2752))).AsInt16x16().ShiftAllLeft(2).AsUint8x32().And(m30)).Store((*[32]uint8)(unsafe.Add(db, 3520)))
+			archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 736))).AsInt16x16().ShiftAllRight(4).AsUint8x32().And(m0f).Or(archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2784))).AsInt16x16().ShiftAllLeft(2).AsUint8x32().And(m30)).Store((*[32]uint8)(unsafe.Add(db, 3552)))
+		}
+		{
+			m0f := archsimd.LoadUint8x32(&q8Low)
+			m30 := archsimd.LoadUint8x32(&q6High)
+			archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 768))).AsInt16x16().ShiftAllRight(4).AsUint8x32().And(m0f).Or(archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2816))).AsInt16x16().ShiftAllLeft(2).AsUint8x32().And(m30)).Store((*[32]uint8)(unsafe.Add(db, 3584)))
+			archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 800))).AsInt16x16().ShiftAllRight(4).AsUint8x32().And(m0f).Or(archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2848))).AsInt16x16().ShiftAllLeft(2).AsUint8x32().And(m30)).Store((*[32]uint8)(unsafe.Add(db, 3616)))
+		}
+		{
+			m0f := archsimd.LoadUint8x32(&q8Low)
+			m30 := archsimd.LoadUint8x32(&q6High)
+			archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 832))).AsInt16x16().ShiftAllRight(4).AsUint8x32().And(m0f).Or(archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2880))).AsInt16x16().ShiftAllLeft(2).AsUint8x32().And(m30)).Store((*[32]uint8)(unsafe.Add(db, 3648)))
+			archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 864))).AsInt16x16().ShiftAllRight(4).AsUint8x32().And(m0f).Or(archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2912))).AsInt16x16().ShiftAllLeft(2).AsUint8x32().And(m30)).Store((*[32]uint8)(unsafe.Add(db, 3680)))
+		}
+		{
+			m0f := archsimd.LoadUint8x32(&q8Low)
+			m30 := archsimd.LoadUint8x32(&q6High)
+			archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 896))).AsInt16x16().ShiftAllRight(4).AsUint8x32().And(m0f).Or(archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2944))).AsInt16x16().ShiftAllLeft(2).AsUint8x32().And(m30)).Store((*[32]uint8)(unsafe.Add(db, 3712)))
+			archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 928))).AsInt16x16().ShiftAllRight(4).AsUint8x32().And(m0f).Or(archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2976))).AsInt16x16().ShiftAllLeft(2).AsUint8x32().And(m30)).Store((*[32]uint8)(unsafe.Add(db, 3744)))
+		}
+		{
+			m0f := archsimd.LoadUint8x32(&q8Low)
+			m30 := archsimd.LoadUint8x32(&q6High)
+			archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 960))).AsInt16x16().ShiftAllRight(4).AsUint8x32().And(m0f).Or(archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 3008))).AsInt16x16().ShiftAllLeft(2).AsUint8x32().And(m30)).Store((*[32]uint8)(unsafe.Add(db, 3776)))
+			archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 992))).AsInt16x16().ShiftAllRight(4).AsUint8x32().And(m0f).Or(archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 3040))).AsInt16x16().ShiftAllLeft(2).AsUint8x32().And(m30)).Store((*[32]uint8)(unsafe.Add(db, 3808)))
+		}
+		{
+			m0f := archsimd.LoadUint8x32(&q8Low)
+			m30 := archsimd.LoadUint8x32(&q6High)
+			archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 1024))).AsInt16x16().ShiftAllRight(4).AsUint8x32().And(m0f).Or(archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 3072))).AsInt16x16().ShiftAllLeft(2).AsUint8x32().And(m30)).Store((*[32]uint8)(unsafe.Add(db, 3840)))
+			archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 1056))).AsInt16x16().ShiftAllRight(4).AsUint8x32().And(m0f).Or(archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 3104))).AsInt16x16().ShiftAllLeft(2).AsUint8x32().And(m30)).Store((*[32]uint8)(unsafe.Add(db, 3872)))
+		}
+		{
+			m0f := archsimd.LoadUint8x32(&q8Low)
+			m30 := archsimd.LoadUint8x32(&q6High)
+			archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 1088))).AsInt16x16().ShiftAllRight(4).AsUint8x32().And(m0f).Or(archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 3136))).AsInt16x16().ShiftAllLeft(2).AsUint8x32().And(m30)).Store((*[32]uint8)(unsafe.Add(db, 3904)))
+			archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 1120))).AsInt16x16().ShiftAllRight(4).AsUint8x32().And(m0f).Or(archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 3168))).AsInt16x16().ShiftAllLeft(2).AsUint8x32().And(m30)).Store((*[32]uint8)(unsafe.Add(db, 3936)))
+		}
+		{
+			m0f := archsimd.LoadUint8x32(&q8Low)
+			m30 := archsimd.LoadUint8x32(&q6High)
+			archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 1152))).AsInt16x16().ShiftAllRight(4).AsUint8x32().And(m0f).Or(archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 3200))).AsInt16x16().ShiftAllLeft(2).AsUint8x32().And(m30)).Store((*[32]uint8)(unsafe.Add(db, 3968)))
+			archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 1184))).AsInt16x16().ShiftAllRight(4).AsUint8x32().And(m0f).Or(archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 3232))).AsInt16x16().ShiftAllLeft(2).AsUint8x32().And(m30)).Store((*[32]uint8)(unsafe.Add(db, 4000)))
+		}
+		{
+			m0f := archsimd.LoadUint8x32(&q8Low)
+			m30 := archsimd.LoadUint8x32(&q6High)
+			archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 1216))).AsInt16x16().ShiftAllRight(4).AsUint8x32().And(m0f).Or(archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 3264))).AsInt16x16().ShiftAllLeft(2).AsUint8x32().And(m30)).Store((*[32]uint8)(unsafe.Add(db, 4032)))
+			archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 1248))).AsInt16x16().ShiftAllRight(4).AsUint8x32().And(m0f).Or(archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 3296))).AsInt16x16().ShiftAllLeft(2).AsUint8x32().And(m30)).Store((*[32]uint8)(unsafe.Add(db, 4064)))
+		}
+		{
+			m0f := archsimd.LoadUint8x32(&q8Low)
+			m30 := archsimd.LoadUint8x32(&q6High)
+			archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 1280))).AsInt16x16().ShiftAllRight(4).AsUint8x32().And(m0f).Or(archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 3328))).AsInt16x16().ShiftAllLeft(2).AsUint8x32().And(m30)).Store((*[32]uint8)(unsafe.Add(db, 4096)))
+			archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 1312))).AsInt16x16().ShiftAllRight(4).AsUint8x32().And(m0f).Or(archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 3360))).AsInt16x16().ShiftAllLeft(2).AsUint8x32().And(m30)).Store((*[32]uint8)(unsafe.Add(db, 4128)))
+		}
+		{
+			m0f := archsimd.LoadUint8x32(&q8Low)
+			m30 := archsimd.LoadUint8x32(&q6High)
+			archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 1344))).AsInt16x16().ShiftAllRight(4).AsUint8x32().And(m0f).Or(archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2368))).AsInt16x16().ShiftAllRight(2).AsUint8x32().And(m30)).Store((*[32]uint8)(unsafe.Add(db, 4160)))
+			archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 1376))).AsInt16x16().ShiftAllRight(4).AsUint8x32().And(m0f).Or(archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2400))).AsInt16x16().ShiftAllRight(2).AsUint8x32().And(m30)).Store((*[32]uint8)(unsafe.Add(db, 4192)))
+		}
+		{
+			m0f := archsimd.LoadUint8x32(&q8Low)
+			m30 := archsimd.LoadUint8x32(&q6High)
+			archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 1408))).AsInt16x16().ShiftAllRight(4).AsUint8x32().And(m0f).Or(archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2432))).AsInt16x16().ShiftAllRight(2).AsUint8x32().And(m30)).Store((*[32]uint8)(unsafe.Add(db, 4224)))
+			archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 1440))).AsInt16x16().ShiftAllRight(4).AsUint8x32().And(m0f).Or(archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2464))).AsInt16x16().ShiftAllRight(2).AsUint8x32().And(m30)).Store((*[32]uint8)(unsafe.Add(db, 4256)))
+		}
+		{
+			m0f := archsimd.LoadUint8x32(&q8Low)
+			m30 := archsimd.LoadUint8x32(&q6High)
+			archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 1472))).AsInt16x16().ShiftAllRight(4).AsUint8x32().And(m0f).Or(archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2496))).AsInt16x16().ShiftAllRight(2).AsUint8x32().And(m30)).Store((*[32]uint8)(unsafe.Add(db, 4288)))
+			archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 1504))).AsInt16x16().ShiftAllRight(4).AsUint8x32().And(m0f).Or(archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2528))).AsInt16x16().ShiftAllRight(2).AsUint8x32().And(m30)).Store((*[32]uint8)(unsafe.Add(db, 4320)))
+		}
+		{
+			m0f := archsimd.LoadUint8x32(&q8Low)
+			m30 := archsimd.LoadUint8x32(&q6High)
+			archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 1536))).AsInt16x16().ShiftAllRight(4).AsUint8x32().And(m0f).Or(archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2560))).AsInt16x16().ShiftAllRight(2).AsUint8x32().And(m30)).Store((*[32]uint8)(unsafe.Add(db, 4352)))
+			archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 1568))).AsInt16x16().ShiftAllRight(4).AsUint8x32().And(m0f).Or(archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2592))).AsInt16x16().ShiftAllRight(2).AsUint8x32().And(m30)).Store((*[32]uint8)(unsafe.Add(db, 4384)))
+		}
+		{
+			m0f := archsimd.LoadUint8x32(&q8Low)
+			m30 := archsimd.LoadUint8x32(&q6High)
+			archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 1600))).AsInt16x16().ShiftAllRight(4).AsUint8x32().And(m0f).Or(archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2624))).AsInt16x16().ShiftAllRight(2).AsUint8x32().And(m30)).Store((*[32]uint8)(unsafe.Add(db, 4416)))
+			archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 1632))).AsInt16x16().ShiftAllRight(4).AsUint8x32().And(m0f).Or(archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2656))).AsInt16x16().ShiftAllRight(2).AsUint8x32().And(m30)).Store((*[32]uint8)(unsafe.Add(db, 4448)))
+		}
+		{
+			m0f := archsimd.LoadUint8x32(&q8Low)
+			m30 := archsimd.LoadUint8x32(&q6High)
+			archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 1664))).AsInt16x16().ShiftAllRight(4).AsUint8x32().And(m0f).Or(archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2688))).AsInt16x16().ShiftAllRight(2).AsUint8x32().And(m30)).Store((*[32]uint8)(unsafe.Add(db, 4480)))
+			archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 1696))).AsInt16x16().ShiftAllRight(4).AsUint8x32().And(m0f).Or(archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2720))).AsInt16x16().ShiftAllRight(2).AsUint8x32().And(m30)).Store((*[32]uint8)(unsafe.Add(db, 4512)))
+		}
+		{
+			m0f := archsimd.LoadUint8x32(&q8Low)
+			m30 := archsimd.LoadUint8x32(&q6High)
+			archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 1728))).AsInt16x16().ShiftAllRight(4).AsUint8x32().And(m0f).Or(archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2752))).AsInt16x16().ShiftAllRight(2).AsUint8x32().And(m30)).Store((*[32]uint8)(unsafe.Add(db, 4544)))
+			archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 1760))).AsInt16x16().ShiftAllRight(4).AsUint8x32().And(m0f).Or(archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2784))).AsInt16x16().ShiftAllRight(2).AsUint8x32().And(m30)).Store((*[32]uint8)(unsafe.Add(db, 4576)))
+		}
+		{
+			m0f := archsimd.LoadUint8x32(&q8Low)
+			m30 := archsimd.LoadUint8x32(&q6High)
+			archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 1792))).AsInt16x16().ShiftAllRight(4).AsUint8x32().And(m0f).Or(archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2816))).AsInt16x16().ShiftAllRight(2).AsUint8x32().And(m30)).Store((*[32]uint8)(unsafe.Add(db, 4608)))
+			archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 1824))).AsInt16x16().ShiftAllRight(4).AsUint8x32().And(m0f).Or(archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2848))).AsInt16x16().ShiftAllRight(2).AsUint8x32().And(m30)).Store((*[32]uint8)(unsafe.Add(db, 4640)))
+		}
+		{
+			m0f := archsimd.LoadUint8x32(&q8Low)
+			m30 := archsimd.LoadUint8x32(&q6High)
+			archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 1856))).AsInt16x16().ShiftAllRight(4).AsUint8x32().And(m0f).Or(archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2880))).AsInt16x16().ShiftAllRight(2).AsUint8x32().And(m30)).Store((*[32]uint8)(unsafe.Add(db, 4672)))
+			archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 1888))).AsInt16x16().ShiftAllRight(4).AsUint8x32().And(m0f).Or(archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2912))).AsInt16x16().ShiftAllRight(2).AsUint8x32().And(m30)).Store((*[32]uint8)(unsafe.Add(db, 4704)))
+		}
+		{
+			m0f := archsimd.LoadUint8x32(&q8Low)
+			m30 := archsimd.LoadUint8x32(&q6High)
+			archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 1920))).AsInt16x16().ShiftAllRight(4).AsUint8x32().And(m0f).Or(archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2944))).AsInt16x16().ShiftAllRight(2).AsUint8x32().And(m30)).Store((*[32]uint8)(unsafe.Add(db, 4736)))
+			archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 1952))).AsInt16x16().ShiftAllRight(4).AsUint8x32().And(m0f).Or(archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2976))).AsInt16x16().ShiftAllRight(2).AsUint8x32().And(m30)).Store((*[32]uint8)(unsafe.Add(db, 4768)))
+		}
+		{
+			m0f := archsimd.LoadUint8x32(&q8Low)
+			m30 := archsimd.LoadUint8x32(&q6High)
+			archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 1984))).AsInt16x16().ShiftAllRight(4).AsUint8x32().And(m0f).Or(archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 3008))).AsInt16x16().ShiftAllRight(2).AsUint8x32().And(m30)).Store((*[32]uint8)(unsafe.Add(db, 4800)))
+			archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2016))).AsInt16x16().ShiftAllRight(4).AsUint8x32().And(m0f).Or(archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 3040))).AsInt16x16().ShiftAllRight(2).AsUint8x32().And(m30)).Store((*[32]uint8)(unsafe.Add(db, 4832)))
+		}
+		{
+			m0f := archsimd.LoadUint8x32(&q8Low)
+			m30 := archsimd.LoadUint8x32(&q6High)
+			archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2048))).AsInt16x16().ShiftAllRight(4).AsUint8x32().And(m0f).Or(archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 3072))).AsInt16x16().ShiftAllRight(2).AsUint8x32().And(m30)).Store((*[32]uint8)(unsafe.Add(db, 4864)))
+			archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2080))).AsInt16x16().ShiftAllRight(4).AsUint8x32().And(m0f).Or(archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 3104))).AsInt16x16().ShiftAllRight(2).AsUint8x32().And(m30)).Store((*[32]uint8)(unsafe.Add(db, 4896)))
+		}
+		{
+			m0f := archsimd.LoadUint8x32(&q8Low)
+			m30 := archsimd.LoadUint8x32(&q6High)
+			archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2112))).AsInt16x16().ShiftAllRight(4).AsUint8x32().And(m0f).Or(archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 3136))).AsInt16x16().ShiftAllRight(2).AsUint8x32().And(m30)).Store((*[32]uint8)(unsafe.Add(db, 4928)))
+			archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2144))).AsInt16x16().ShiftAllRight(4).AsUint8x32().And(m0f).Or(archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 3168))).AsInt16x16().ShiftAllRight(2).AsUint8x32().And(m30)).Store((*[32]uint8)(unsafe.Add(db, 4960)))
+		}
+		{
+			m0f := archsimd.LoadUint8x32(&q8Low)
+			m30 := archsimd.LoadUint8x32(&q6High)
+			archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2176))).AsInt16x16().ShiftAllRight(4).AsUint8x32().And(m0f).Or(archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 3200))).AsInt16x16().ShiftAllRight(2).AsUint8x32().And(m30)).Store((*[32]uint8)(unsafe.Add(db, 4992)))
+			archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2208))).AsInt16x16().ShiftAllRight(4).AsUint8x32().And(m0f).Or(archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 3232))).AsInt16x16().ShiftAllRight(2).AsUint8x32().And(m30)).Store((*[32]uint8)(unsafe.Add(db, 5024)))
+		}
+		{
+			m0f := archsimd.LoadUint8x32(&q8Low)
+			m30 := archsimd.LoadUint8x32(&q6High)
+			archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2240))).AsInt16x16().ShiftAllRight(4).AsUint8x32().And(m0f).Or(archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 3264))).AsInt16x16().ShiftAllRight(2).AsUint8x32().And(m30)).Store((*[32]uint8)(unsafe.Add(db, 5056)))
+			archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2272))).AsInt16x16().ShiftAllRight(4).AsUint8x32().And(m0f).Or(archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 3296))).AsInt16x16().ShiftAllRight(2).AsUint8x32().And(m30)).Store((*[32]uint8)(unsafe.Add(db, 5088)))
+		}
+		{
+			m0f := archsimd.LoadUint8x32(&q8Low)
+			m30 := archsimd.LoadUint8x32(&q6High)
+			archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2304))).AsInt16x16().ShiftAllRight(4).AsUint8x32().And(m0f).Or(archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 3328))).AsInt16x16().ShiftAllRight(2).AsUint8x32().And(m30)).Store((*[32]uint8)(unsafe.Add(db, 5120)))
+			archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2336))).AsInt16x16().ShiftAllRight(4).AsUint8x32().And(m0f).Or(archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 3360))).AsInt16x16().ShiftAllRight(2).AsUint8x32().And(m30)).Store((*[32]uint8)(unsafe.Add(db, 5152)))
+		}
+	}
+	archsimd.ClearAVXUpperBits()
+}
+
+// mmQ6_KWx3: 3 rows by one widened Q6_K panel (the one-row kernel's numerics), both
+// 8-output halves at once (gen_quantrows.go).
+//
+//go:noinline
+//go:norace
+//go:nocheckptr
+func mmQ6_KWx3(y unsafe.Pointer, ys uintptr, qx unsafe.Pointer, xs uintptr, dx, sx unsafe.Pointer, ds, ss uintptr, w unsafe.Pointer, nb int) {
+	var fence [32][16]int16
+	var fenceB [16][8]int32
+	var a [3][2][8]int32
+	y0 := y
+	y1 := unsafe.Add(y0, ys)
+	y2 := unsafe.Add(y1, ys)
+	*(*[16]float32)(y0) = [16]float32{}
+	*(*[16]float32)(y1) = [16]float32{}
+	*(*[16]float32)(y2) = [16]float32{}
+	x0 := qx
+	x1 := unsafe.Add(x0, xs)
+	x2 := unsafe.Add(x1, xs)
+	d0, sp := dx, sx
+	wb := w
+	we := unsafe.Add(wb, uintptr(nb)*5184)
+	for ; wb != we; wb = unsafe.Add(wb, 5184) {
+		{
+			// Sub-block 0: inputs 0..15.
+			{
+				v00 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 1088)))
+				v01 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 1120)))
+				xg00 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x0, 0))).Broadcast1To8().AsInt8x32()
+				t00 := v00.DotProductPairsSaturated(xg00)
+				t01 := v01.DotProductPairsSaturated(xg00)
+				xg01 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x1, 0))).Broadcast1To8().AsInt8x32()
+				t10 := v00.DotProductPairsSaturated(xg01)
+				t11 := v01.DotProductPairsSaturated(xg01)
+				xg02 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x2, 0))).Broadcast1To8().AsInt8x32()
+				t20 := v00.DotProductPairsSaturated(xg02)
+				t21 := v01.DotProductPairsSaturated(xg02)
+				t21.Store(&fence[0])
+				v10 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 1152)))
+				v11 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 1184)))
+				xg10 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x0, 4))).Broadcast1To8().AsInt8x32()
+				t00 = t00.Add(v10.DotProductPairsSaturated(xg10))
+				t01 = t01.Add(v11.DotProductPairsSaturated(xg10))
+				xg11 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x1, 4))).Broadcast1To8().AsInt8x32()
+				t10 = t10.Add(v10.DotProductPairsSaturated(xg11))
+				t11 = t11.Add(v11.DotProductPairsSaturated(xg11))
+				xg12 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x2, 4))).Broadcast1To8().AsInt8x32()
+				t20 = t20.Add(v10.DotProductPairsSaturated(xg12))
+				t21 = t21.Add(v11.DotProductPairsSaturated(xg12))
+				sc00 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 64))).AsInt16x16()
+				sc01 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 96))).AsInt16x16()
+				t00.DotProductPairs(sc00).Store(&a[0][0])
+				t01.DotProductPairs(sc01).Store(&a[0][1])
+				t10.DotProductPairs(sc00).Store(&a[1][0])
+				t11.DotProductPairs(sc01).Store(&a[1][1])
+				t20.DotProductPairs(sc00).Store(&a[2][0])
+				t21.DotProductPairs(sc01).Store(&a[2][1])
+			}
+			{
+				v20 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 1216)))
+				v21 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 1248)))
+				xg20 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x0, 8))).Broadcast1To8().AsInt8x32()
+				t00 := v20.DotProductPairsSaturated(xg20)
+				t01 := v21.DotProductPairsSaturated(xg20)
+				xg21 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x1, 8))).Broadcast1To8().AsInt8x32()
+				t10 := v20.DotProductPairsSaturated(xg21)
+				t11 := v21.DotProductPairsSaturated(xg21)
+				xg22 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x2, 8))).Broadcast1To8().AsInt8x32()
+				t20 := v20.DotProductPairsSaturated(xg22)
+				t21 := v21.DotProductPairsSaturated(xg22)
+				t21.Store(&fence[1])
+				v30 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 1280)))
+				v31 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 1312)))
+				xg30 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x0, 12))).Broadcast1To8().AsInt8x32()
+				t00 = t00.Add(v30.DotProductPairsSaturated(xg30))
+				t01 = t01.Add(v31.DotProductPairsSaturated(xg30))
+				xg31 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x1, 12))).Broadcast1To8().AsInt8x32()
+				t10 = t10.Add(v30.DotProductPairsSaturated(xg31))
+				t11 = t11.Add(v31.DotProductPairsSaturated(xg31))
+				xg32 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x2, 12))).Broadcast1To8().AsInt8x32()
+				t20 = t20.Add(v30.DotProductPairsSaturated(xg32))
+				t21 = t21.Add(v31.DotProductPairsSaturated(xg32))
+				sc10 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 64))).AsInt16x16()
+				sc11 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 96))).AsInt16x16()
+				archsimd.LoadInt32x8(&a[0][0]).Add(t00.DotProductPairs(sc10)).Store(&a[0][0])
+				archsimd.LoadInt32x8(&a[0][1]).Add(t01.DotProductPairs(sc11)).Store(&a[0][1])
+				archsimd.LoadInt32x8(&a[1][0]).Add(t10.DotProductPairs(sc10)).Store(&a[1][0])
+				archsimd.LoadInt32x8(&a[1][1]).Add(t11.DotProductPairs(sc11)).Store(&a[1][1])
+				archsimd.LoadInt32x8(&a[2][0]).Add(t20.DotProductPairs(sc10)).Store(&a[2][0])
+				archsimd.LoadInt32x8(&a[2][1]).Add(t21.DotProductPairs(sc11)).Store(&a[2][1])
+			}
+		}
+		{
+			// Sub-block 1: inputs 16..31.
+			{
+				v40 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 1344)))
+				v41 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 1376)))
+				xg40 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x0, 16))).Broadcast1To8().AsInt8x32()
+				t00 := v40.DotProductPairsSaturated(xg40)
+				t01 := v41.DotProductPairsSaturated(xg40)
+				xg41 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x1, 16))).Broadcast1To8().AsInt8x32()
+				t10 := v40.DotProductPairsSaturated(xg41)
+				t11 := v41.DotProductPairsSaturated(xg41)
+				xg42 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x2, 16))).Broadcast1To8().AsInt8x32()
+				t20 := v40.DotProductPairsSaturated(xg42)
+				t21 := v41.DotProductPairsSaturated(xg42)
+				t21.Store(&fence[2])
+				v50 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 1408)))
+				v51 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 1440)))
+				xg50 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x0, 20))).Broadcast1To8().AsInt8x32()
+				t00 = t00.Add(v50.DotProductPairsSaturated(xg50))
+				t01 = t01.Add(v51.DotProductPairsSaturated(xg50))
+				xg51 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x1, 20))).Broadcast1To8().AsInt8x32()
+				t10 = t10.Add(v50.DotProductPairsSaturated(xg51))
+				t11 = t11.Add(v51.DotProductPairsSaturated(xg51))
+				xg52 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x2, 20))).Broadcast1To8().AsInt8x32()
+				t20 = t20.Add(v50.DotProductPairsSaturated(xg52))
+				t21 = t21.Add(v51.DotProductPairsSaturated(xg52))
+				sc00 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 128))).AsInt16x16()
+				sc01 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 160))).AsInt16x16()
+				archsimd.LoadInt32x8(&a[0][0]).Add(t00.DotProductPairs(sc00)).Store(&a[0][0])
+				archsimd.LoadInt32x8(&a[0][1]).Add(t01.DotProductPairs(sc01)).Store(&a[0][1])
+				archsimd.LoadInt32x8(&a[1][0]).Add(t10.DotProductPairs(sc00)).Store(&a[1][0])
+				archsimd.LoadInt32x8(&a[1][1]).Add(t11.DotProductPairs(sc01)).Store(&a[1][1])
+				archsimd.LoadInt32x8(&a[2][0]).Add(t20.DotProductPairs(sc00)).Store(&a[2][0])
+				archsimd.LoadInt32x8(&a[2][1]).Add(t21.DotProductPairs(sc01)).Store(&a[2][1])
+			}
+			{
+				v60 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 1472)))
+				v61 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 1504)))
+				xg60 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x0, 24))).Broadcast1To8().AsInt8x32()
+				t00 := v60.DotProductPairsSaturated(xg60)
+				t01 := v61.DotProductPairsSaturated(xg60)
+				xg61 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x1, 24))).Broadcast1To8().AsInt8x32()
+				t10 := v60.DotProductPairsSaturated(xg61)
+				t11 := v61.DotProductPairsSaturated(xg61)
+				xg62 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x2, 24))).Broadcast1To8().AsInt8x32()
+				t20 := v60.DotProductPairsSaturated(xg62)
+				t21 := v61.DotProductPairsSaturated(xg62)
+				t21.Store(&fence[3])
+				v70 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 1536)))
+				v71 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 1568)))
+				xg70 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x0, 28))).Broadcast1To8().AsInt8x32()
+				t00 = t00.Add(v70.DotProductPairsSaturated(xg70))
+				t01 = t01.Add(v71.DotProductPairsSaturated(xg70))
+				xg71 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x1, 28))).Broadcast1To8().AsInt8x32()
+				t10 = t10.Add(v70.DotProductPairsSaturated(xg71))
+				t11 = t11.Add(v71.DotProductPairsSaturated(xg71))
+				xg72 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x2, 28))).Broadcast1To8().AsInt8x32()
+				t20 = t20.Add(v70.DotProductPairsSaturated(xg72))
+				t21 = t21.Add(v71.DotProductPairsSaturated(xg72))
+				sc10 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 128))).AsInt16x16()
+				sc11 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 160))).AsInt16x16()
+				archsimd.LoadInt32x8(&a[0][0]).Add(t00.DotProductPairs(sc10)).Store(&a[0][0])
+				archsimd.LoadInt32x8(&a[0][1]).Add(t01.DotProductPairs(sc11)).Store(&a[0][1])
+				archsimd.LoadInt32x8(&a[1][0]).Add(t10.DotProductPairs(sc10)).Store(&a[1][0])
+				archsimd.LoadInt32x8(&a[1][1]).Add(t11.DotProductPairs(sc11)).Store(&a[1][1])
+				archsimd.LoadInt32x8(&a[2][0]).Add(t20.DotProductPairs(sc10)).Store(&a[2][0])
+				archsimd.LoadInt32x8(&a[2][1]).Add(t21.DotProductPairs(sc11)).Store(&a[2][1])
+			}
+		}
+		{
+			// Sub-block 2: inputs 32..47.
+			{
+				v80 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 1600)))
+				v81 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 1632)))
+				xg80 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x0, 32))).Broadcast1To8().AsInt8x32()
+				t00 := v80.DotProductPairsSaturated(xg80)
+				t01 := v81.DotProductPairsSaturated(xg80)
+				xg81 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x1, 32))).Broadcast1To8().AsInt8x32()
+				t10 := v80.DotProductPairsSaturated(xg81)
+				t11 := v81.DotProductPairsSaturated(xg81)
+				xg82 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x2, 32))).Broadcast1To8().AsInt8x32()
+				t20 := v80.DotProductPairsSaturated(xg82)
+				t21 := v81.DotProductPairsSaturated(xg82)
+				t21.Store(&fence[4])
+				v90 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 1664)))
+				v91 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 1696)))
+				xg90 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x0, 36))).Broadcast1To8().AsInt8x32()
+				t00 = t00.Add(v90.DotProductPairsSaturated(xg90))
+				t01 = t01.Add(v91.DotProductPairsSaturated(xg90))
+				xg91 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x1, 36))).Broadcast1To8().AsInt8x32()
+				t10 = t10.Add(v90.DotProductPairsSaturated(xg91))
+				t11 = t11.Add(v91.DotProductPairsSaturated(xg91))
+				xg92 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x2, 36))).Broadcast1To8().AsInt8x32()
+				t20 = t20.Add(v90.DotProductPairsSaturated(xg92))
+				t21 = t21.Add(v91.DotProductPairsSaturated(xg92))
+				sc00 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 192))).AsInt16x16()
+				sc01 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 224))).AsInt16x16()
+				archsimd.LoadInt32x8(&a[0][0]).Add(t00.DotProductPairs(sc00)).Store(&a[0][0])
+				archsimd.LoadInt32x8(&a[0][1]).Add(t01.DotProductPairs(sc01)).Store(&a[0][1])
+				archsimd.LoadInt32x8(&a[1][0]).Add(t10.DotProductPairs(sc00)).Store(&a[1][0])
+				archsimd.LoadInt32x8(&a[1][1]).Add(t11.DotProductPairs(sc01)).Store(&a[1][1])
+				archsimd.LoadInt32x8(&a[2][0]).Add(t20.DotProductPairs(sc00)).Store(&a[2][0])
+				archsimd.LoadInt32x8(&a[2][1]).Add(t21.DotProductPairs(sc01)).Store(&a[2][1])
+			}
+			{
+				v100 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 1728)))
+				v101 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 1760)))
+				xg100 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x0, 40))).Broadcast1To8().AsInt8x32()
+				t00 := v100.DotProductPairsSaturated(xg100)
+				t01 := v101.DotProductPairsSaturated(xg100)
+				xg101 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x1, 40))).Broadcast1To8().AsInt8x32()
+				t10 := v100.DotProductPairsSaturated(xg101)
+				t11 := v101.DotProductPairsSaturated(xg101)
+				xg102 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x2, 40))).Broadcast1To8().AsInt8x32()
+				t20 := v100.DotProductPairsSaturated(xg102)
+				t21 := v101.DotProductPairsSaturated(xg102)
+				t21.Store(&fence[5])
+				v110 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 1792)))
+				v111 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 1824)))
+				xg110 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x0, 44))).Broadcast1To8().AsInt8x32()
+				t00 = t00.Add(v110.DotProductPairsSaturated(xg110))
+				t01 = t01.Add(v111.DotProductPairsSaturated(xg110))
+				xg111 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x1, 44))).Broadcast1To8().AsInt8x32()
+				t10 = t10.Add(v110.DotProductPairsSaturated(xg111))
+				t11 = t11.Add(v111.DotProductPairsSaturated(xg111))
+				xg112 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x2, 44))).Broadcast1To8().AsInt8x32()
+				t20 = t20.Add(v110.DotProductPairsSaturated(xg112))
+				t21 = t21.Add(v111.DotProductPairsSaturated(xg112))
+				sc10 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 192))).AsInt16x16()
+				sc11 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 224))).AsInt16x16()
+				archsimd.LoadInt32x8(&a[0][0]).Add(t00.DotProductPairs(sc10)).Store(&a[0][0])
+				archsimd.LoadInt32x8(&a[0][1]).Add(t01.DotProductPairs(sc11)).Store(&a[0][1])
+				archsimd.LoadInt32x8(&a[1][0]).Add(t10.DotProductPairs(sc10)).Store(&a[1][0])
+				archsimd.LoadInt32x8(&a[1][1]).Add(t11.DotProductPairs(sc11)).Store(&a[1][1])
+				archsimd.LoadInt32x8(&a[2][0]).Add(t20.DotProductPairs(sc10)).Store(&a[2][0])
+				archsimd.LoadInt32x8(&a[2][1]).Add(t21.DotProductPairs(sc11)).Store(&a[2][1])
+			}
+		}
+		{
+			// Sub-block 3: inputs 48..63.
+			{
+				v120 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 1856)))
+				v121 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 1888)))
+				xg120 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x0, 48))).Broadcast1To8().AsInt8x32()
+				t00 := v120.DotProductPairsSaturated(xg120)
+				t01 := v121.DotProductPairsSaturated(xg120)
+				xg121 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x1, 48))).Broadcast1To8().AsInt8x32()
+				t10 := v120.DotProductPairsSaturated(xg121)
+				t11 := v121.DotProductPairsSaturated(xg121)
+				xg122 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x2, 48))).Broadcast1To8().AsInt8x32()
+				t20 := v120.DotProductPairsSaturated(xg122)
+				t21 := v121.DotProductPairsSaturated(xg122)
+				t21.Store(&fence[6])
+				v130 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 1920)))
+				v131 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 1952)))
+				xg130 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x0, 52))).Broadcast1To8().AsInt8x32()
+				t00 = t00.Add(v130.DotProductPairsSaturated(xg130))
+				t01 = t01.Add(v131.DotProductPairsSaturated(xg130))
+				xg131 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x1, 52))).Broadcast1To8().AsInt8x32()
+				t10 = t10.Add(v130.DotProductPairsSaturated(xg131))
+				t11 = t11.Add(v131.DotProductPairsSaturated(xg131))
+				xg132 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x2, 52))).Broadcast1To8().AsInt8x32()
+				t20 = t20.Add(v130.DotProductPairsSaturated(xg132))
+				t21 = t21.Add(v131.DotProductPairsSaturated(xg132))
+				sc00 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 256))).AsInt16x16()
+				sc01 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 288))).AsInt16x16()
+				archsimd.LoadInt32x8(&a[0][0]).Add(t00.DotProductPairs(sc00)).Store(&a[0][0])
+				archsimd.LoadInt32x8(&a[0][1]).Add(t01.DotProductPairs(sc01)).Store(&a[0][1])
+				archsimd.LoadInt32x8(&a[1][0]).Add(t10.DotProductPairs(sc00)).Store(&a[1][0])
+				archsimd.LoadInt32x8(&a[1][1]).Add(t11.DotProductPairs(sc01)).Store(&a[1][1])
+				archsimd.LoadInt32x8(&a[2][0]).Add(t20.DotProductPairs(sc00)).Store(&a[2][0])
+				archsimd.LoadInt32x8(&a[2][1]).Add(t21.DotProductPairs(sc01)).Store(&a[2][1])
+			}
+			{
+				v140 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 1984)))
+				v141 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2016)))
+				xg140 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x0, 56))).Broadcast1To8().AsInt8x32()
+				t00 := v140.DotProductPairsSaturated(xg140)
+				t01 := v141.DotProductPairsSaturated(xg140)
+				xg141 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x1, 56))).Broadcast1To8().AsInt8x32()
+				t10 := v140.DotProductPairsSaturated(xg141)
+				t11 := v141.DotProductPairsSaturated(xg141)
+				xg142 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x2, 56))).Broadcast1To8().AsInt8x32()
+				t20 := v140.DotProductPairsSaturated(xg142)
+				t21 := v141.DotProductPairsSaturated(xg142)
+				t21.Store(&fence[7])
+				v150 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2048)))
+				v151 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2080)))
+				xg150 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x0, 60))).Broadcast1To8().AsInt8x32()
+				t00 = t00.Add(v150.DotProductPairsSaturated(xg150))
+				t01 = t01.Add(v151.DotProductPairsSaturated(xg150))
+				xg151 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x1, 60))).Broadcast1To8().AsInt8x32()
+				t10 = t10.Add(v150.DotProductPairsSaturated(xg151))
+				t11 = t11.Add(v151.DotProductPairsSaturated(xg151))
+				xg152 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x2, 60))).Broadcast1To8().AsInt8x32()
+				t20 = t20.Add(v150.DotProductPairsSaturated(xg152))
+				t21 = t21.Add(v151.DotProductPairsSaturated(xg152))
+				sc10 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 256))).AsInt16x16()
+				sc11 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 288))).AsInt16x16()
+				archsimd.LoadInt32x8(&a[0][0]).Add(t00.DotProductPairs(sc10)).Store(&a[0][0])
+				archsimd.LoadInt32x8(&a[0][1]).Add(t01.DotProductPairs(sc11)).Store(&a[0][1])
+				archsimd.LoadInt32x8(&a[1][0]).Add(t10.DotProductPairs(sc10)).Store(&a[1][0])
+				archsimd.LoadInt32x8(&a[1][1]).Add(t11.DotProductPairs(sc11)).Store(&a[1][1])
+				archsimd.LoadInt32x8(&a[2][0]).Add(t20.DotProductPairs(sc10)).Store(&a[2][0])
+				archsimd.LoadInt32x8(&a[2][1]).Add(t21.DotProductPairs(sc11)).Store(&a[2][1])
+			}
+		}
+		{
+			// Sub-block 4: inputs 64..79.
+			{
+				v160 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2112)))
+				v161 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2144)))
+				xg160 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x0, 64))).Broadcast1To8().AsInt8x32()
+				t00 := v160.DotProductPairsSaturated(xg160)
+				t01 := v161.DotProductPairsSaturated(xg160)
+				xg161 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x1, 64))).Broadcast1To8().AsInt8x32()
+				t10 := v160.DotProductPairsSaturated(xg161)
+				t11 := v161.DotProductPairsSaturated(xg161)
+				xg162 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x2, 64))).Broadcast1To8().AsInt8x32()
+				t20 := v160.DotProductPairsSaturated(xg162)
+				t21 := v161.DotProductPairsSaturated(xg162)
+				t21.Store(&fence[8])
+				v170 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2176)))
+				v171 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2208)))
+				xg170 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x0, 68))).Broadcast1To8().AsInt8x32()
+				t00 = t00.Add(v170.DotProductPairsSaturated(xg170))
+				t01 = t01.Add(v171.DotProductPairsSaturated(xg170))
+				xg171 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x1, 68))).Broadcast1To8().AsInt8x32()
+				t10 = t10.Add(v170.DotProductPairsSaturated(xg171))
+				t11 = t11.Add(v171.DotProductPairsSaturated(xg171))
+				xg172 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x2, 68))).Broadcast1To8().AsInt8x32()
+				t20 = t20.Add(v170.DotProductPairsSaturated(xg172))
+				t21 = t21.Add(v171.DotProductPairsSaturated(xg172))
+				sc00 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 320))).AsInt16x16()
+				sc01 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 352))).AsInt16x16()
+				archsimd.LoadInt32x8(&a[0][0]).Add(t00.DotProductPairs(sc00)).Store(&a[0][0])
+				archsimd.LoadInt32x8(&a[0][1]).Add(t01.DotProductPairs(sc01)).Store(&a[0][1])
+				archsimd.LoadInt32x8(&a[1][0]).Add(t10.DotProductPairs(sc00)).Store(&a[1][0])
+				archsimd.LoadInt32x8(&a[1][1]).Add(t11.DotProductPairs(sc01)).Store(&a[1][1])
+				archsimd.LoadInt32x8(&a[2][0]).Add(t20.DotProductPairs(sc00)).Store(&a[2][0])
+				archsimd.LoadInt32x8(&a[2][1]).Add(t21.DotProductPairs(sc01)).Store(&a[2][1])
+			}
+			{
+				v180 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2240)))
+				v181 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2272)))
+				xg180 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x0, 72))).Broadcast1To8().AsInt8x32()
+				t00 := v180.DotProductPairsSaturated(xg180)
+				t01 := v181.DotProductPairsSaturated(xg180)
+				xg181 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x1, 72))).Broadcast1To8().AsInt8x32()
+				t10 := v180.DotProductPairsSaturated(xg181)
+				t11 := v181.DotProductPairsSaturated(xg181)
+				xg182 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x2, 72))).Broadcast1To8().AsInt8x32()
+				t20 := v180.DotProductPairsSaturated(xg182)
+				t21 := v181.DotProductPairsSaturated(xg182)
+				t21.Store(&fence[9])
+				v190 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2304)))
+				v191 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2336)))
+				xg190 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x0, 76))).Broadcast1To8().AsInt8x32()
+				t00 = t00.Add(v190.DotProductPairsSaturated(xg190))
+				t01 = t01.Add(v191.DotProductPairsSaturated(xg190))
+				xg191 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x1, 76))).Broadcast1To8().AsInt8x32()
+				t10 = t10.Add(v190.DotProductPairsSaturated(xg191))
+				t11 = t11.Add(v191.DotProductPairsSaturated(xg191))
+				xg192 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x2, 76))).Broadcast1To8().AsInt8x32()
+				t20 = t20.Add(v190.DotProductPairsSaturated(xg192))
+				t21 = t21.Add(v191.DotProductPairsSaturated(xg192))
+				sc10 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 320))).AsInt16x16()
+				sc11 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 352))).AsInt16x16()
+				archsimd.LoadInt32x8(&a[0][0]).Add(t00.DotProductPairs(sc10)).Store(&a[0][0])
+				archsimd.LoadInt32x8(&a[0][1]).Add(t01.DotProductPairs(sc11)).Store(&a[0][1])
+				archsimd.LoadInt32x8(&a[1][0]).Add(t10.DotProductPairs(sc10)).Store(&a[1][0])
+				archsimd.LoadInt32x8(&a[1][1]).Add(t11.DotProductPairs(sc11)).Store(&a[1][1])
+				archsimd.LoadInt32x8(&a[2][0]).Add(t20.DotProductPairs(sc10)).Store(&a[2][0])
+				archsimd.LoadInt32x8(&a[2][1]).Add(t21.DotProductPairs(sc11)).Store(&a[2][1])
+			}
+		}
+		{
+			// Sub-block 5: inputs 80..95.
+			{
+				v200 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2368)))
+				v201 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2400)))
+				xg200 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x0, 80))).Broadcast1To8().AsInt8x32()
+				t00 := v200.DotProductPairsSaturated(xg200)
+				t01 := v201.DotProductPairsSaturated(xg200)
+				xg201 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x1, 80))).Broadcast1To8().AsInt8x32()
+				t10 := v200.DotProductPairsSaturated(xg201)
+				t11 := v201.DotProductPairsSaturated(xg201)
+				xg202 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x2, 80))).Broadcast1To8().AsInt8x32()
+				t20 := v200.DotProductPairsSaturated(xg202)
+				t21 := v201.DotProductPairsSaturated(xg202)
+				t21.Store(&fence[10])
+				v210 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2432)))
+				v211 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2464)))
+				xg210 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x0, 84))).Broadcast1To8().AsInt8x32()
+				t00 = t00.Add(v210.DotProductPairsSaturated(xg210))
+				t01 = t01.Add(v211.DotProductPairsSaturated(xg210))
+				xg211 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x1, 84))).Broadcast1To8().AsInt8x32()
+				t10 = t10.Add(v210.DotProductPairsSaturated(xg211))
+				t11 = t11.Add(v211.DotProductPairsSaturated(xg211))
+				xg212 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x2, 84))).Broadcast1To8().AsInt8x32()
+				t20 = t20.Add(v210.DotProductPairsSaturated(xg212))
+				t21 = t21.Add(v211.DotProductPairsSaturated(xg212))
+				sc00 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 384))).AsInt16x16()
+				sc01 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 416))).AsInt16x16()
+				archsimd.LoadInt32x8(&a[0][0]).Add(t00.DotProductPairs(sc00)).Store(&a[0][0])
+				archsimd.LoadInt32x8(&a[0][1]).Add(t01.DotProductPairs(sc01)).Store(&a[0][1])
+				archsimd.LoadInt32x8(&a[1][0]).Add(t10.DotProductPairs(sc00)).Store(&a[1][0])
+				archsimd.LoadInt32x8(&a[1][1]).Add(t11.DotProductPairs(sc01)).Store(&a[1][1])
+				archsimd.LoadInt32x8(&a[2][0]).Add(t20.DotProductPairs(sc00)).Store(&a[2][0])
+				archsimd.LoadInt32x8(&a[2][1]).Add(t21.DotProductPairs(sc01)).Store(&a[2][1])
+			}
+			{
+				v220 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2496)))
+				v221 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2528)))
+				xg220 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x0, 88))).Broadcast1To8().AsInt8x32()
+				t00 := v220.DotProductPairsSaturated(xg220)
+				t01 := v221.DotProductPairsSaturated(xg220)
+				xg221 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x1, 88))).Broadcast1To8().AsInt8x32()
+				t10 := v220.DotProductPairsSaturated(xg221)
+				t11 := v221.DotProductPairsSaturated(xg221)
+				xg222 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x2, 88))).Broadcast1To8().AsInt8x32()
+				t20 := v220.DotProductPairsSaturated(xg222)
+				t21 := v221.DotProductPairsSaturated(xg222)
+				t21.Store(&fence[11])
+				v230 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2560)))
+				v231 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2592)))
+				xg230 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x0, 92))).Broadcast1To8().AsInt8x32()
+				t00 = t00.Add(v230.DotProductPairsSaturated(xg230))
+				t01 = t01.Add(v231.DotProductPairsSaturated(xg230))
+				xg231 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x1, 92))).Broadcast1To8().AsInt8x32()
+				t10 = t10.Add(v230.DotProductPairsSaturated(xg231))
+				t11 = t11.Add(v231.DotProductPairsSaturated(xg231))
+				xg232 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x2, 92))).Broadcast1To8().AsInt8x32()
+				t20 = t20.Add(v230.DotProductPairsSaturated(xg232))
+				t21 = t21.Add(v231.DotProductPairsSaturated(xg232))
+				sc10 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 384))).AsInt16x16()
+				sc11 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 416))).AsInt16x16()
+				archsimd.LoadInt32x8(&a[0][0]).Add(t00.DotProductPairs(sc10)).Store(&a[0][0])
+				archsimd.LoadInt32x8(&a[0][1]).Add(t01.DotProductPairs(sc11)).Store(&a[0][1])
+				archsimd.LoadInt32x8(&a[1][0]).Add(t10.DotProductPairs(sc10)).Store(&a[1][0])
+				archsimd.LoadInt32x8(&a[1][1]).Add(t11.DotProductPairs(sc11)).Store(&a[1][1])
+				archsimd.LoadInt32x8(&a[2][0]).Add(t20.DotProductPairs(sc10)).Store(&a[2][0])
+				archsimd.LoadInt32x8(&a[2][1]).Add(t21.DotProductPairs(sc11)).Store(&a[2][1])
+			}
+		}
+		{
+			// Sub-block 6: inputs 96..111.
+			{
+				v240 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2624)))
+				v241 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2656)))
+				xg240 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x0, 96))).Broadcast1To8().AsInt8x32()
+				t00 := v240.DotProductPairsSaturated(xg240)
+				t01 := v241.DotProductPairsSaturated(xg240)
+				xg241 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x1, 96))).Broadcast1To8().AsInt8x32()
+				t10 := v240.DotProductPairsSaturated(xg241)
+				t11 := v241.DotProductPairsSaturated(xg241)
+				xg242 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x2, 96))).Broadcast1To8().AsInt8x32()
+				t20 := v240.DotProductPairsSaturated(xg242)
+				t21 := v241.DotProductPairsSaturated(xg242)
+				t21.Store(&fence[12])
+				v250 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2688)))
+				v251 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2720)))
+				xg250 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x0, 100))).Broadcast1To8().AsInt8x32()
+				t00 = t00.Add(v250.DotProductPairsSaturated(xg250))
+				t01 = t01.Add(v251.DotProductPairsSaturated(xg250))
+				xg251 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x1, 100))).Broadcast1To8().AsInt8x32()
+				t10 = t10.Add(v250.DotProductPairsSaturated(xg251))
+				t11 = t11.Add(v251.DotProductPairsSaturated(xg251))
+				xg252 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x2, 100))).Broadcast1To8().AsInt8x32()
+				t20 = t20.Add(v250.DotProductPairsSaturated(xg252))
+				t21 = t21.Add(v251.DotProductPairsSaturated(xg252))
+				sc00 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 448))).AsInt16x16()
+				sc01 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 480))).AsInt16x16()
+				archsimd.LoadInt32x8(&a[0][0]).Add(t00.DotProductPairs(sc00)).Store(&a[0][0])
+				archsimd.LoadInt32x8(&a[0][1]).Add(t01.DotProductPairs(sc01)).Store(&a[0][1])
+				archsimd.LoadInt32x8(&a[1][0]).Add(t10.DotProductPairs(sc00)).Store(&a[1][0])
+				archsimd.LoadInt32x8(&a[1][1]).Add(t11.DotProductPairs(sc01)).Store(&a[1][1])
+				archsimd.LoadInt32x8(&a[2][0]).Add(t20.DotProductPairs(sc00)).Store(&a[2][0])
+				archsimd.LoadInt32x8(&a[2][1]).Add(t21.DotProductPairs(sc01)).Store(&a[2][1])
+			}
+			{
+				v260 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2752)))
+				v261 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2784)))
+				xg260 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x0, 104))).Broadcast1To8().AsInt8x32()
+				t00 := v260.DotProductPairsSaturated(xg260)
+				t01 := v261.DotProductPairsSaturated(xg260)
+				xg261 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x1, 104))).Broadcast1To8().AsInt8x32()
+				t10 := v260.DotProductPairsSaturated(xg261)
+				t11 := v261.DotProductPairsSaturated(xg261)
+				xg262 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x2, 104))).Broadcast1To8().AsInt8x32()
+				t20 := v260.DotProductPairsSaturated(xg262)
+				t21 := v261.DotProductPairsSaturated(xg262)
+				t21.Store(&fence[13])
+				v270 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2816)))
+				v271 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2848)))
+				xg270 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x0, 108))).Broadcast1To8().AsInt8x32()
+				t00 = t00.Add(v270.DotProductPairsSaturated(xg270))
+				t01 = t01.Add(v271.DotProductPairsSaturated(xg270))
+				xg271 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x1, 108))).Broadcast1To8().AsInt8x32()
+				t10 = t10.Add(v270.DotProductPairsSaturated(xg271))
+				t11 = t11.Add(v271.DotProductPairsSaturated(xg271))
+				xg272 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x2, 108))).Broadcast1To8().AsInt8x32()
+				t20 = t20.Add(v270.DotProductPairsSaturated(xg272))
+				t21 = t21.Add(v271.DotProductPairsSaturated(xg272))
+				sc10 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 448))).AsInt16x16()
+				sc11 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 480))).AsInt16x16()
+				archsimd.LoadInt32x8(&a[0][0]).Add(t00.DotProductPairs(sc10)).Store(&a[0][0])
+				archsimd.LoadInt32x8(&a[0][1]).Add(t01.DotProductPairs(sc11)).Store(&a[0][1])
+				archsimd.LoadInt32x8(&a[1][0]).Add(t10.DotProductPairs(sc10)).Store(&a[1][0])
+				archsimd.LoadInt32x8(&a[1][1]).Add(t11.DotProductPairs(sc11)).Store(&a[1][1])
+				archsimd.LoadInt32x8(&a[2][0]).Add(t20.DotProductPairs(sc10)).Store(&a[2][0])
+				archsimd.LoadInt32x8(&a[2][1]).Add(t21.DotProductPairs(sc11)).Store(&a[2][1])
+			}
+		}
+		{
+			// Sub-block 7: inputs 112..127.
+			{
+				v280 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2880)))
+				v281 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2912)))
+				xg280 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x0, 112))).Broadcast1To8().AsInt8x32()
+				t00 := v280.DotProductPairsSaturated(xg280)
+				t01 := v281.DotProductPairsSaturated(xg280)
+				xg281 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x1, 112))).Broadcast1To8().AsInt8x32()
+				t10 := v280.DotProductPairsSaturated(xg281)
+				t11 := v281.DotProductPairsSaturated(xg281)
+				xg282 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x2, 112))).Broadcast1To8().AsInt8x32()
+				t20 := v280.DotProductPairsSaturated(xg282)
+				t21 := v281.DotProductPairsSaturated(xg282)
+				t21.Store(&fence[14])
+				v290 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2944)))
+				v291 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2976)))
+				xg290 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x0, 116))).Broadcast1To8().AsInt8x32()
+				t00 = t00.Add(v290.DotProductPairsSaturated(xg290))
+				t01 = t01.Add(v291.DotProductPairsSaturated(xg290))
+				xg291 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x1, 116))).Broadcast1To8().AsInt8x32()
+				t10 = t10.Add(v290.DotProductPairsSaturated(xg291))
+				t11 = t11.Add(v291.DotProductPairsSaturated(xg291))
+				xg292 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x2, 116))).Broadcast1To8().AsInt8x32()
+				t20 = t20.Add(v290.DotProductPairsSaturated(xg292))
+				t21 = t21.Add(v291.DotProductPairsSaturated(xg292))
+				sc00 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 512))).AsInt16x16()
+				sc01 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 544))).AsInt16x16()
+				archsimd.LoadInt32x8(&a[0][0]).Add(t00.DotProductPairs(sc00)).Store(&a[0][0])
+				archsimd.LoadInt32x8(&a[0][1]).Add(t01.DotProductPairs(sc01)).Store(&a[0][1])
+				archsimd.LoadInt32x8(&a[1][0]).Add(t10.DotProductPairs(sc00)).Store(&a[1][0])
+				archsimd.LoadInt32x8(&a[1][1]).Add(t11.DotProductPairs(sc01)).Store(&a[1][1])
+				archsimd.LoadInt32x8(&a[2][0]).Add(t20.DotProductPairs(sc00)).Store(&a[2][0])
+				archsimd.LoadInt32x8(&a[2][1]).Add(t21.DotProductPairs(sc01)).Store(&a[2][1])
+			}
+			{
+				v300 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 3008)))
+				v301 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 3040)))
+				xg300 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x0, 120))).Broadcast1To8().AsInt8x32()
+				t00 := v300.DotProductPairsSaturated(xg300)
+				t01 := v301.DotProductPairsSaturated(xg300)
+				xg301 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x1, 120))).Broadcast1To8().AsInt8x32()
+				t10 := v300.DotProductPairsSaturated(xg301)
+				t11 := v301.DotProductPairsSaturated(xg301)
+				xg302 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x2, 120))).Broadcast1To8().AsInt8x32()
+				t20 := v300.DotProductPairsSaturated(xg302)
+				t21 := v301.DotProductPairsSaturated(xg302)
+				t21.Store(&fence[15])
+				v310 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 3072)))
+				v311 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 3104)))
+				xg310 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x0, 124))).Broadcast1To8().AsInt8x32()
+				t00 = t00.Add(v310.DotProductPairsSaturated(xg310))
+				t01 = t01.Add(v311.DotProductPairsSaturated(xg310))
+				xg311 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x1, 124))).Broadcast1To8().AsInt8x32()
+				t10 = t10.Add(v310.DotProductPairsSaturated(xg311))
+				t11 = t11.Add(v311.DotProductPairsSaturated(xg311))
+				xg312 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x2, 124))).Broadcast1To8().AsInt8x32()
+				t20 = t20.Add(v310.DotProductPairsSaturated(xg312))
+				t21 = t21.Add(v311.DotProductPairsSaturated(xg312))
+				sc10 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 512))).AsInt16x16()
+				sc11 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 544))).AsInt16x16()
+				archsimd.LoadInt32x8(&a[0][0]).Add(t00.DotProductPairs(sc10)).Store(&a[0][0])
+				archsimd.LoadInt32x8(&a[0][1]).Add(t01.DotProductPairs(sc11)).Store(&a[0][1])
+				archsimd.LoadInt32x8(&a[1][0]).Add(t10.DotProductPairs(sc10)).Store(&a[1][0])
+				archsimd.LoadInt32x8(&a[1][1]).Add(t11.DotProductPairs(sc11)).Store(&a[1][1])
+				archsimd.LoadInt32x8(&a[2][0]).Add(t20.DotProductPairs(sc10)).Store(&a[2][0])
+				archsimd.LoadInt32x8(&a[2][1]).Add(t21.DotProductPairs(sc11)).Store(&a[2][1])
+			}
+		}
+		{
+			// Sub-block 8: inputs 128..143.
+			{
+				v320 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 3136)))
+				v321 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 3168)))
+				xg320 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x0, 128))).Broadcast1To8().AsInt8x32()
+				t00 := v320.DotProductPairsSaturated(xg320)
+				t01 := v321.DotProductPairsSaturated(xg320)
+				xg321 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x1, 128))).Broadcast1To8().AsInt8x32()
+				t10 := v320.DotProductPairsSaturated(xg321)
+				t11 := v321.DotProductPairsSaturated(xg321)
+				xg322 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x2, 128))).Broadcast1To8().AsInt8x32()
+				t20 := v320.DotProductPairsSaturated(xg322)
+				t21 := v321.DotProductPairsSaturated(xg322)
+				t21.Store(&fence[16])
+				v330 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 3200)))
+				v331 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 3232)))
+				xg330 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x0, 132))).Broadcast1To8().AsInt8x32()
+				t00 = t00.Add(v330.DotProductPairsSaturated(xg330))
+				t01 = t01.Add(v331.DotProductPairsSaturated(xg330))
+				xg331 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x1, 132))).Broadcast1To8().AsInt8x32()
+				t10 = t10.Add(v330.DotProductPairsSaturated(xg331))
+				t11 = t11.Add(v331.DotProductPairsSaturated(xg331))
+				xg332 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x2, 132))).Broadcast1To8().AsInt8x32()
+				t20 = t20.Add(v330.DotProductPairsSaturated(xg332))
+				t21 = t21.Add(v331.DotProductPairsSaturated(xg332))
+				sc00 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 576))).AsInt16x16()
+				sc01 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 608))).AsInt16x16()
+				archsimd.LoadInt32x8(&a[0][0]).Add(t00.DotProductPairs(sc00)).Store(&a[0][0])
+				archsimd.LoadInt32x8(&a[0][1]).Add(t01.DotProductPairs(sc01)).Store(&a[0][1])
+				archsimd.LoadInt32x8(&a[1][0]).Add(t10.DotProductPairs(sc00)).Store(&a[1][0])
+				archsimd.LoadInt32x8(&a[1][1]).Add(t11.DotProductPairs(sc01)).Store(&a[1][1])
+				archsimd.LoadInt32x8(&a[2][0]).Add(t20.DotProductPairs(sc00)).Store(&a[2][0])
+				archsimd.LoadInt32x8(&a[2][1]).Add(t21.DotProductPairs(sc01)).Store(&a[2][1])
+			}
+			{
+				v340 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 3264)))
+				v341 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 3296)))
+				xg340 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x0, 136))).Broadcast1To8().AsInt8x32()
+				t00 := v340.DotProductPairsSaturated(xg340)
+				t01 := v341.DotProductPairsSaturated(xg340)
+				xg341 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x1, 136))).Broadcast1To8().AsInt8x32()
+				t10 := v340.DotProductPairsSaturated(xg341)
+				t11 := v341.DotProductPairsSaturated(xg341)
+				xg342 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x2, 136))).Broadcast1To8().AsInt8x32()
+				t20 := v340.DotProductPairsSaturated(xg342)
+				t21 := v341.DotProductPairsSaturated(xg342)
+				t21.Store(&fence[17])
+				v350 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 3328)))
+				v351 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 3360)))
+				xg350 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x0, 140))).Broadcast1To8().AsInt8x32()
+				t00 = t00.Add(v350.DotProductPairsSaturated(xg350))
+				t01 = t01.Add(v351.DotProductPairsSaturated(xg350))
+				xg351 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x1, 140))).Broadcast1To8().AsInt8x32()
+				t10 = t10.Add(v350.DotProductPairsSaturated(xg351))
+				t11 = t11.Add(v351.DotProductPairsSaturated(xg351))
+				xg352 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x2, 140))).Broadcast1To8().AsInt8x32()
+				t20 = t20.Add(v350.DotProductPairsSaturated(xg352))
+				t21 = t21.Add(v351.DotProductPairsSaturated(xg352))
+				sc10 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 576))).AsInt16x16()
+				sc11 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 608))).AsInt16x16()
+				archsimd.LoadInt32x8(&a[0][0]).Add(t00.DotProductPairs(sc10)).Store(&a[0][0])
+				archsimd.LoadInt32x8(&a[0][1]).Add(t01.DotProductPairs(sc11)).Store(&a[0][1])
+				archsimd.LoadInt32x8(&a[1][0]).Add(t10.DotProductPairs(sc10)).Store(&a[1][0])
+				archsimd.LoadInt32x8(&a[1][1]).Add(t11.DotProductPairs(sc11)).Store(&a[1][1])
+				archsimd.LoadInt32x8(&a[2][0]).Add(t20.DotProductPairs(sc10)).Store(&a[2][0])
+				archsimd.LoadInt32x8(&a[2][1]).Add(t21.DotProductPairs(sc11)).Store(&a[2][1])
+			}
+		}
+		{
+			// Sub-block 9: inputs 144..159.
+			{
+				v360 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 3392)))
+				v361 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 3424)))
+				xg360 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x0, 144))).Broadcast1To8().AsInt8x32()
+				t00 := v360.DotProductPairsSaturated(xg360)
+				t01 := v361.DotProductPairsSaturated(xg360)
+				xg361 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x1, 144))).Broadcast1To8().AsInt8x32()
+				t10 := v360.DotProductPairsSaturated(xg361)
+				t11 := v361.DotProductPairsSaturated(xg361)
+				xg362 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x2, 144))).Broadcast1To8().AsInt8x32()
+				t20 := v360.DotProductPairsSaturated(xg362)
+				t21 := v361.DotProductPairsSaturated(xg362)
+				t21.Store(&fence[18])
+				v370 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 3456)))
+				v371 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 3488)))
+				xg370 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x0, 148))).Broadcast1To8().AsInt8x32()
+				t00 = t00.Add(v370.DotProductPairsSaturated(xg370))
+				t01 = t01.Add(v371.DotProductPairsSaturated(xg370))
+				xg371 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x1, 148))).Broadcast1To8().AsInt8x32()
+				t10 = t10.Add(v370.DotProductPairsSaturated(xg371))
+				t11 = t11.Add(v371.DotProductPairsSaturated(xg371))
+				xg372 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x2, 148))).Broadcast1To8().AsInt8x32()
+				t20 = t20.Add(v370.DotProductPairsSaturated(xg372))
+				t21 = t21.Add(v371.DotProductPairsSaturated(xg372))
+				sc00 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 640))).AsInt16x16()
+				sc01 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 672))).AsInt16x16()
+				archsimd.LoadInt32x8(&a[0][0]).Add(t00.DotProductPairs(sc00)).Store(&a[0][0])
+				archsimd.LoadInt32x8(&a[0][1]).Add(t01.DotProductPairs(sc01)).Store(&a[0][1])
+				archsimd.LoadInt32x8(&a[1][0]).Add(t10.DotProductPairs(sc00)).Store(&a[1][0])
+				archsimd.LoadInt32x8(&a[1][1]).Add(t11.DotProductPairs(sc01)).Store(&a[1][1])
+				archsimd.LoadInt32x8(&a[2][0]).Add(t20.DotProductPairs(sc00)).Store(&a[2][0])
+				archsimd.LoadInt32x8(&a[2][1]).Add(t21.DotProductPairs(sc01)).Store(&a[2][1])
+			}
+			{
+				v380 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 3520)))
+				v381 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 3552)))
+				xg380 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x0, 152))).Broadcast1To8().AsInt8x32()
+				t00 := v380.DotProductPairsSaturated(xg380)
+				t01 := v381.DotProductPairsSaturated(xg380)
+				xg381 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x1, 152))).Broadcast1To8().AsInt8x32()
+				t10 := v380.DotProductPairsSaturated(xg381)
+				t11 := v381.DotProductPairsSaturated(xg381)
+				xg382 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x2, 152))).Broadcast1To8().AsInt8x32()
+				t20 := v380.DotProductPairsSaturated(xg382)
+				t21 := v381.DotProductPairsSaturated(xg382)
+				t21.Store(&fence[19])
+				v390 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 3584)))
+				v391 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 3616)))
+				xg390 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x0, 156))).Broadcast1To8().AsInt8x32()
+				t00 = t00.Add(v390.DotProductPairsSaturated(xg390))
+				t01 = t01.Add(v391.DotProductPairsSaturated(xg390))
+				xg391 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x1, 156))).Broadcast1To8().AsInt8x32()
+				t10 = t10.Add(v390.DotProductPairsSaturated(xg391))
+				t11 = t11.Add(v391.DotProductPairsSaturated(xg391))
+				xg392 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x2, 156))).Broadcast1To8().AsInt8x32()
+				t20 = t20.Add(v390.DotProductPairsSaturated(xg392))
+				t21 = t21.Add(v391.DotProductPairsSaturated(xg392))
+				sc10 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 640))).AsInt16x16()
+				sc11 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 672))).AsInt16x16()
+				archsimd.LoadInt32x8(&a[0][0]).Add(t00.DotProductPairs(sc10)).Store(&a[0][0])
+				archsimd.LoadInt32x8(&a[0][1]).Add(t01.DotProductPairs(sc11)).Store(&a[0][1])
+				archsimd.LoadInt32x8(&a[1][0]).Add(t10.DotProductPairs(sc10)).Store(&a[1][0])
+				archsimd.LoadInt32x8(&a[1][1]).Add(t11.DotProductPairs(sc11)).Store(&a[1][1])
+				archsimd.LoadInt32x8(&a[2][0]).Add(t20.DotProductPairs(sc10)).Store(&a[2][0])
+				archsimd.LoadInt32x8(&a[2][1]).Add(t21.DotProductPairs(sc11)).Store(&a[2][1])
+			}
+		}
+		{
+			// Sub-block 10: inputs 160..175.
+			{
+				v400 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 3648)))
+				v401 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 3680)))
+				xg400 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x0, 160))).Broadcast1To8().AsInt8x32()
+				t00 := v400.DotProductPairsSaturated(xg400)
+				t01 := v401.DotProductPairsSaturated(xg400)
+				xg401 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x1, 160))).Broadcast1To8().AsInt8x32()
+				t10 := v400.DotProductPairsSaturated(xg401)
+				t11 := v401.DotProductPairsSaturated(xg401)
+				xg402 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x2, 160))).Broadcast1To8().AsInt8x32()
+				t20 := v400.DotProductPairsSaturated(xg402)
+				t21 := v401.DotProductPairsSaturated(xg402)
+				t21.Store(&fence[20])
+				v410 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 3712)))
+				v411 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 3744)))
+				xg410 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x0, 164))).Broadcast1To8().AsInt8x32()
+				t00 = t00.Add(v410.DotProductPairsSaturated(xg410))
+				t01 = t01.Add(v411.DotProductPairsSaturated(xg410))
+				xg411 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x1, 164))).Broadcast1To8().AsInt8x32()
+				t10 = t10.Add(v410.DotProductPairsSaturated(xg411))
+				t11 = t11.Add(v411.DotProductPairsSaturated(xg411))
+				xg412 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x2, 164))).Broadcast1To8().AsInt8x32()
+				t20 = t20.Add(v410.DotProductPairsSaturated(xg412))
+				t21 = t21.Add(v411.DotProductPairsSaturated(xg412))
+				sc00 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 704))).AsInt16x16()
+				sc01 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 736))).AsInt16x16()
+				archsimd.LoadInt32x8(&a[0][0]).Add(t00.DotProductPairs(sc00)).Store(&a[0][0])
+				archsimd.LoadInt32x8(&a[0][1]).Add(t01.DotProductPairs(sc01)).Store(&a[0][1])
+				archsimd.LoadInt32x8(&a[1][0]).Add(t10.DotProductPairs(sc00)).Store(&a[1][0])
+				archsimd.LoadInt32x8(&a[1][1]).Add(t11.DotProductPairs(sc01)).Store(&a[1][1])
+				archsimd.LoadInt32x8(&a[2][0]).Add(t20.DotProductPairs(sc00)).Store(&a[2][0])
+				archsimd.LoadInt32x8(&a[2][1]).Add(t21.DotProductPairs(sc01)).Store(&a[2][1])
+			}
+			{
+				v420 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 3776)))
+				v421 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 3808)))
+				xg420 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x0, 168))).Broadcast1To8().AsInt8x32()
+				t00 := v420.DotProductPairsSaturated(xg420)
+				t01 := v421.DotProductPairsSaturated(xg420)
+				xg421 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x1, 168))).Broadcast1To8().AsInt8x32()
+				t10 := v420.DotProductPairsSaturated(xg421)
+				t11 := v421.DotProductPairsSaturated(xg421)
+				xg422 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x2, 168))).Broadcast1To8().AsInt8x32()
+				t20 := v420.DotProductPairsSaturated(xg422)
+				t21 := v421.DotProductPairsSaturated(xg422)
+				t21.Store(&fence[21])
+				v430 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 3840)))
+				v431 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 3872)))
+				xg430 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x0, 172))).Broadcast1To8().AsInt8x32()
+				t00 = t00.Add(v430.DotProductPairsSaturated(xg430))
+				t01 = t01.Add(v431.DotProductPairsSaturated(xg430))
+				xg431 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x1, 172))).Broadcast1To8().AsInt8x32()
+				t10 = t10.Add(v430.DotProductPairsSaturated(xg431))
+				t11 = t11.Add(v431.DotProductPairsSaturated(xg431))
+				xg432 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x2, 172))).Broadcast1To8().AsInt8x32()
+				t20 = t20.Add(v430.DotProductPairsSaturated(xg432))
+				t21 = t21.Add(v431.DotProductPairsSaturated(xg432))
+				sc10 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 704))).AsInt16x16()
+				sc11 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 736))).AsInt16x16()
+				archsimd.LoadInt32x8(&a[0][0]).Add(t00.DotProductPairs(sc10)).Store(&a[0][0])
+				archsimd.LoadInt32x8(&a[0][1]).Add(t01.DotProductPairs(sc11)).Store(&a[0][1])
+				archsimd.LoadInt32x8(&a[1][0]).Add(t10.DotProductPairs(sc10)).Store(&a[1][0])
+				archsimd.LoadInt32x8(&a[1][1]).Add(t11.DotProductPairs(sc11)).Store(&a[1][1])
+				archsimd.LoadInt32x8(&a[2][0]).Add(t20.DotProductPairs(sc10)).Store(&a[2][0])
+				archsimd.LoadInt32x8(&a[2][1]).Add(t21.DotProductPairs(sc11)).Store(&a[2][1])
+			}
+		}
+		{
+			// Sub-block 11: inputs 176..191.
+			{
+				v440 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 3904)))
+				v441 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 3936)))
+				xg440 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x0, 176))).Broadcast1To8().AsInt8x32()
+				t00 := v440.DotProductPairsSaturated(xg440)
+				t01 := v441.DotProductPairsSaturated(xg440)
+				xg441 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x1, 176))).Broadcast1To8().AsInt8x32()
+				t10 := v440.DotProductPairsSaturated(xg441)
+				t11 := v441.DotProductPairsSaturated(xg441)
+				xg442 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x2, 176))).Broadcast1To8().AsInt8x32()
+				t20 := v440.DotProductPairsSaturated(xg442)
+				t21 := v441.DotProductPairsSaturated(xg442)
+				t21.Store(&fence[22])
+				v450 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 3968)))
+				v451 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 4000)))
+				xg450 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x0, 180))).Broadcast1To8().AsInt8x32()
+				t00 = t00.Add(v450.DotProductPairsSaturated(xg450))
+				t01 = t01.Add(v451.DotProductPairsSaturated(xg450))
+				xg451 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x1, 180))).Broadcast1To8().AsInt8x32()
+				t10 = t10.Add(v450.DotProductPairsSaturated(xg451))
+				t11 = t11.Add(v451.DotProductPairsSaturated(xg451))
+				xg452 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x2, 180))).Broadcast1To8().AsInt8x32()
+				t20 = t20.Add(v450.DotProductPairsSaturated(xg452))
+				t21 = t21.Add(v451.DotProductPairsSaturated(xg452))
+				sc00 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 768))).AsInt16x16()
+				sc01 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 800))).AsInt16x16()
+				archsimd.LoadInt32x8(&a[0][0]).Add(t00.DotProductPairs(sc00)).Store(&a[0][0])
+				archsimd.LoadInt32x8(&a[0][1]).Add(t01.DotProductPairs(sc01)).Store(&a[0][1])
+				archsimd.LoadInt32x8(&a[1][0]).Add(t10.DotProductPairs(sc00)).Store(&a[1][0])
+				archsimd.LoadInt32x8(&a[1][1]).Add(t11.DotProductPairs(sc01)).Store(&a[1][1])
+				archsimd.LoadInt32x8(&a[2][0]).Add(t20.DotProductPairs(sc00)).Store(&a[2][0])
+				archsimd.LoadInt32x8(&a[2][1]).Add(t21.DotProductPairs(sc01)).Store(&a[2][1])
+			}
+			{
+				v460 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 4032)))
+				v461 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 4064)))
+				xg460 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x0, 184))).Broadcast1To8().AsInt8x32()
+				t00 := v460.DotProductPairsSaturated(xg460)
+				t01 := v461.DotProductPairsSaturated(xg460)
+				xg461 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x1, 184))).Broadcast1To8().AsInt8x32()
+				t10 := v460.DotProductPairsSaturated(xg461)
+				t11 := v461.DotProductPairsSaturated(xg461)
+				xg462 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x2, 184))).Broadcast1To8().AsInt8x32()
+				t20 := v460.DotProductPairsSaturated(xg462)
+				t21 := v461.DotProductPairsSaturated(xg462)
+				t21.Store(&fence[23])
+				v470 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 4096)))
+				v471 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 4128)))
+				xg470 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x0, 188))).Broadcast1To8().AsInt8x32()
+				t00 = t00.Add(v470.DotProductPairsSaturated(xg470))
+				t01 = t01.Add(v471.DotProductPairsSaturated(xg470))
+				xg471 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x1, 188))).Broadcast1To8().AsInt8x32()
+				t10 = t10.Add(v470.DotProductPairsSaturated(xg471))
+				t11 = t11.Add(v471.DotProductPairsSaturated(xg471))
+				xg472 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x2, 188))).Broadcast1To8().AsInt8x32()
+				t20 = t20.Add(v470.DotProductPairsSaturated(xg472))
+				t21 = t21.Add(v471.DotProductPairsSaturated(xg472))
+				sc10 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 768))).AsInt16x16()
+				sc11 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 800))).AsInt16x16()
+				archsimd.LoadInt32x8(&a[0][0]).Add(t00.DotProductPairs(sc10)).Store(&a[0][0])
+				archsimd.LoadInt32x8(&a[0][1]).Add(t01.DotProductPairs(sc11)).Store(&a[0][1])
+				archsimd.LoadInt32x8(&a[1][0]).Add(t10.DotProductPairs(sc10)).Store(&a[1][0])
+				archsimd.LoadInt32x8(&a[1][1]).Add(t11.DotProductPairs(sc11)).Store(&a[1][1])
+				archsimd.LoadInt32x8(&a[2][0]).Add(t20.DotProductPairs(sc10)).Store(&a[2][0])
+				archsimd.LoadInt32x8(&a[2][1]).Add(t21.DotProductPairs(sc11)).Store(&a[2][1])
+			}
+		}
+		{
+			// Sub-block 12: inputs 192..207.
+			{
+				v480 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 4160)))
+				v481 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 4192)))
+				xg480 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x0, 192))).Broadcast1To8().AsInt8x32()
+				t00 := v480.DotProductPairsSaturated(xg480)
+				t01 := v481.DotProductPairsSaturated(xg480)
+				xg481 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x1, 192))).Broadcast1To8().AsInt8x32()
+				t10 := v480.DotProductPairsSaturated(xg481)
+				t11 := v481.DotProductPairsSaturated(xg481)
+				xg482 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x2, 192))).Broadcast1To8().AsInt8x32()
+				t20 := v480.DotProductPairsSaturated(xg482)
+				t21 := v481.DotProductPairsSaturated(xg482)
+				t21.Store(&fence[24])
+				v490 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 4224)))
+				v491 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 4256)))
+				xg490 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x0, 196))).Broadcast1To8().AsInt8x32()
+				t00 = t00.Add(v490.DotProductPairsSaturated(xg490))
+				t01 = t01.Add(v491.DotProductPairsSaturated(xg490))
+				xg491 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x1, 196))).Broadcast1To8().AsInt8x32()
+				t10 = t10.Add(v490.DotProductPairsSaturated(xg491))
+				t11 = t11.Add(v491.DotProductPairsSaturated(xg491))
+				xg492 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x2, 196))).Broadcast1To8().AsInt8x32()
+				t20 = t20.Add(v490.DotProductPairsSaturated(xg492))
+				t21 = t21.Add(v491.DotProductPairsSaturated(xg492))
+				sc00 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 832))).AsInt16x16()
+				sc01 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 864))).AsInt16x16()
+				archsimd.LoadInt32x8(&a[0][0]).Add(t00.DotProductPairs(sc00)).Store(&a[0][0])
+				archsimd.LoadInt32x8(&a[0][1]).Add(t01.DotProductPairs(sc01)).Store(&a[0][1])
+				archsimd.LoadInt32x8(&a[1][0]).Add(t10.DotProductPairs(sc00)).Store(&a[1][0])
+				archsimd.LoadInt32x8(&a[1][1]).Add(t11.DotProductPairs(sc01)).Store(&a[1][1])
+				archsimd.LoadInt32x8(&a[2][0]).Add(t20.DotProductPairs(sc00)).Store(&a[2][0])
+				archsimd.LoadInt32x8(&a[2][1]).Add(t21.DotProductPairs(sc01)).Store(&a[2][1])
+			}
+			{
+				v500 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 4288)))
+				v501 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 4320)))
+				xg500 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x0, 200))).Broadcast1To8().AsInt8x32()
+				t00 := v500.DotProductPairsSaturated(xg500)
+				t01 := v501.DotProductPairsSaturated(xg500)
+				xg501 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x1, 200))).Broadcast1To8().AsInt8x32()
+				t10 := v500.DotProductPairsSaturated(xg501)
+				t11 := v501.DotProductPairsSaturated(xg501)
+				xg502 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x2, 200))).Broadcast1To8().AsInt8x32()
+				t20 := v500.DotProductPairsSaturated(xg502)
+				t21 := v501.DotProductPairsSaturated(xg502)
+				t21.Store(&fence[25])
+				v510 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 4352)))
+				v511 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 4384)))
+				xg510 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x0, 204))).Broadcast1To8().AsInt8x32()
+				t00 = t00.Add(v510.DotProductPairsSaturated(xg510))
+				t01 = t01.Add(v511.DotProductPairsSaturated(xg510))
+				xg511 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x1, 204))).Broadcast1To8().AsInt8x32()
+				t10 = t10.Add(v510.DotProductPairsSaturated(xg511))
+				t11 = t11.Add(v511.DotProductPairsSaturated(xg511))
+				xg512 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x2, 204))).Broadcast1To8().AsInt8x32()
+				t20 = t20.Add(v510.DotProductPairsSaturated(xg512))
+				t21 = t21.Add(v511.DotProductPairsSaturated(xg512))
+				sc10 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 832))).AsInt16x16()
+				sc11 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 864))).AsInt16x16()
+				archsimd.LoadInt32x8(&a[0][0]).Add(t00.DotProductPairs(sc10)).Store(&a[0][0])
+				archsimd.LoadInt32x8(&a[0][1]).Add(t01.DotProductPairs(sc11)).Store(&a[0][1])
+				archsimd.LoadInt32x8(&a[1][0]).Add(t10.DotProductPairs(sc10)).Store(&a[1][0])
+				archsimd.LoadInt32x8(&a[1][1]).Add(t11.DotProductPairs(sc11)).Store(&a[1][1])
+				archsimd.LoadInt32x8(&a[2][0]).Add(t20.DotProductPairs(sc10)).Store(&a[2][0])
+				archsimd.LoadInt32x8(&a[2][1]).Add(t21.DotProductPairs(sc11)).Store(&a[2][1])
+			}
+		}
+		{
+			// Sub-block 13: inputs 208..223.
+			{
+				v520 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 4416)))
+				v521 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 4448)))
+				xg520 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x0, 208))).Broadcast1To8().AsInt8x32()
+				t00 := v520.DotProductPairsSaturated(xg520)
+				t01 := v521.DotProductPairsSaturated(xg520)
+				xg521 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x1, 208))).Broadcast1To8().AsInt8x32()
+				t10 := v520.DotProductPairsSaturated(xg521)
+				t11 := v521.DotProductPairsSaturated(xg521)
+				xg522 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x2, 208))).Broadcast1To8().AsInt8x32()
+				t20 := v520.DotProductPairsSaturated(xg522)
+				t21 := v521.DotProductPairsSaturated(xg522)
+				t21.Store(&fence[26])
+				v530 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 4480)))
+				v531 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 4512)))
+				xg530 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x0, 212))).Broadcast1To8().AsInt8x32()
+				t00 = t00.Add(v530.DotProductPairsSaturated(xg530))
+				t01 = t01.Add(v531.DotProductPairsSaturated(xg530))
+				xg531 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x1, 212))).Broadcast1To8().AsInt8x32()
+				t10 = t10.Add(v530.DotProductPairsSaturated(xg531))
+				t11 = t11.Add(v531.DotProductPairsSaturated(xg531))
+				xg532 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x2, 212))).Broadcast1To8().AsInt8x32()
+				t20 = t20.Add(v530.DotProductPairsSaturated(xg532))
+				t21 = t21.Add(v531.DotProductPairsSaturated(xg532))
+				sc00 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 896))).AsInt16x16()
+				sc01 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 928))).AsInt16x16()
+				archsimd.LoadInt32x8(&a[0][0]).Add(t00.DotProductPairs(sc00)).Store(&a[0][0])
+				archsimd.LoadInt32x8(&a[0][1]).Add(t01.DotProductPairs(sc01)).Store(&a[0][1])
+				archsimd.LoadInt32x8(&a[1][0]).Add(t10.DotProductPairs(sc00)).Store(&a[1][0])
+				archsimd.LoadInt32x8(&a[1][1]).Add(t11.DotProductPairs(sc01)).Store(&a[1][1])
+				archsimd.LoadInt32x8(&a[2][0]).Add(t20.DotProductPairs(sc00)).Store(&a[2][0])
+				archsimd.LoadInt32x8(&a[2][1]).Add(t21.DotProductPairs(sc01)).Store(&a[2][1])
+			}
+			{
+				v540 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 4544)))
+				v541 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 4576)))
+				xg540 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x0, 216))).Broadcast1To8().AsInt8x32()
+				t00 := v540.DotProductPairsSaturated(xg540)
+				t01 := v541.DotProductPairsSaturated(xg540)
+				xg541 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x1, 216))).Broadcast1To8().AsInt8x32()
+				t10 := v540.DotProductPairsSaturated(xg541)
+				t11 := v541.DotProductPairsSaturated(xg541)
+				xg542 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x2, 216))).Broadcast1To8().AsInt8x32()
+				t20 := v540.DotProductPairsSaturated(xg542)
+				t21 := v541.DotProductPairsSaturated(xg542)
+				t21.Store(&fence[27])
+				v550 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 4608)))
+				v551 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 4640)))
+				xg550 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x0, 220))).Broadcast1To8().AsInt8x32()
+				t00 = t00.Add(v550.DotProductPairsSaturated(xg550))
+				t01 = t01.Add(v551.DotProductPairsSaturated(xg550))
+				xg551 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x1, 220))).Broadcast1To8().AsInt8x32()
+				t10 = t10.Add(v550.DotProductPairsSaturated(xg551))
+				t11 = t11.Add(v551.DotProductPairsSaturated(xg551))
+				xg552 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x2, 220))).Broadcast1To8().AsInt8x32()
+				t20 = t20.Add(v550.DotProductPairsSaturated(xg552))
+				t21 = t21.Add(v551.DotProductPairsSaturated(xg552))
+				sc10 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 896))).AsInt16x16()
+				sc11 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 928))).AsInt16x16()
+				archsimd.LoadInt32x8(&a[0][0]).Add(t00.DotProductPairs(sc10)).Store(&a[0][0])
+				archsimd.LoadInt32x8(&a[0][1]).Add(t01.DotProductPairs(sc11)).Store(&a[0][1])
+				archsimd.LoadInt32x8(&a[1][0]).Add(t10.DotProductPairs(sc10)).Store(&a[1][0])
+				archsimd.LoadInt32x8(&a[1][1]).Add(t11.DotProductPairs(sc11)).Store(&a[1][1])
+				archsimd.LoadInt32x8(&a[2][0]).Add(t20.DotProductPairs(sc10)).Store(&a[2][0])
+				archsimd.LoadInt32x8(&a[2][1]).Add(t21.DotProductPairs(sc11)).Store(&a[2][1])
+			}
+		}
+		{
+			// Sub-block 14: inputs 224..239.
+			{
+				v560 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 4672)))
+				v561 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 4704)))
+				xg560 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x0, 224))).Broadcast1To8().AsInt8x32()
+				t00 := v560.DotProductPairsSaturated(xg560)
+				t01 := v561.DotProductPairsSaturated(xg560)
+				xg561 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x1, 224))).Broadcast1To8().AsInt8x32()
+				t10 := v560.DotProductPairsSaturated(xg561)
+				t11 := v561.DotProductPairsSaturated(xg561)
+				xg562 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x2, 224))).Broadcast1To8().AsInt8x32()
+				t20 := v560.DotProductPairsSaturated(xg562)
+				t21 := v561.DotProductPairsSaturated(xg562)
+				t21.Store(&fence[28])
+				v570 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 4736)))
+				v571 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 4768)))
+				xg570 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x0, 228))).Broadcast1To8().AsInt8x32()
+				t00 = t00.Add(v570.DotProductPairsSaturated(xg570))
+				t01 = t01.Add(v571.DotProductPairsSaturated(xg570))
+				xg571 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x1, 228))).Broadcast1To8().AsInt8x32()
+				t10 = t10.Add(v570.DotProductPairsSaturated(xg571))
+				t11 = t11.Add(v571.DotProductPairsSaturated(xg571))
+				xg572 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x2, 228))).Broadcast1To8().AsInt8x32()
+				t20 = t20.Add(v570.DotProductPairsSaturated(xg572))
+				t21 = t21.Add(v571.DotProductPairsSaturated(xg572))
+				sc00 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 960))).AsInt16x16()
+				sc01 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 992))).AsInt16x16()
+				archsimd.LoadInt32x8(&a[0][0]).Add(t00.DotProductPairs(sc00)).Store(&a[0][0])
+				archsimd.LoadInt32x8(&a[0][1]).Add(t01.DotProductPairs(sc01)).Store(&a[0][1])
+				archsimd.LoadInt32x8(&a[1][0]).Add(t10.DotProductPairs(sc00)).Store(&a[1][0])
+				archsimd.LoadInt32x8(&a[1][1]).Add(t11.DotProductPairs(sc01)).Store(&a[1][1])
+				archsimd.LoadInt32x8(&a[2][0]).Add(t20.DotProductPairs(sc00)).Store(&a[2][0])
+				archsimd.LoadInt32x8(&a[2][1]).Add(t21.DotProductPairs(sc01)).Store(&a[2][1])
+			}
+			{
+				v580 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 4800)))
+				v581 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 4832)))
+				xg580 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x0, 232))).Broadcast1To8().AsInt8x32()
+				t00 := v580.DotProductPairsSaturated(xg580)
+				t01 := v581.DotProductPairsSaturated(xg580)
+				xg581 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x1, 232))).Broadcast1To8().AsInt8x32()
+				t10 := v580.DotProductPairsSaturated(xg581)
+				t11 := v581.DotProductPairsSaturated(xg581)
+				xg582 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x2, 232))).Broadcast1To8().AsInt8x32()
+				t20 := v580.DotProductPairsSaturated(xg582)
+				t21 := v581.DotProductPairsSaturated(xg582)
+				t21.Store(&fence[29])
+				v590 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 4864)))
+				v591 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 4896)))
+				xg590 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x0, 236))).Broadcast1To8().AsInt8x32()
+				t00 = t00.Add(v590.DotProductPairsSaturated(xg590))
+				t01 = t01.Add(v591.DotProductPairsSaturated(xg590))
+				xg591 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x1, 236))).Broadcast1To8().AsInt8x32()
+				t10 = t10.Add(v590.DotProductPairsSaturated(xg591))
+				t11 = t11.Add(v591.DotProductPairsSaturated(xg591))
+				xg592 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x2, 236))).Broadcast1To8().AsInt8x32()
+				t20 = t20.Add(v590.DotProductPairsSaturated(xg592))
+				t21 = t21.Add(v591.DotProductPairsSaturated(xg592))
+				sc10 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 960))).AsInt16x16()
+				sc11 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 992))).AsInt16x16()
+				archsimd.LoadInt32x8(&a[0][0]).Add(t00.DotProductPairs(sc10)).Store(&a[0][0])
+				archsimd.LoadInt32x8(&a[0][1]).Add(t01.DotProductPairs(sc11)).Store(&a[0][1])
+				archsimd.LoadInt32x8(&a[1][0]).Add(t10.DotProductPairs(sc10)).Store(&a[1][0])
+				archsimd.LoadInt32x8(&a[1][1]).Add(t11.DotProductPairs(sc11)).Store(&a[1][1])
+				archsimd.LoadInt32x8(&a[2][0]).Add(t20.DotProductPairs(sc10)).Store(&a[2][0])
+				archsimd.LoadInt32x8(&a[2][1]).Add(t21.DotProductPairs(sc11)).Store(&a[2][1])
+			}
+		}
+		{
+			// Sub-block 15: inputs 240..255.
+			{
+				v600 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 4928)))
+				v601 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 4960)))
+				xg600 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x0, 240))).Broadcast1To8().AsInt8x32()
+				t00 := v600.DotProductPairsSaturated(xg600)
+				t01 := v601.DotProductPairsSaturated(xg600)
+				xg601 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x1, 240))).Broadcast1To8().AsInt8x32()
+				t10 := v600.DotProductPairsSaturated(xg601)
+				t11 := v601.DotProductPairsSaturated(xg601)
+				xg602 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x2, 240))).Broadcast1To8().AsInt8x32()
+				t20 := v600.DotProductPairsSaturated(xg602)
+				t21 := v601.DotProductPairsSaturated(xg602)
+				t21.Store(&fence[30])
+				v610 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 4992)))
+				v611 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 5024)))
+				xg610 := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(x0, 244))).AsInt8x32()
+				t00 = t00.Add(v610.DotProductPairsSaturated(xg610))
+				t01 = t01.Add(v611.DotProductPairsSaturated(xg610))
+				xg611 := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(x1, 244))).AsInt8x32()
+				t10 = t10.Add(v610.DotProductPairsSaturated(xg611))
+				t11 = t11.Add(v611.DotProductPairsSaturated(xg611))
+				xg612 := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(x2, 244))).AsInt8x32()
+				t20 = t20.Add(v610.DotProductPairsSaturated(xg612))
+				t21 = t21.Add(v611.DotProductPairsSaturated(xg612))
+				sc00 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 1024))).AsInt16x16()
+				sc01 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 1056))).AsInt16x16()
+				archsimd.LoadInt32x8(&a[0][0]).Add(t00.DotProductPairs(sc00)).Store(&a[0][0])
+				archsimd.LoadInt32x8(&a[0][1]).Add(t01.DotProductPairs(sc01)).Store(&a[0][1])
+				archsimd.LoadInt32x8(&a[1][0]).Add(t10.DotProductPairs(sc00)).Store(&a[1][0])
+				archsimd.LoadInt32x8(&a[1][1]).Add(t11.DotProductPairs(sc01)).Store(&a[1][1])
+				archsimd.LoadInt32x8(&a[2][0]).Add(t20.DotProductPairs(sc00)).Store(&a[2][0])
+				archsimd.LoadInt32x8(&a[2][1]).Add(t21.DotProductPairs(sc01)).Store(&a[2][1])
+			}
+			{
+				v620 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 5056)))
+				v621 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 5088)))
+				xg620 := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(x0, 248))).AsInt8x32()
+				t00 := v620.DotProductPairsSaturated(xg620)
+				t01 := v621.DotProductPairsSaturated(xg620)
+				xg621 := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(x1, 248))).AsInt8x32()
+				t10 := v620.DotProductPairsSaturated(xg621)
+				t11 := v621.DotProductPairsSaturated(xg621)
+				xg622 := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(x2, 248))).AsInt8x32()
+				t20 := v620.DotProductPairsSaturated(xg622)
+				t21 := v621.DotProductPairsSaturated(xg622)
+				t21.Store(&fence[31])
+				v630 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 5120)))
+				v631 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 5152)))
+				xg630 := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(x0, 252))).AsInt8x32()
+				t00 = t00.Add(v630.DotProductPairsSaturated(xg630))
+				t01 = t01.Add(v631.DotProductPairsSaturated(xg630))
+				xg631 := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(x1, 252))).AsInt8x32()
+				t10 = t10.Add(v630.DotProductPairsSaturated(xg631))
+				t11 = t11.Add(v631.DotProductPairsSaturated(xg631))
+				xg632 := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(x2, 252))).AsInt8x32()
+				t20 = t20.Add(v630.DotProductPairsSaturated(xg632))
+				t21 = t21.Add(v631.DotProductPairsSaturated(xg632))
+				sc10 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 1024))).AsInt16x16()
+				sc11 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 1056))).AsInt16x16()
+				archsimd.LoadInt32x8(&a[0][0]).Add(t00.DotProductPairs(sc10)).Store(&a[0][0])
+				archsimd.LoadInt32x8(&a[0][1]).Add(t01.DotProductPairs(sc11)).Store(&a[0][1])
+				archsimd.LoadInt32x8(&a[1][0]).Add(t10.DotProductPairs(sc10)).Store(&a[1][0])
+				archsimd.LoadInt32x8(&a[1][1]).Add(t11.DotProductPairs(sc11)).Store(&a[1][1])
+				archsimd.LoadInt32x8(&a[2][0]).Add(t20.DotProductPairs(sc10)).Store(&a[2][0])
+				archsimd.LoadInt32x8(&a[2][1]).Add(t21.DotProductPairs(sc11)).Store(&a[2][1])
+			}
+		}
+		// B: the scales times each row's sums of 16 (fenced as the groups are).
+		var b00, b01 archsimd.Int32x8
+		var b10, b11 archsimd.Int32x8
+		var b20, b21 archsimd.Int32x8
+		sv0 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 64))).AsInt16x16()
+		sv1 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 96))).AsInt16x16()
+		{
+			sr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, 0*ss+0)) & 0xffff).AsInt16x16()
+			b00 = sv0.DotProductPairs(sr)
+			b01 = sv1.DotProductPairs(sr)
+		}
+		{
+			sr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, 1*ss+0)) & 0xffff).AsInt16x16()
+			b10 = sv0.DotProductPairs(sr)
+			b11 = sv1.DotProductPairs(sr)
+		}
+		{
+			sr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, 2*ss+0)) & 0xffff).AsInt16x16()
+			b20 = sv0.DotProductPairs(sr)
+			b21 = sv1.DotProductPairs(sr)
+		}
+		b21.Store(&fenceB[0])
+		sv0 = archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 128))).AsInt16x16()
+		sv1 = archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 160))).AsInt16x16()
+		{
+			sr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, 0*ss+4)) & 0xffff).AsInt16x16()
+			b00 = b00.Add(sv0.DotProductPairs(sr))
+			b01 = b01.Add(sv1.DotProductPairs(sr))
+		}
+		{
+			sr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, 1*ss+4)) & 0xffff).AsInt16x16()
+			b10 = b10.Add(sv0.DotProductPairs(sr))
+			b11 = b11.Add(sv1.DotProductPairs(sr))
+		}
+		{
+			sr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, 2*ss+4)) & 0xffff).AsInt16x16()
+			b20 = b20.Add(sv0.DotProductPairs(sr))
+			b21 = b21.Add(sv1.DotProductPairs(sr))
+		}
+		b21.Store(&fenceB[1])
+		sv0 = archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 192))).AsInt16x16()
+		sv1 = archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 224))).AsInt16x16()
+		{
+			sr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, 0*ss+8)) & 0xffff).AsInt16x16()
+			b00 = b00.Add(sv0.DotProductPairs(sr))
+			b01 = b01.Add(sv1.DotProductPairs(sr))
+		}
+		{
+			sr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, 1*ss+8)) & 0xffff).AsInt16x16()
+			b10 = b10.Add(sv0.DotProductPairs(sr))
+			b11 = b11.Add(sv1.DotProductPairs(sr))
+		}
+		{
+			sr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, 2*ss+8)) & 0xffff).AsInt16x16()
+			b20 = b20.Add(sv0.DotProductPairs(sr))
+			b21 = b21.Add(sv1.DotProductPairs(sr))
+		}
+		b21.Store(&fenceB[2])
+		sv0 = archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 256))).AsInt16x16()
+		sv1 = archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 288))).AsInt16x16()
+		{
+			sr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, 0*ss+12)) & 0xffff).AsInt16x16()
+			b00 = b00.Add(sv0.DotProductPairs(sr))
+			b01 = b01.Add(sv1.DotProductPairs(sr))
+		}
+		{
+			sr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, 1*ss+12)) & 0xffff).AsInt16x16()
+			b10 = b10.Add(sv0.DotProductPairs(sr))
+			b11 = b11.Add(sv1.DotProductPairs(sr))
+		}
+		{
+			sr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, 2*ss+12)) & 0xffff).AsInt16x16()
+			b20 = b20.Add(sv0.DotProductPairs(sr))
+			b21 = b21.Add(sv1.DotProductPairs(sr))
+		}
+		b21.Store(&fenceB[3])
+		sv0 = archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 320))).AsInt16x16()
+		sv1 = archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 352))).AsInt16x16()
+		{
+			sr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, 0*ss+16)) & 0xffff).AsInt16x16()
+			b00 = b00.Add(sv0.DotProductPairs(sr))
+			b01 = b01.Add(sv1.DotProductPairs(sr))
+		}
+		{
+			sr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, 1*ss+16)) & 0xffff).AsInt16x16()
+			b10 = b10.Add(sv0.DotProductPairs(sr))
+			b11 = b11.Add(sv1.DotProductPairs(sr))
+		}
+		{
+			sr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, 2*ss+16)) & 0xffff).AsInt16x16()
+			b20 = b20.Add(sv0.DotProductPairs(sr))
+			b21 = b21.Add(sv1.DotProductPairs(sr))
+		}
+		b21.Store(&fenceB[4])
+		sv0 = archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 384))).AsInt16x16()
+		sv1 = archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 416))).AsInt16x16()
+		{
+			sr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, 0*ss+20)) & 0xffff).AsInt16x16()
+			b00 = b00.Add(sv0.DotProductPairs(sr))
+			b01 = b01.Add(sv1.DotProductPairs(sr))
+		}
+		{
+			sr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, 1*ss+20)) & 0xffff).AsInt16x16()
+			b10 = b10.Add(sv0.DotProductPairs(sr))
+			b11 = b11.Add(sv1.DotProductPairs(sr))
+		}
+		{
+			sr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, 2*ss+20)) & 0xffff).AsInt16x16()
+			b20 = b20.Add(sv0.DotProductPairs(sr))
+			b21 = b21.Add(sv1.DotProductPairs(sr))
+		}
+		b21.Store(&fenceB[5])
+		sv0 = archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 448))).AsInt16x16()
+		sv1 = archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 480))).AsInt16x16()
+		{
+			sr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, 0*ss+24)) & 0xffff).AsInt16x16()
+			b00 = b00.Add(sv0.DotProductPairs(sr))
+			b01 = b01.Add(sv1.DotProductPairs(sr))
+		}
+		{
+			sr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, 1*ss+24)) & 0xffff).AsInt16x16()
+			b10 = b10.Add(sv0.DotProductPairs(sr))
+			b11 = b11.Add(sv1.DotProductPairs(sr))
+		}
+		{
+			sr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, 2*ss+24)) & 0xffff).AsInt16x16()
+			b20 = b20.Add(sv0.DotProductPairs(sr))
+			b21 = b21.Add(sv1.DotProductPairs(sr))
+		}
+		b21.Store(&fenceB[6])
+		sv0 = archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 512))).AsInt16x16()
+		sv1 = archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 544))).AsInt16x16()
+		{
+			sr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, 0*ss+28)) & 0xffff).AsInt16x16()
+			b00 = b00.Add(sv0.DotProductPairs(sr))
+			b01 = b01.Add(sv1.DotProductPairs(sr))
+		}
+		{
+			sr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, 1*ss+28)) & 0xffff).AsInt16x16()
+			b10 = b10.Add(sv0.DotProductPairs(sr))
+			b11 = b11.Add(sv1.DotProductPairs(sr))
+		}
+		{
+			sr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, 2*ss+28)) & 0xffff).AsInt16x16()
+			b20 = b20.Add(sv0.DotProductPairs(sr))
+			b21 = b21.Add(sv1.DotProductPairs(sr))
+		}
+		b21.Store(&fenceB[7])
+		sv0 = archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 576))).AsInt16x16()
+		sv1 = archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 608))).AsInt16x16()
+		{
+			sr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, 0*ss+32)) & 0xffff).AsInt16x16()
+			b00 = b00.Add(sv0.DotProductPairs(sr))
+			b01 = b01.Add(sv1.DotProductPairs(sr))
+		}
+		{
+			sr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, 1*ss+32)) & 0xffff).AsInt16x16()
+			b10 = b10.Add(sv0.DotProductPairs(sr))
+			b11 = b11.Add(sv1.DotProductPairs(sr))
+		}
+		{
+			sr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, 2*ss+32)) & 0xffff).AsInt16x16()
+			b20 = b20.Add(sv0.DotProductPairs(sr))
+			b21 = b21.Add(sv1.DotProductPairs(sr))
+		}
+		b21.Store(&fenceB[8])
+		sv0 = archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 640))).AsInt16x16()
+		sv1 = archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 672))).AsInt16x16()
+		{
+			sr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, 0*ss+36)) & 0xffff).AsInt16x16()
+			b00 = b00.Add(sv0.DotProductPairs(sr))
+			b01 = b01.Add(sv1.DotProductPairs(sr))
+		}
+		{
+			sr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, 1*ss+36)) & 0xffff).AsInt16x16()
+			b10 = b10.Add(sv0.DotProductPairs(sr))
+			b11 = b11.Add(sv1.DotProductPairs(sr))
+		}
+		{
+			sr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, 2*ss+36)) & 0xffff).AsInt16x16()
+			b20 = b20.Add(sv0.DotProductPairs(sr))
+			b21 = b21.Add(sv1.DotProductPairs(sr))
+		}
+		b21.Store(&fenceB[9])
+		sv0 = archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 704))).AsInt16x16()
+		sv1 = archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 736))).AsInt16x16()
+		{
+			sr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, 0*ss+40)) & 0xffff).AsInt16x16()
+			b00 = b00.Add(sv0.DotProductPairs(sr))
+			b01 = b01.Add(sv1.DotProductPairs(sr))
+		}
+		{
+			sr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, 1*ss+40)) & 0xffff).AsInt16x16()
+			b10 = b10.Add(sv0.DotProductPairs(sr))
+			b11 = b11.Add(sv1.DotProductPairs(sr))
+		}
+		{
+			sr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, 2*ss+40)) & 0xffff).AsInt16x16()
+			b20 = b20.Add(sv0.DotProductPairs(sr))
+			b21 = b21.Add(sv1.DotProductPairs(sr))
+		}
+		b21.Store(&fenceB[10])
+		sv0 = archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 768))).AsInt16x16()
+		sv1 = archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 800))).AsInt16x16()
+		{
+			sr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, 0*ss+44)) & 0xffff).AsInt16x16()
+			b00 = b00.Add(sv0.DotProductPairs(sr))
+			b01 = b01.Add(sv1.DotProductPairs(sr))
+		}
+		{
+			sr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, 1*ss+44)) & 0xffff).AsInt16x16()
+			b10 = b10.Add(sv0.DotProductPairs(sr))
+			b11 = b11.Add(sv1.DotProductPairs(sr))
+		}
+		{
+			sr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, 2*ss+44)) & 0xffff).AsInt16x16()
+			b20 = b20.Add(sv0.DotProductPairs(sr))
+			b21 = b21.Add(sv1.DotProductPairs(sr))
+		}
+		b21.Store(&fenceB[11])
+		sv0 = archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 832))).AsInt16x16()
+		sv1 = archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 864))).AsInt16x16()
+		{
+			sr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, 0*ss+48)) & 0xffff).AsInt16x16()
+			b00 = b00.Add(sv0.DotProductPairs(sr))
+			b01 = b01.Add(sv1.DotProductPairs(sr))
+		}
+		{
+			sr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, 1*ss+48)) & 0xffff).AsInt16x16()
+			b10 = b10.Add(sv0.DotProductPairs(sr))
+			b11 = b11.Add(sv1.DotProductPairs(sr))
+		}
+		{
+			sr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, 2*ss+48)) & 0xffff).AsInt16x16()
+			b20 = b20.Add(sv0.DotProductPairs(sr))
+			b21 = b21.Add(sv1.DotProductPairs(sr))
+		}
+		b21.Store(&fenceB[12])
+		sv0 = archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 896))).AsInt16x16()
+		sv1 = archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 928))).AsInt16x16()
+		{
+			sr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, 0*ss+52)) & 0xffff).AsInt16x16()
+			b00 = b00.Add(sv0.DotProductPairs(sr))
+			b01 = b01.Add(sv1.DotProductPairs(sr))
+		}
+		{
+			sr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, 1*ss+52)) & 0xffff).AsInt16x16()
+			b10 = b10.Add(sv0.DotProductPairs(sr))
+			b11 = b11.Add(sv1.DotProductPairs(sr))
+		}
+		{
+			sr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, 2*ss+52)) & 0xffff).AsInt16x16()
+			b20 = b20.Add(sv0.DotProductPairs(sr))
+			b21 = b21.Add(sv1.DotProductPairs(sr))
+		}
+		b21.Store(&fenceB[13])
+		sv0 = archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 960))).AsInt16x16()
+		sv1 = archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 992))).AsInt16x16()
+		{
+			sr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, 0*ss+56)) & 0xffff).AsInt16x16()
+			b00 = b00.Add(sv0.DotProductPairs(sr))
+			b01 = b01.Add(sv1.DotProductPairs(sr))
+		}
+		{
+			sr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, 1*ss+56)) & 0xffff).AsInt16x16()
+			b10 = b10.Add(sv0.DotProductPairs(sr))
+			b11 = b11.Add(sv1.DotProductPairs(sr))
+		}
+		{
+			sr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, 2*ss+56)) & 0xffff).AsInt16x16()
+			b20 = b20.Add(sv0.DotProductPairs(sr))
+			b21 = b21.Add(sv1.DotProductPairs(sr))
+		}
+		b21.Store(&fenceB[14])
+		sv0 = archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 1024))).AsInt16x16()
+		sv1 = archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 1056))).AsInt16x16()
+		{
+			sr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, 0*ss+60)) & 0xffff).AsInt16x16()
+			b00 = b00.Add(sv0.DotProductPairs(sr))
+			b01 = b01.Add(sv1.DotProductPairs(sr))
+		}
+		{
+			sr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, 1*ss+60)) & 0xffff).AsInt16x16()
+			b10 = b10.Add(sv0.DotProductPairs(sr))
+			b11 = b11.Add(sv1.DotProductPairs(sr))
+		}
+		{
+			sr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, 2*ss+60)) & 0xffff).AsInt16x16()
+			b20 = b20.Add(sv0.DotProductPairs(sr))
+			b21 = b21.Add(sv1.DotProductPairs(sr))
+		}
+		b21.Store(&fenceB[15])
+		dw0 := archsimd.LoadFloat32x8((*[8]float32)(wb))
+		dw1 := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(wb, 32)))
+		dx0 := archsimd.BroadcastFloat32x8(*(*float32)(unsafe.Add(d0, 0*ds)))
+		archsimd.LoadFloat32x8((*[8]float32)(y0)).Add(dw0.Mul(dx0).Mul(archsimd.LoadInt32x8(&a[0][0]).Sub(b00.ShiftAllLeft(5)).ConvertToFloat32())).Store((*[8]float32)(y0))
+		archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(y0, 32))).Add(dw1.Mul(dx0).Mul(archsimd.LoadInt32x8(&a[0][1]).Sub(b01.ShiftAllLeft(5)).ConvertToFloat32())).Store((*[8]float32)(unsafe.Add(y0, 32)))
+		dx1 := archsimd.BroadcastFloat32x8(*(*float32)(unsafe.Add(d0, 1*ds)))
+		archsimd.LoadFloat32x8((*[8]float32)(y1)).Add(dw0.Mul(dx1).Mul(archsimd.LoadInt32x8(&a[1][0]).Sub(b10.ShiftAllLeft(5)).ConvertToFloat32())).Store((*[8]float32)(y1))
+		archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(y1, 32))).Add(dw1.Mul(dx1).Mul(archsimd.LoadInt32x8(&a[1][1]).Sub(b11.ShiftAllLeft(5)).ConvertToFloat32())).Store((*[8]float32)(unsafe.Add(y1, 32)))
+		dx2 := archsimd.BroadcastFloat32x8(*(*float32)(unsafe.Add(d0, 2*ds)))
+		archsimd.LoadFloat32x8((*[8]float32)(y2)).Add(dw0.Mul(dx2).Mul(archsimd.LoadInt32x8(&a[2][0]).Sub(b20.ShiftAllLeft(5)).ConvertToFloat32())).Store((*[8]float32)(y2))
+		archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(y2, 32))).Add(dw1.Mul(dx2).Mul(archsimd.LoadInt32x8(&a[2][1]).Sub(b21.ShiftAllLeft(5)).ConvertToFloat32())).Store((*[8]float32)(unsafe.Add(y2, 32)))
+		x0 = unsafe.Add(x0, 256)
+		x1 = unsafe.Add(x1, 256)
+		x2 = unsafe.Add(x2, 256)
+		d0, sp = unsafe.Add(d0, 4), unsafe.Add(sp, 64)
+	}
+	runtime.KeepAlive(&fence)
+	runtime.KeepAlive(&fenceB)
+	archsimd.ClearAVXUpperBits()
+}
+
+// mmQ6_KWx2: 2 rows by one widened Q6_K panel (the one-row kernel's numerics), both
+// 8-output halves at once (gen_quantrows.go).
+//
+//go:noinline
+//go:norace
+//go:nocheckptr
+func mmQ6_KWx2(y unsafe.Pointer, ys uintptr, qx unsafe.Pointer, xs uintptr, dx, sx unsafe.Pointer, ds, ss uintptr, w unsafe.Pointer, nb int) {
+	var fence [32][16]int16
+	var fenceB [16][8]int32
+	var fenceA [32][8]int32
+	y0 := y
+	y1 := unsafe.Add(y0, ys)
+	*(*[16]float32)(y0) = [16]float32{}
+	*(*[16]float32)(y1) = [16]float32{}
+	x0 := qx
+	x1 := unsafe.Add(x0, xs)
+	d0, sp := dx, sx
+	wb := w
+	we := unsafe.Add(wb, uintptr(nb)*5184)
+	for ; wb != we; wb = unsafe.Add(wb, 5184) {
+		var A00, A01 archsimd.Int32x8
+		var A10, A11 archsimd.Int32x8
+		{
+			// Sub-block 0: inputs 0..15.
+			{
+				v00 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 1088)))
+				v01 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 1120)))
+				xg00 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x0, 0))).Broadcast1To8().AsInt8x32()
+				t00 := v00.DotProductPairsSaturated(xg00)
+				t01 := v01.DotProductPairsSaturated(xg00)
+				xg01 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x1, 0))).Broadcast1To8().AsInt8x32()
+				t10 := v00.DotProductPairsSaturated(xg01)
+				t11 := v01.DotProductPairsSaturated(xg01)
+				t11.Store(&fence[0])
+				v10 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 1152)))
+				v11 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 1184)))
+				xg10 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x0, 4))).Broadcast1To8().AsInt8x32()
+				t00 = t00.Add(v10.DotProductPairsSaturated(xg10))
+				t01 = t01.Add(v11.DotProductPairsSaturated(xg10))
+				xg11 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x1, 4))).Broadcast1To8().AsInt8x32()
+				t10 = t10.Add(v10.DotProductPairsSaturated(xg11))
+				t11 = t11.Add(v11.DotProductPairsSaturated(xg11))
+				sc00 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 64))).AsInt16x16()
+				sc01 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 96))).AsInt16x16()
+				A00 = t00.DotProductPairs(sc00)
+				A01 = t01.DotProductPairs(sc01)
+				A10 = t10.DotProductPairs(sc00)
+				A11 = t11.DotProductPairs(sc01)
+			}
+			{
+				A11.Store(&fenceA[1])
+				v20 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 1216)))
+				v21 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 1248)))
+				xg20 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x0, 8))).Broadcast1To8().AsInt8x32()
+				t00 := v20.DotProductPairsSaturated(xg20)
+				t01 := v21.DotProductPairsSaturated(xg20)
+				xg21 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x1, 8))).Broadcast1To8().AsInt8x32()
+				t10 := v20.DotProductPairsSaturated(xg21)
+				t11 := v21.DotProductPairsSaturated(xg21)
+				t11.Store(&fence[1])
+				v30 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 1280)))
+				v31 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 1312)))
+				xg30 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x0, 12))).Broadcast1To8().AsInt8x32()
+				t00 = t00.Add(v30.DotProductPairsSaturated(xg30))
+				t01 = t01.Add(v31.DotProductPairsSaturated(xg30))
+				xg31 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x1, 12))).Broadcast1To8().AsInt8x32()
+				t10 = t10.Add(v30.DotProductPairsSaturated(xg31))
+				t11 = t11.Add(v31.DotProductPairsSaturated(xg31))
+				sc10 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 64))).AsInt16x16()
+				sc11 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 96))).AsInt16x16()
+				A00 = A00.Add(t00.DotProductPairs(sc10))
+				A01 = A01.Add(t01.DotProductPairs(sc11))
+				A10 = A10.Add(t10.DotProductPairs(sc10))
+				A11 = A11.Add(t11.DotProductPairs(sc11))
+			}
+		}
+		{
+			// Sub-block 1: inputs 16..31.
+			{
+				A11.Store(&fenceA[2])
+				v40 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 1344)))
+				v41 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 1376)))
+				xg40 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x0, 16))).Broadcast1To8().AsInt8x32()
+				t00 := v40.DotProductPairsSaturated(xg40)
+				t01 := v41.DotProductPairsSaturated(xg40)
+				xg41 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x1, 16))).Broadcast1To8().AsInt8x32()
+				t10 := v40.DotProductPairsSaturated(xg41)
+				t11 := v41.DotProductPairsSaturated(xg41)
+				t11.Store(&fence[2])
+				v50 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 1408)))
+				v51 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 1440)))
+				xg50 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x0, 20))).Broadcast1To8().AsInt8x32()
+				t00 = t00.Add(v50.DotProductPairsSaturated(xg50))
+				t01 = t01.Add(v51.DotProductPairsSaturated(xg50))
+				xg51 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x1, 20))).Broadcast1To8().AsInt8x32()
+				t10 = t10.Add(v50.DotProductPairsSaturated(xg51))
+				t11 = t11.Add(v51.DotProductPairsSaturated(xg51))
+				sc00 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 128))).AsInt16x16()
+				sc01 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 160))).AsInt16x16()
+				A00 = A00.Add(t00.DotProductPairs(sc00))
+				A01 = A01.Add(t01.DotProductPairs(sc01))
+				A10 = A10.Add(t10.DotProductPairs(sc00))
+				A11 = A11.Add(t11.DotProductPairs(sc01))
+			}
+			{
+				A11.Store(&fenceA[3])
+				v60 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 1472)))
+				v61 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 1504)))
+				xg60 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x0, 24))).Broadcast1To8().AsInt8x32()
+				t00 := v60.DotProductPairsSaturated(xg60)
+				t01 := v61.DotProductPairsSaturated(xg60)
+				xg61 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x1, 24))).Broadcast1To8().AsInt8x32()
+				t10 := v60.DotProductPairsSaturated(xg61)
+				t11 := v61.DotProductPairsSaturated(xg61)
+				t11.Store(&fence[3])
+				v70 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 1536)))
+				v71 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 1568)))
+				xg70 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x0, 28))).Broadcast1To8().AsInt8x32()
+				t00 = t00.Add(v70.DotProductPairsSaturated(xg70))
+				t01 = t01.Add(v71.DotProductPairsSaturated(xg70))
+				xg71 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x1, 28))).Broadcast1To8().AsInt8x32()
+				t10 = t10.Add(v70.DotProductPairsSaturated(xg71))
+				t11 = t11.Add(v71.DotProductPairsSaturated(xg71))
+				sc10 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 128))).AsInt16x16()
+				sc11 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 160))).AsInt16x16()
+				A00 = A00.Add(t00.DotProductPairs(sc10))
+				A01 = A01.Add(t01.DotProductPairs(sc11))
+				A10 = A10.Add(t10.DotProductPairs(sc10))
+				A11 = A11.Add(t11.DotProductPairs(sc11))
+			}
+		}
+		{
+			// Sub-block 2: inputs 32..47.
+			{
+				A11.Store(&fenceA[4])
+				v80 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 1600)))
+				v81 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 1632)))
+				xg80 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x0, 32))).Broadcast1To8().AsInt8x32()
+				t00 := v80.DotProductPairsSaturated(xg80)
+				t01 := v81.DotProductPairsSaturated(xg80)
+				xg81 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x1, 32))).Broadcast1To8().AsInt8x32()
+				t10 := v80.DotProductPairsSaturated(xg81)
+				t11 := v81.DotProductPairsSaturated(xg81)
+				t11.Store(&fence[4])
+				v90 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 1664)))
+				v91 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 1696)))
+				xg90 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x0, 36))).Broadcast1To8().AsInt8x32()
+				t00 = t00.Add(v90.DotProductPairsSaturated(xg90))
+				t01 = t01.Add(v91.DotProductPairsSaturated(xg90))
+				xg91 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x1, 36))).Broadcast1To8().AsInt8x32()
+				t10 = t10.Add(v90.DotProductPairsSaturated(xg91))
+				t11 = t11.Add(v91.DotProductPairsSaturated(xg91))
+				sc00 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 192))).AsInt16x16()
+				sc01 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 224))).AsInt16x16()
+				A00 = A00.Add(t00.DotProductPairs(sc00))
+				A01 = A01.Add(t01.DotProductPairs(sc01))
+				A10 = A10.Add(t10.DotProductPairs(sc00))
+				A11 = A11.Add(t11.DotProductPairs(sc01))
+			}
+			{
+				A11.Store(&fenceA[5])
+				v100 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 1728)))
+				v101 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 1760)))
+				xg100 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x0, 40))).Broadcast1To8().AsInt8x32()
+				t00 := v100.DotProductPairsSaturated(xg100)
+				t01 := v101.DotProductPairsSaturated(xg100)
+				xg101 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x1, 40))).Broadcast1To8().AsInt8x32()
+				t10 := v100.DotProductPairsSaturated(xg101)
+				t11 := v101.DotProductPairsSaturated(xg101)
+				t11.Store(&fence[5])
+				v110 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 1792)))
+				v111 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 1824)))
+				xg110 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x0, 44))).Broadcast1To8().AsInt8x32()
+				t00 = t00.Add(v110.DotProductPairsSaturated(xg110))
+				t01 = t01.Add(v111.DotProductPairsSaturated(xg110))
+				xg111 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x1, 44))).Broadcast1To8().AsInt8x32()
+				t10 = t10.Add(v110.DotProductPairsSaturated(xg111))
+				t11 = t11.Add(v111.DotProductPairsSaturated(xg111))
+				sc10 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 192))).AsInt16x16()
+				sc11 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 224))).AsInt16x16()
+				A00 = A00.Add(t00.DotProductPairs(sc10))
+				A01 = A01.Add(t01.DotProductPairs(sc11))
+				A10 = A10.Add(t10.DotProductPairs(sc10))
+				A11 = A11.Add(t11.DotProductPairs(sc11))
+			}
+		}
+		{
+			// Sub-block 3: inputs 48..63.
+			{
+				A11.Store(&fenceA[6])
+				v120 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 1856)))
+				v121 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 1888)))
+				xg120 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x0, 48))).Broadcast1To8().AsInt8x32()
+				t00 := v120.DotProductPairsSaturated(xg120)
+				t01 := v121.DotProductPairsSaturated(xg120)
+				xg121 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x1, 48))).Broadcast1To8().AsInt8x32()
+				t10 := v120.DotProductPairsSaturated(xg121)
+				t11 := v121.DotProductPairsSaturated(xg121)
+				t11.Store(&fence[6])
+				v130 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 1920)))
+				v131 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 1952)))
+				xg130 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x0, 52))).Broadcast1To8().AsInt8x32()
+				t00 = t00.Add(v130.DotProductPairsSaturated(xg130))
+				t01 = t01.Add(v131.DotProductPairsSaturated(xg130))
+				xg131 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x1, 52))).Broadcast1To8().AsInt8x32()
+				t10 = t10.Add(v130.DotProductPairsSaturated(xg131))
+				t11 = t11.Add(v131.DotProductPairsSaturated(xg131))
+				sc00 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 256))).AsInt16x16()
+				sc01 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 288))).AsInt16x16()
+				A00 = A00.Add(t00.DotProductPairs(sc00))
+				A01 = A01.Add(t01.DotProductPairs(sc01))
+				A10 = A10.Add(t10.DotProductPairs(sc00))
+				A11 = A11.Add(t11.DotProductPairs(sc01))
+			}
+			{
+				A11.Store(&fenceA[7])
+				v140 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 1984)))
+				v141 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2016)))
+				xg140 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x0, 56))).Broadcast1To8().AsInt8x32()
+				t00 := v140.DotProductPairsSaturated(xg140)
+				t01 := v141.DotProductPairsSaturated(xg140)
+				xg141 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x1, 56))).Broadcast1To8().AsInt8x32()
+				t10 := v140.DotProductPairsSaturated(xg141)
+				t11 := v141.DotProductPairsSaturated(xg141)
+				t11.Store(&fence[7])
+				v150 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2048)))
+				v151 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2080)))
+				xg150 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x0, 60))).Broadcast1To8().AsInt8x32()
+				t00 = t00.Add(v150.DotProductPairsSaturated(xg150))
+				t01 = t01.Add(v151.DotProductPairsSaturated(xg150))
+				xg151 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x1, 60))).Broadcast1To8().AsInt8x32()
+				t10 = t10.Add(v150.DotProductPairsSaturated(xg151))
+				t11 = t11.Add(v151.DotProductPairsSaturated(xg151))
+				sc10 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 256))).AsInt16x16()
+				sc11 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 288))).AsInt16x16()
+				A00 = A00.Add(t00.DotProductPairs(sc10))
+				A01 = A01.Add(t01.DotProductPairs(sc11))
+				A10 = A10.Add(t10.DotProductPairs(sc10))
+				A11 = A11.Add(t11.DotProductPairs(sc11))
+			}
+		}
+		{
+			// Sub-block 4: inputs 64..79.
+			{
+				A11.Store(&fenceA[8])
+				v160 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2112)))
+				v161 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2144)))
+				xg160 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x0, 64))).Broadcast1To8().AsInt8x32()
+				t00 := v160.DotProductPairsSaturated(xg160)
+				t01 := v161.DotProductPairsSaturated(xg160)
+				xg161 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x1, 64))).Broadcast1To8().AsInt8x32()
+				t10 := v160.DotProductPairsSaturated(xg161)
+				t11 := v161.DotProductPairsSaturated(xg161)
+				t11.Store(&fence[8])
+				v170 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2176)))
+				v171 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2208)))
+				xg170 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x0, 68))).Broadcast1To8().AsInt8x32()
+				t00 = t00.Add(v170.DotProductPairsSaturated(xg170))
+				t01 = t01.Add(v171.DotProductPairsSaturated(xg170))
+				xg171 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x1, 68))).Broadcast1To8().AsInt8x32()
+				t10 = t10.Add(v170.DotProductPairsSaturated(xg171))
+				t11 = t11.Add(v171.DotProductPairsSaturated(xg171))
+				sc00 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 320))).AsInt16x16()
+				sc01 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 352))).AsInt16x16()
+				A00 = A00.Add(t00.DotProductPairs(sc00))
+				A01 = A01.Add(t01.DotProductPairs(sc01))
+				A10 = A10.Add(t10.DotProductPairs(sc00))
+				A11 = A11.Add(t11.DotProductPairs(sc01))
+			}
+			{
+				A11.Store(&fenceA[9])
+				v180 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2240)))
+				v181 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2272)))
+				xg180 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x0, 72))).Broadcast1To8().AsInt8x32()
+				t00 := v180.DotProductPairsSaturated(xg180)
+				t01 := v181.DotProductPairsSaturated(xg180)
+				xg181 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x1, 72))).Broadcast1To8().AsInt8x32()
+				t10 := v180.DotProductPairsSaturated(xg181)
+				t11 := v181.DotProductPairsSaturated(xg181)
+				t11.Store(&fence[9])
+				v190 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2304)))
+				v191 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2336)))
+				xg190 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x0, 76))).Broadcast1To8().AsInt8x32()
+				t00 = t00.Add(v190.DotProductPairsSaturated(xg190))
+				t01 = t01.Add(v191.DotProductPairsSaturated(xg190))
+				xg191 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x1, 76))).Broadcast1To8().AsInt8x32()
+				t10 = t10.Add(v190.DotProductPairsSaturated(xg191))
+				t11 = t11.Add(v191.DotProductPairsSaturated(xg191))
+				sc10 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 320))).AsInt16x16()
+				sc11 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 352))).AsInt16x16()
+				A00 = A00.Add(t00.DotProductPairs(sc10))
+				A01 = A01.Add(t01.DotProductPairs(sc11))
+				A10 = A10.Add(t10.DotProductPairs(sc10))
+				A11 = A11.Add(t11.DotProductPairs(sc11))
+			}
+		}
+		{
+			// Sub-block 5: inputs 80..95.
+			{
+				A11.Store(&fenceA[10])
+				v200 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2368)))
+				v201 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2400)))
+				xg200 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x0, 80))).Broadcast1To8().AsInt8x32()
+				t00 := v200.DotProductPairsSaturated(xg200)
+				t01 := v201.DotProductPairsSaturated(xg200)
+				xg201 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x1, 80))).Broadcast1To8().AsInt8x32()
+				t10 := v200.DotProductPairsSaturated(xg201)
+				t11 := v201.DotProductPairsSaturated(xg201)
+				t11.Store(&fence[10])
+				v210 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2432)))
+				v211 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2464)))
+				xg210 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x0, 84))).Broadcast1To8().AsInt8x32()
+				t00 = t00.Add(v210.DotProductPairsSaturated(xg210))
+				t01 = t01.Add(v211.DotProductPairsSaturated(xg210))
+				xg211 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x1, 84))).Broadcast1To8().AsInt8x32()
+				t10 = t10.Add(v210.DotProductPairsSaturated(xg211))
+				t11 = t11.Add(v211.DotProductPairsSaturated(xg211))
+				sc00 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 384))).AsInt16x16()
+				sc01 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 416))).AsInt16x16()
+				A00 = A00.Add(t00.DotProductPairs(sc00))
+				A01 = A01.Add(t01.DotProductPairs(sc01))
+				A10 = A10.Add(t10.DotProductPairs(sc00))
+				A11 = A11.Add(t11.DotProductPairs(sc01))
+			}
+			{
+				A11.Store(&fenceA[11])
+				v220 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2496)))
+				v221 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2528)))
+				xg220 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x0, 88))).Broadcast1To8().AsInt8x32()
+				t00 := v220.DotProductPairsSaturated(xg220)
+				t01 := v221.DotProductPairsSaturated(xg220)
+				xg221 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x1, 88))).Broadcast1To8().AsInt8x32()
+				t10 := v220.DotProductPairsSaturated(xg221)
+				t11 := v221.DotProductPairsSaturated(xg221)
+				t11.Store(&fence[11])
+				v230 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2560)))
+				v231 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2592)))
+				xg230 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x0, 92))).Broadcast1To8().AsInt8x32()
+				t00 = t00.Add(v230.DotProductPairsSaturated(xg230))
+				t01 = t01.Add(v231.DotProductPairsSaturated(xg230))
+				xg231 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x1, 92))).Broadcast1To8().AsInt8x32()
+				t10 = t10.Add(v230.DotProductPairsSaturated(xg231))
+				t11 = t11.Add(v231.DotProductPairsSaturated(xg231))
+				sc10 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 384))).AsInt16x16()
+				sc11 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 416))).AsInt16x16()
+				A00 = A00.Add(t00.DotProductPairs(sc10))
+				A01 = A01.Add(t01.DotProductPairs(sc11))
+				A10 = A10.Add(t10.DotProductPairs(sc10))
+				A11 = A11.Add(t11.DotProductPairs(sc11))
+			}
+		}
+		{
+			// Sub-block 6: inputs 96..111.
+			{
+				A11.Store(&fenceA[12])
+				v240 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2624)))
+				v241 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2656)))
+				xg240 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x0, 96))).Broadcast1To8().AsInt8x32()
+				t00 := v240.DotProductPairsSaturated(xg240)
+				t01 := v241.DotProductPairsSaturated(xg240)
+				xg241 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x1, 96))).Broadcast1To8().AsInt8x32()
+				t10 := v240.DotProductPairsSaturated(xg241)
+				t11 := v241.DotProductPairsSaturated(xg241)
+				t11.Store(&fence[12])
+				v250 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2688)))
+				v251 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2720)))
+				xg250 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x0, 100))).Broadcast1To8().AsInt8x32()
+				t00 = t00.Add(v250.DotProductPairsSaturated(xg250))
+				t01 = t01.Add(v251.DotProductPairsSaturated(xg250))
+				xg251 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x1, 100))).Broadcast1To8().AsInt8x32()
+				t10 = t10.Add(v250.DotProductPairsSaturated(xg251))
+				t11 = t11.Add(v251.DotProductPairsSaturated(xg251))
+				sc00 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 448))).AsInt16x16()
+				sc01 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 480))).AsInt16x16()
+				A00 = A00.Add(t00.DotProductPairs(sc00))
+				A01 = A01.Add(t01.DotProductPairs(sc01))
+				A10 = A10.Add(t10.DotProductPairs(sc00))
+				A11 = A11.Add(t11.DotProductPairs(sc01))
+			}
+			{
+				A11.Store(&fenceA[13])
+				v260 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2752)))
+				v261 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2784)))
+				xg260 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x0, 104))).Broadcast1To8().AsInt8x32()
+				t00 := v260.DotProductPairsSaturated(xg260)
+				t01 := v261.DotProductPairsSaturated(xg260)
+				xg261 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x1, 104))).Broadcast1To8().AsInt8x32()
+				t10 := v260.DotProductPairsSaturated(xg261)
+				t11 := v261.DotProductPairsSaturated(xg261)
+				t11.Store(&fence[13])
+				v270 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2816)))
+				v271 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2848)))
+				xg270 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x0, 108))).Broadcast1To8().AsInt8x32()
+				t00 = t00.Add(v270.DotProductPairsSaturated(xg270))
+				t01 = t01.Add(v271.DotProductPairsSaturated(xg270))
+				xg271 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x1, 108))).Broadcast1To8().AsInt8x32()
+				t10 = t10.Add(v270.DotProductPairsSaturated(xg271))
+				t11 = t11.Add(v271.DotProductPairsSaturated(xg271))
+				sc10 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 448))).AsInt16x16()
+				sc11 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 480))).AsInt16x16()
+				A00 = A00.Add(t00.DotProductPairs(sc10))
+				A01 = A01.Add(t01.DotProductPairs(sc11))
+				A10 = A10.Add(t10.DotProductPairs(sc10))
+				A11 = A11.Add(t11.DotProductPairs(sc11))
+			}
+		}
+		{
+			// Sub-block 7: inputs 112..127.
+			{
+				A11.Store(&fenceA[14])
+				v280 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2880)))
+				v281 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2912)))
+				xg280 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x0, 112))).Broadcast1To8().AsInt8x32()
+				t00 := v280.DotProductPairsSaturated(xg280)
+				t01 := v281.DotProductPairsSaturated(xg280)
+				xg281 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x1, 112))).Broadcast1To8().AsInt8x32()
+				t10 := v280.DotProductPairsSaturated(xg281)
+				t11 := v281.DotProductPairsSaturated(xg281)
+				t11.Store(&fence[14])
+				v290 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2944)))
+				v291 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 2976)))
+				xg290 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x0, 116))).Broadcast1To8().AsInt8x32()
+				t00 = t00.Add(v290.DotProductPairsSaturated(xg290))
+				t01 = t01.Add(v291.DotProductPairsSaturated(xg290))
+				xg291 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x1, 116))).Broadcast1To8().AsInt8x32()
+				t10 = t10.Add(v290.DotProductPairsSaturated(xg291))
+				t11 = t11.Add(v291.DotProductPairsSaturated(xg291))
+				sc00 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 512))).AsInt16x16()
+				sc01 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 544))).AsInt16x16()
+				A00 = A00.Add(t00.DotProductPairs(sc00))
+				A01 = A01.Add(t01.DotProductPairs(sc01))
+				A10 = A10.Add(t10.DotProductPairs(sc00))
+				A11 = A11.Add(t11.DotProductPairs(sc01))
+			}
+			{
+				A11.Store(&fenceA[15])
+				v300 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 3008)))
+				v301 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 3040)))
+				xg300 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x0, 120))).Broadcast1To8().AsInt8x32()
+				t00 := v300.DotProductPairsSaturated(xg300)
+				t01 := v301.DotProductPairsSaturated(xg300)
+				xg301 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x1, 120))).Broadcast1To8().AsInt8x32()
+				t10 := v300.DotProductPairsSaturated(xg301)
+				t11 := v301.DotProductPairsSaturated(xg301)
+				t11.Store(&fence[15])
+				v310 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 3072)))
+				v311 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 3104)))
+				xg310 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x0, 124))).Broadcast1To8().AsInt8x32()
+				t00 = t00.Add(v310.DotProductPairsSaturated(xg310))
+				t01 = t01.Add(v311.DotProductPairsSaturated(xg310))
+				xg311 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x1, 124))).Broadcast1To8().AsInt8x32()
+				t10 = t10.Add(v310.DotProductPairsSaturated(xg311))
+				t11 = t11.Add(v311.DotProductPairsSaturated(xg311))
+				sc10 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 512))).AsInt16x16()
+				sc11 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 544))).AsInt16x16()
+				A00 = A00.Add(t00.DotProductPairs(sc10))
+				A01 = A01.Add(t01.DotProductPairs(sc11))
+				A10 = A10.Add(t10.DotProductPairs(sc10))
+				A11 = A11.Add(t11.DotProductPairs(sc11))
+			}
+		}
+		{
+			// Sub-block 8: inputs 128..143.
+			{
+				A11.Store(&fenceA[16])
+				v320 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 3136)))
+				v321 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 3168)))
+				xg320 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x0, 128))).Broadcast1To8().AsInt8x32()
+				t00 := v320.DotProductPairsSaturated(xg320)
+				t01 := v321.DotProductPairsSaturated(xg320)
+				xg321 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x1, 128))).Broadcast1To8().AsInt8x32()
+				t10 := v320.DotProductPairsSaturated(xg321)
+				t11 := v321.DotProductPairsSaturated(xg321)
+				t11.Store(&fence[16])
+				v330 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 3200)))
+				v331 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 3232)))
+				xg330 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x0, 132))).Broadcast1To8().AsInt8x32()
+				t00 = t00.Add(v330.DotProductPairsSaturated(xg330))
+				t01 = t01.Add(v331.DotProductPairsSaturated(xg330))
+				xg331 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x1, 132))).Broadcast1To8().AsInt8x32()
+				t10 = t10.Add(v330.DotProductPairsSaturated(xg331))
+				t11 = t11.Add(v331.DotProductPairsSaturated(xg331))
+				sc00 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 576))).AsInt16x16()
+				sc01 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 608))).AsInt16x16()
+				A00 = A00.Add(t00.DotProductPairs(sc00))
+				A01 = A01.Add(t01.DotProductPairs(sc01))
+				A10 = A10.Add(t10.DotProductPairs(sc00))
+				A11 = A11.Add(t11.DotProductPairs(sc01))
+			}
+			{
+				A11.Store(&fenceA[17])
+				v340 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 3264)))
+				v341 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 3296)))
+				xg340 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x0, 136))).Broadcast1To8().AsInt8x32()
+				t00 := v340.DotProductPairsSaturated(xg340)
+				t01 := v341.DotProductPairsSaturated(xg340)
+				xg341 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x1, 136))).Broadcast1To8().AsInt8x32()
+				t10 := v340.DotProductPairsSaturated(xg341)
+				t11 := v341.DotProductPairsSaturated(xg341)
+				t11.Store(&fence[17])
+				v350 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 3328)))
+				v351 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 3360)))
+				xg350 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x0, 140))).Broadcast1To8().AsInt8x32()
+				t00 = t00.Add(v350.DotProductPairsSaturated(xg350))
+				t01 = t01.Add(v351.DotProductPairsSaturated(xg350))
+				xg351 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x1, 140))).Broadcast1To8().AsInt8x32()
+				t10 = t10.Add(v350.DotProductPairsSaturated(xg351))
+				t11 = t11.Add(v351.DotProductPairsSaturated(xg351))
+				sc10 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 576))).AsInt16x16()
+				sc11 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 608))).AsInt16x16()
+				A00 = A00.Add(t00.DotProductPairs(sc10))
+				A01 = A01.Add(t01.DotProductPairs(sc11))
+				A10 = A10.Add(t10.DotProductPairs(sc10))
+				A11 = A11.Add(t11.DotProductPairs(sc11))
+			}
+		}
+		{
+			// Sub-block 9: inputs 144..159.
+			{
+				A11.Store(&fenceA[18])
+				v360 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 3392)))
+				v361 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 3424)))
+				xg360 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x0, 144))).Broadcast1To8().AsInt8x32()
+				t00 := v360.DotProductPairsSaturated(xg360)
+				t01 := v361.DotProductPairsSaturated(xg360)
+				xg361 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x1, 144))).Broadcast1To8().AsInt8x32()
+				t10 := v360.DotProductPairsSaturated(xg361)
+				t11 := v361.DotProductPairsSaturated(xg361)
+				t11.Store(&fence[18])
+				v370 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 3456)))
+				v371 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 3488)))
+				xg370 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x0, 148))).Broadcast1To8().AsInt8x32()
+				t00 = t00.Add(v370.DotProductPairsSaturated(xg370))
+				t01 = t01.Add(v371.DotProductPairsSaturated(xg370))
+				xg371 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x1, 148))).Broadcast1To8().AsInt8x32()
+				t10 = t10.Add(v370.DotProductPairsSaturated(xg371))
+				t11 = t11.Add(v371.DotProductPairsSaturated(xg371))
+				sc00 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 640))).AsInt16x16()
+				sc01 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 672))).AsInt16x16()
+				A00 = A00.Add(t00.DotProductPairs(sc00))
+				A01 = A01.Add(t01.DotProductPairs(sc01))
+				A10 = A10.Add(t10.DotProductPairs(sc00))
+				A11 = A11.Add(t11.DotProductPairs(sc01))
+			}
+			{
+				A11.Store(&fenceA[19])
+				v380 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 3520)))
+				v381 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 3552)))
+				xg380 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x0, 152))).Broadcast1To8().AsInt8x32()
+				t00 := v380.DotProductPairsSaturated(xg380)
+				t01 := v381.DotProductPairsSaturated(xg380)
+				xg381 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x1, 152))).Broadcast1To8().AsInt8x32()
+				t10 := v380.DotProductPairsSaturated(xg381)
+				t11 := v381.DotProductPairsSaturated(xg381)
+				t11.Store(&fence[19])
+				v390 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 3584)))
+				v391 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 3616)))
+				xg390 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x0, 156))).Broadcast1To8().AsInt8x32()
+				t00 = t00.Add(v390.DotProductPairsSaturated(xg390))
+				t01 = t01.Add(v391.DotProductPairsSaturated(xg390))
+				xg391 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x1, 156))).Broadcast1To8().AsInt8x32()
+				t10 = t10.Add(v390.DotProductPairsSaturated(xg391))
+				t11 = t11.Add(v391.DotProductPairsSaturated(xg391))
+				sc10 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 640))).AsInt16x16()
+				sc11 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 672))).AsInt16x16()
+				A00 = A00.Add(t00.DotProductPairs(sc10))
+				A01 = A01.Add(t01.DotProductPairs(sc11))
+				A10 = A10.Add(t10.DotProductPairs(sc10))
+				A11 = A11.Add(t11.DotProductPairs(sc11))
+			}
+		}
+		{
+			// Sub-block 10: inputs 160..175.
+			{
+				A11.Store(&fenceA[20])
+				v400 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 3648)))
+				v401 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 3680)))
+				xg400 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x0, 160))).Broadcast1To8().AsInt8x32()
+				t00 := v400.DotProductPairsSaturated(xg400)
+				t01 := v401.DotProductPairsSaturated(xg400)
+				xg401 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x1, 160))).Broadcast1To8().AsInt8x32()
+				t10 := v400.DotProductPairsSaturated(xg401)
+				t11 := v401.DotProductPairsSaturated(xg401)
+				t11.Store(&fence[20])
+				v410 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 3712)))
+				v411 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 3744)))
+				xg410 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x0, 164))).Broadcast1To8().AsInt8x32()
+				t00 = t00.Add(v410.DotProductPairsSaturated(xg410))
+				t01 = t01.Add(v411.DotProductPairsSaturated(xg410))
+				xg411 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x1, 164))).Broadcast1To8().AsInt8x32()
+				t10 = t10.Add(v410.DotProductPairsSaturated(xg411))
+				t11 = t11.Add(v411.DotProductPairsSaturated(xg411))
+				sc00 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 704))).AsInt16x16()
+				sc01 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 736))).AsInt16x16()
+				A00 = A00.Add(t00.DotProductPairs(sc00))
+				A01 = A01.Add(t01.DotProductPairs(sc01))
+				A10 = A10.Add(t10.DotProductPairs(sc00))
+				A11 = A11.Add(t11.DotProductPairs(sc01))
+			}
+			{
+				A11.Store(&fenceA[21])
+				v420 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 3776)))
+				v421 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 3808)))
+				xg420 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x0, 168))).Broadcast1To8().AsInt8x32()
+				t00 := v420.DotProductPairsSaturated(xg420)
+				t01 := v421.DotProductPairsSaturated(xg420)
+				xg421 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x1, 168))).Broadcast1To8().AsInt8x32()
+				t10 := v420.DotProductPairsSaturated(xg421)
+				t11 := v421.DotProductPairsSaturated(xg421)
+				t11.Store(&fence[21])
+				v430 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 3840)))
+				v431 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 3872)))
+				xg430 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x0, 172))).Broadcast1To8().AsInt8x32()
+				t00 = t00.Add(v430.DotProductPairsSaturated(xg430))
+				t01 = t01.Add(v431.DotProductPairsSaturated(xg430))
+				xg431 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x1, 172))).Broadcast1To8().AsInt8x32()
+				t10 = t10.Add(v430.DotProductPairsSaturated(xg431))
+				t11 = t11.Add(v431.DotProductPairsSaturated(xg431))
+				sc10 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 704))).AsInt16x16()
+				sc11 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 736))).AsInt16x16()
+				A00 = A00.Add(t00.DotProductPairs(sc10))
+				A01 = A01.Add(t01.DotProductPairs(sc11))
+				A10 = A10.Add(t10.DotProductPairs(sc10))
+				A11 = A11.Add(t11.DotProductPairs(sc11))
+			}
+		}
+		{
+			// Sub-block 11: inputs 176..191.
+			{
+				A11.Store(&fenceA[22])
+				v440 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 3904)))
+				v441 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 3936)))
+				xg440 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x0, 176))).Broadcast1To8().AsInt8x32()
+				t00 := v440.DotProductPairsSaturated(xg440)
+				t01 := v441.DotProductPairsSaturated(xg440)
+				xg441 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x1, 176))).Broadcast1To8().AsInt8x32()
+				t10 := v440.DotProductPairsSaturated(xg441)
+				t11 := v441.DotProductPairsSaturated(xg441)
+				t11.Store(&fence[22])
+				v450 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 3968)))
+				v451 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 4000)))
+				xg450 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x0, 180))).Broadcast1To8().AsInt8x32()
+				t00 = t00.Add(v450.DotProductPairsSaturated(xg450))
+				t01 = t01.Add(v451.DotProductPairsSaturated(xg450))
+				xg451 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x1, 180))).Broadcast1To8().AsInt8x32()
+				t10 = t10.Add(v450.DotProductPairsSaturated(xg451))
+				t11 = t11.Add(v451.DotProductPairsSaturated(xg451))
+				sc00 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 768))).AsInt16x16()
+				sc01 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 800))).AsInt16x16()
+				A00 = A00.Add(t00.DotProductPairs(sc00))
+				A01 = A01.Add(t01.DotProductPairs(sc01))
+				A10 = A10.Add(t10.DotProductPairs(sc00))
+				A11 = A11.Add(t11.DotProductPairs(sc01))
+			}
+			{
+				A11.Store(&fenceA[23])
+				v460 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 4032)))
+				v461 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 4064)))
+				xg460 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x0, 184))).Broadcast1To8().AsInt8x32()
+				t00 := v460.DotProductPairsSaturated(xg460)
+				t01 := v461.DotProductPairsSaturated(xg460)
+				xg461 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x1, 184))).Broadcast1To8().AsInt8x32()
+				t10 := v460.DotProductPairsSaturated(xg461)
+				t11 := v461.DotProductPairsSaturated(xg461)
+				t11.Store(&fence[23])
+				v470 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 4096)))
+				v471 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 4128)))
+				xg470 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x0, 188))).Broadcast1To8().AsInt8x32()
+				t00 = t00.Add(v470.DotProductPairsSaturated(xg470))
+				t01 = t01.Add(v471.DotProductPairsSaturated(xg470))
+				xg471 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x1, 188))).Broadcast1To8().AsInt8x32()
+				t10 = t10.Add(v470.DotProductPairsSaturated(xg471))
+				t11 = t11.Add(v471.DotProductPairsSaturated(xg471))
+				sc10 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 768))).AsInt16x16()
+				sc11 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 800))).AsInt16x16()
+				A00 = A00.Add(t00.DotProductPairs(sc10))
+				A01 = A01.Add(t01.DotProductPairs(sc11))
+				A10 = A10.Add(t10.DotProductPairs(sc10))
+				A11 = A11.Add(t11.DotProductPairs(sc11))
+			}
+		}
+		{
+			// Sub-block 12: inputs 192..207.
+			{
+				A11.Store(&fenceA[24])
+				v480 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 4160)))
+				v481 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 4192)))
+				xg480 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x0, 192))).Broadcast1To8().AsInt8x32()
+				t00 := v480.DotProductPairsSaturated(xg480)
+				t01 := v481.DotProductPairsSaturated(xg480)
+				xg481 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x1, 192))).Broadcast1To8().AsInt8x32()
+				t10 := v480.DotProductPairsSaturated(xg481)
+				t11 := v481.DotProductPairsSaturated(xg481)
+				t11.Store(&fence[24])
+				v490 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 4224)))
+				v491 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 4256)))
+				xg490 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x0, 196))).Broadcast1To8().AsInt8x32()
+				t00 = t00.Add(v490.DotProductPairsSaturated(xg490))
+				t01 = t01.Add(v491.DotProductPairsSaturated(xg490))
+				xg491 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x1, 196))).Broadcast1To8().AsInt8x32()
+				t10 = t10.Add(v490.DotProductPairsSaturated(xg491))
+				t11 = t11.Add(v491.DotProductPairsSaturated(xg491))
+				sc00 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 832))).AsInt16x16()
+				sc01 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 864))).AsInt16x16()
+				A00 = A00.Add(t00.DotProductPairs(sc00))
+				A01 = A01.Add(t01.DotProductPairs(sc01))
+				A10 = A10.Add(t10.DotProductPairs(sc00))
+				A11 = A11.Add(t11.DotProductPairs(sc01))
+			}
+			{
+				A11.Store(&fenceA[25])
+				v500 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 4288)))
+				v501 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 4320)))
+				xg500 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x0, 200))).Broadcast1To8().AsInt8x32()
+				t00 := v500.DotProductPairsSaturated(xg500)
+				t01 := v501.DotProductPairsSaturated(xg500)
+				xg501 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x1, 200))).Broadcast1To8().AsInt8x32()
+				t10 := v500.DotProductPairsSaturated(xg501)
+				t11 := v501.DotProductPairsSaturated(xg501)
+				t11.Store(&fence[25])
+				v510 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 4352)))
+				v511 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 4384)))
+				xg510 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x0, 204))).Broadcast1To8().AsInt8x32()
+				t00 = t00.Add(v510.DotProductPairsSaturated(xg510))
+				t01 = t01.Add(v511.DotProductPairsSaturated(xg510))
+				xg511 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x1, 204))).Broadcast1To8().AsInt8x32()
+				t10 = t10.Add(v510.DotProductPairsSaturated(xg511))
+				t11 = t11.Add(v511.DotProductPairsSaturated(xg511))
+				sc10 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 832))).AsInt16x16()
+				sc11 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 864))).AsInt16x16()
+				A00 = A00.Add(t00.DotProductPairs(sc10))
+				A01 = A01.Add(t01.DotProductPairs(sc11))
+				A10 = A10.Add(t10.DotProductPairs(sc10))
+				A11 = A11.Add(t11.DotProductPairs(sc11))
+			}
+		}
+		{
+			// Sub-block 13: inputs 208..223.
+			{
+				A11.Store(&fenceA[26])
+				v520 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 4416)))
+				v521 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 4448)))
+				xg520 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x0, 208))).Broadcast1To8().AsInt8x32()
+				t00 := v520.DotProductPairsSaturated(xg520)
+				t01 := v521.DotProductPairsSaturated(xg520)
+				xg521 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x1, 208))).Broadcast1To8().AsInt8x32()
+				t10 := v520.DotProductPairsSaturated(xg521)
+				t11 := v521.DotProductPairsSaturated(xg521)
+				t11.Store(&fence[26])
+				v530 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 4480)))
+				v531 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 4512)))
+				xg530 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x0, 212))).Broadcast1To8().AsInt8x32()
+				t00 = t00.Add(v530.DotProductPairsSaturated(xg530))
+				t01 = t01.Add(v531.DotProductPairsSaturated(xg530))
+				xg531 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x1, 212))).Broadcast1To8().AsInt8x32()
+				t10 = t10.Add(v530.DotProductPairsSaturated(xg531))
+				t11 = t11.Add(v531.DotProductPairsSaturated(xg531))
+				sc00 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 896))).AsInt16x16()
+				sc01 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 928))).AsInt16x16()
+				A00 = A00.Add(t00.DotProductPairs(sc00))
+				A01 = A01.Add(t01.DotProductPairs(sc01))
+				A10 = A10.Add(t10.DotProductPairs(sc00))
+				A11 = A11.Add(t11.DotProductPairs(sc01))
+			}
+			{
+				A11.Store(&fenceA[27])
+				v540 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 4544)))
+				v541 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 4576)))
+				xg540 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x0, 216))).Broadcast1To8().AsInt8x32()
+				t00 := v540.DotProductPairsSaturated(xg540)
+				t01 := v541.DotProductPairsSaturated(xg540)
+				xg541 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x1, 216))).Broadcast1To8().AsInt8x32()
+				t10 := v540.DotProductPairsSaturated(xg541)
+				t11 := v541.DotProductPairsSaturated(xg541)
+				t11.Store(&fence[27])
+				v550 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 4608)))
+				v551 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 4640)))
+				xg550 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x0, 220))).Broadcast1To8().AsInt8x32()
+				t00 = t00.Add(v550.DotProductPairsSaturated(xg550))
+				t01 = t01.Add(v551.DotProductPairsSaturated(xg550))
+				xg551 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x1, 220))).Broadcast1To8().AsInt8x32()
+				t10 = t10.Add(v550.DotProductPairsSaturated(xg551))
+				t11 = t11.Add(v551.DotProductPairsSaturated(xg551))
+				sc10 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 896))).AsInt16x16()
+				sc11 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 928))).AsInt16x16()
+				A00 = A00.Add(t00.DotProductPairs(sc10))
+				A01 = A01.Add(t01.DotProductPairs(sc11))
+				A10 = A10.Add(t10.DotProductPairs(sc10))
+				A11 = A11.Add(t11.DotProductPairs(sc11))
+			}
+		}
+		{
+			// Sub-block 14: inputs 224..239.
+			{
+				A11.Store(&fenceA[28])
+				v560 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 4672)))
+				v561 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 4704)))
+				xg560 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x0, 224))).Broadcast1To8().AsInt8x32()
+				t00 := v560.DotProductPairsSaturated(xg560)
+				t01 := v561.DotProductPairsSaturated(xg560)
+				xg561 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x1, 224))).Broadcast1To8().AsInt8x32()
+				t10 := v560.DotProductPairsSaturated(xg561)
+				t11 := v561.DotProductPairsSaturated(xg561)
+				t11.Store(&fence[28])
+				v570 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 4736)))
+				v571 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 4768)))
+				xg570 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x0, 228))).Broadcast1To8().AsInt8x32()
+				t00 = t00.Add(v570.DotProductPairsSaturated(xg570))
+				t01 = t01.Add(v571.DotProductPairsSaturated(xg570))
+				xg571 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x1, 228))).Broadcast1To8().AsInt8x32()
+				t10 = t10.Add(v570.DotProductPairsSaturated(xg571))
+				t11 = t11.Add(v571.DotProductPairsSaturated(xg571))
+				sc00 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 960))).AsInt16x16()
+				sc01 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 992))).AsInt16x16()
+				A00 = A00.Add(t00.DotProductPairs(sc00))
+				A01 = A01.Add(t01.DotProductPairs(sc01))
+				A10 = A10.Add(t10.DotProductPairs(sc00))
+				A11 = A11.Add(t11.DotProductPairs(sc01))
+			}
+			{
+				A11.Store(&fenceA[29])
+				v580 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 4800)))
+				v581 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 4832)))
+				xg580 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x0, 232))).Broadcast1To8().AsInt8x32()
+				t00 := v580.DotProductPairsSaturated(xg580)
+				t01 := v581.DotProductPairsSaturated(xg580)
+				xg581 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x1, 232))).Broadcast1To8().AsInt8x32()
+				t10 := v580.DotProductPairsSaturated(xg581)
+				t11 := v581.DotProductPairsSaturated(xg581)
+				t11.Store(&fence[29])
+				v590 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 4864)))
+				v591 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 4896)))
+				xg590 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x0, 236))).Broadcast1To8().AsInt8x32()
+				t00 = t00.Add(v590.DotProductPairsSaturated(xg590))
+				t01 = t01.Add(v591.DotProductPairsSaturated(xg590))
+				xg591 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x1, 236))).Broadcast1To8().AsInt8x32()
+				t10 = t10.Add(v590.DotProductPairsSaturated(xg591))
+				t11 = t11.Add(v591.DotProductPairsSaturated(xg591))
+				sc10 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 960))).AsInt16x16()
+				sc11 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 992))).AsInt16x16()
+				A00 = A00.Add(t00.DotProductPairs(sc10))
+				A01 = A01.Add(t01.DotProductPairs(sc11))
+				A10 = A10.Add(t10.DotProductPairs(sc10))
+				A11 = A11.Add(t11.DotProductPairs(sc11))
+			}
+		}
+		{
+			// Sub-block 15: inputs 240..255.
+			{
+				A11.Store(&fenceA[30])
+				v600 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 4928)))
+				v601 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 4960)))
+				xg600 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x0, 240))).Broadcast1To8().AsInt8x32()
+				t00 := v600.DotProductPairsSaturated(xg600)
+				t01 := v601.DotProductPairsSaturated(xg600)
+				xg601 := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x1, 240))).Broadcast1To8().AsInt8x32()
+				t10 := v600.DotProductPairsSaturated(xg601)
+				t11 := v601.DotProductPairsSaturated(xg601)
+				t11.Store(&fence[30])
+				v610 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 4992)))
+				v611 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 5024)))
+				xg610 := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(x0, 244))).AsInt8x32()
+				t00 = t00.Add(v610.DotProductPairsSaturated(xg610))
+				t01 = t01.Add(v611.DotProductPairsSaturated(xg610))
+				xg611 := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(x1, 244))).AsInt8x32()
+				t10 = t10.Add(v610.DotProductPairsSaturated(xg611))
+				t11 = t11.Add(v611.DotProductPairsSaturated(xg611))
+				sc00 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 1024))).AsInt16x16()
+				sc01 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 1056))).AsInt16x16()
+				A00 = A00.Add(t00.DotProductPairs(sc00))
+				A01 = A01.Add(t01.DotProductPairs(sc01))
+				A10 = A10.Add(t10.DotProductPairs(sc00))
+				A11 = A11.Add(t11.DotProductPairs(sc01))
+			}
+			{
+				A11.Store(&fenceA[31])
+				v620 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 5056)))
+				v621 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 5088)))
+				xg620 := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(x0, 248))).AsInt8x32()
+				t00 := v620.DotProductPairsSaturated(xg620)
+				t01 := v621.DotProductPairsSaturated(xg620)
+				xg621 := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(x1, 248))).AsInt8x32()
+				t10 := v620.DotProductPairsSaturated(xg621)
+				t11 := v621.DotProductPairsSaturated(xg621)
+				t11.Store(&fence[31])
+				v630 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 5120)))
+				v631 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 5152)))
+				xg630 := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(x0, 252))).AsInt8x32()
+				t00 = t00.Add(v630.DotProductPairsSaturated(xg630))
+				t01 = t01.Add(v631.DotProductPairsSaturated(xg630))
+				xg631 := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(x1, 252))).AsInt8x32()
+				t10 = t10.Add(v630.DotProductPairsSaturated(xg631))
+				t11 = t11.Add(v631.DotProductPairsSaturated(xg631))
+				sc10 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 1024))).AsInt16x16()
+				sc11 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 1056))).AsInt16x16()
+				A00 = A00.Add(t00.DotProductPairs(sc10))
+				A01 = A01.Add(t01.DotProductPairs(sc11))
+				A10 = A10.Add(t10.DotProductPairs(sc10))
+				A11 = A11.Add(t11.DotProductPairs(sc11))
+			}
+		}
+		// B: the scales times each row's sums of 16 (fenced as the groups are).
+		var b00, b01 archsimd.Int32x8
+		var b10, b11 archsimd.Int32x8
+		sv0 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 64))).AsInt16x16()
+		sv1 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 96))).AsInt16x16()
+		{
+			sr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, 0*ss+0)) & 0xffff).AsInt16x16()
+			b00 = sv0.DotProductPairs(sr)
+			b01 = sv1.DotProductPairs(sr)
+		}
+		{
+			sr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, 1*ss+0)) & 0xffff).AsInt16x16()
+			b10 = sv0.DotProductPairs(sr)
+			b11 = sv1.DotProductPairs(sr)
+		}
+		b11.Store(&fenceB[0])
+		sv0 = archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 128))).AsInt16x16()
+		sv1 = archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 160))).AsInt16x16()
+		{
+			sr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, 0*ss+4)) & 0xffff).AsInt16x16()
+			b00 = b00.Add(sv0.DotProductPairs(sr))
+			b01 = b01.Add(sv1.DotProductPairs(sr))
+		}
+		{
+			sr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, 1*ss+4)) & 0xffff).AsInt16x16()
+			b10 = b10.Add(sv0.DotProductPairs(sr))
+			b11 = b11.Add(sv1.DotProductPairs(sr))
+		}
+		b11.Store(&fenceB[1])
+		sv0 = archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 192))).AsInt16x16()
+		sv1 = archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 224))).AsInt16x16()
+		{
+			sr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, 0*ss+8)) & 0xffff).AsInt16x16()
+			b00 = b00.Add(sv0.DotProductPairs(sr))
+			b01 = b01.Add(sv1.DotProductPairs(sr))
+		}
+		{
+			sr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, 1*ss+8)) & 0xffff).AsInt16x16()
+			b10 = b10.Add(sv0.DotProductPairs(sr))
+			b11 = b11.Add(sv1.DotProductPairs(sr))
+		}
+		b11.Store(&fenceB[2])
+		sv0 = archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 256))).AsInt16x16()
+		sv1 = archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 288))).AsInt16x16()
+		{
+			sr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, 0*ss+12)) & 0xffff).AsInt16x16()
+			b00 = b00.Add(sv0.DotProductPairs(sr))
+			b01 = b01.Add(sv1.DotProductPairs(sr))
+		}
+		{
+			sr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, 1*ss+12)) & 0xffff).AsInt16x16()
+			b10 = b10.Add(sv0.DotProductPairs(sr))
+			b11 = b11.Add(sv1.DotProductPairs(sr))
+		}
+		b11.Store(&fenceB[3])
+		sv0 = archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 320))).AsInt16x16()
+		sv1 = archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 352))).AsInt16x16()
+		{
+			sr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, 0*ss+16)) & 0xffff).AsInt16x16()
+			b00 = b00.Add(sv0.DotProductPairs(sr))
+			b01 = b01.Add(sv1.DotProductPairs(sr))
+		}
+		{
+			sr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, 1*ss+16)) & 0xffff).AsInt16x16()
+			b10 = b10.Add(sv0.DotProductPairs(sr))
+			b11 = b11.Add(sv1.DotProductPairs(sr))
+		}
+		b11.Store(&fenceB[4])
+		sv0 = archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 384))).AsInt16x16()
+		sv1 = archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 416))).AsInt16x16()
+		{
+			sr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, 0*ss+20)) & 0xffff).AsInt16x16()
+			b00 = b00.Add(sv0.DotProductPairs(sr))
+			b01 = b01.Add(sv1.DotProductPairs(sr))
+		}
+		{
+			sr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, 1*ss+20)) & 0xffff).AsInt16x16()
+			b10 = b10.Add(sv0.DotProductPairs(sr))
+			b11 = b11.Add(sv1.DotProductPairs(sr))
+		}
+		b11.Store(&fenceB[5])
+		sv0 = archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 448))).AsInt16x16()
+		sv1 = archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 480))).AsInt16x16()
+		{
+			sr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, 0*ss+24)) & 0xffff).AsInt16x16()
+			b00 = b00.Add(sv0.DotProductPairs(sr))
+			b01 = b01.Add(sv1.DotProductPairs(sr))
+		}
+		{
+			sr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, 1*ss+24)) & 0xffff).AsInt16x16()
+			b10 = b10.Add(sv0.DotProductPairs(sr))
+			b11 = b11.Add(sv1.DotProductPairs(sr))
+		}
+		b11.Store(&fenceB[6])
+		sv0 = archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 512))).AsInt16x16()
+		sv1 = archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 544))).AsInt16x16()
+		{
+			sr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, 0*ss+28)) & 0xffff).AsInt16x16()
+			b00 = b00.Add(sv0.DotProductPairs(sr))
+			b01 = b01.Add(sv1.DotProductPairs(sr))
+		}
+		{
+			sr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, 1*ss+28)) & 0xffff).AsInt16x16()
+			b10 = b10.Add(sv0.DotProductPairs(sr))
+			b11 = b11.Add(sv1.DotProductPairs(sr))
+		}
+		b11.Store(&fenceB[7])
+		sv0 = archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 576))).AsInt16x16()
+		sv1 = archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 608))).AsInt16x16()
+		{
+			sr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, 0*ss+32)) & 0xffff).AsInt16x16()
+			b00 = b00.Add(sv0.DotProductPairs(sr))
+			b01 = b01.Add(sv1.DotProductPairs(sr))
+		}
+		{
+			sr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, 1*ss+32)) & 0xffff).AsInt16x16()
+			b10 = b10.Add(sv0.DotProductPairs(sr))
+			b11 = b11.Add(sv1.DotProductPairs(sr))
+		}
+		b11.Store(&fenceB[8])
+		sv0 = archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 640))).AsInt16x16()
+		sv1 = archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 672))).AsInt16x16()
+		{
+			sr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, 0*ss+36)) & 0xffff).AsInt16x16()
+			b00 = b00.Add(sv0.DotProductPairs(sr))
+			b01 = b01.Add(sv1.DotProductPairs(sr))
+		}
+		{
+			sr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, 1*ss+36)) & 0xffff).AsInt16x16()
+			b10 = b10.Add(sv0.DotProductPairs(sr))
+			b11 = b11.Add(sv1.DotProductPairs(sr))
+		}
+		b11.Store(&fenceB[9])
+		sv0 = archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 704))).AsInt16x16()
+		sv1 = archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 736))).AsInt16x16()
+		{
+			sr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, 0*ss+40)) & 0xffff).AsInt16x16()
+			b00 = b00.Add(sv0.DotProductPairs(sr))
+			b01 = b01.Add(sv1.DotProductPairs(sr))
+		}
+		{
+			sr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, 1*ss+40)) & 0xffff).AsInt16x16()
+			b10 = b10.Add(sv0.DotProductPairs(sr))
+			b11 = b11.Add(sv1.DotProductPairs(sr))
+		}
+		b11.Store(&fenceB[10])
+		sv0 = archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 768))).AsInt16x16()
+		sv1 = archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 800))).AsInt16x16()
+		{
+			sr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, 0*ss+44)) & 0xffff).AsInt16x16()
+			b00 = b00.Add(sv0.DotProductPairs(sr))
+			b01 = b01.Add(sv1.DotProductPairs(sr))
+		}
+		{
+			sr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, 1*ss+44)) & 0xffff).AsInt16x16()
+			b10 = b10.Add(sv0.DotProductPairs(sr))
+			b11 = b11.Add(sv1.DotProductPairs(sr))
+		}
+		b11.Store(&fenceB[11])
+		sv0 = archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 832))).AsInt16x16()
+		sv1 = archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 864))).AsInt16x16()
+		{
+			sr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, 0*ss+48)) & 0xffff).AsInt16x16()
+			b00 = b00.Add(sv0.DotProductPairs(sr))
+			b01 = b01.Add(sv1.DotProductPairs(sr))
+		}
+		{
+			sr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, 1*ss+48)) & 0xffff).AsInt16x16()
+			b10 = b10.Add(sv0.DotProductPairs(sr))
+			b11 = b11.Add(sv1.DotProductPairs(sr))
+		}
+		b11.Store(&fenceB[12])
+		sv0 = archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 896))).AsInt16x16()
+		sv1 = archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 928))).AsInt16x16()
+		{
+			sr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, 0*ss+52)) & 0xffff).AsInt16x16()
+			b00 = b00.Add(sv0.DotProductPairs(sr))
+			b01 = b01.Add(sv1.DotProductPairs(sr))
+		}
+		{
+			sr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, 1*ss+52)) & 0xffff).AsInt16x16()
+			b10 = b10.Add(sv0.DotProductPairs(sr))
+			b11 = b11.Add(sv1.DotProductPairs(sr))
+		}
+		b11.Store(&fenceB[13])
+		sv0 = archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 960))).AsInt16x16()
+		sv1 = archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 992))).AsInt16x16()
+		{
+			sr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, 0*ss+56)) & 0xffff).AsInt16x16()
+			b00 = b00.Add(sv0.DotProductPairs(sr))
+			b01 = b01.Add(sv1.DotProductPairs(sr))
+		}
+		{
+			sr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, 1*ss+56)) & 0xffff).AsInt16x16()
+			b10 = b10.Add(sv0.DotProductPairs(sr))
+			b11 = b11.Add(sv1.DotProductPairs(sr))
+		}
+		b11.Store(&fenceB[14])
+		sv0 = archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 1024))).AsInt16x16()
+		sv1 = archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 1056))).AsInt16x16()
+		{
+			sr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, 0*ss+60)) & 0xffff).AsInt16x16()
+			b00 = b00.Add(sv0.DotProductPairs(sr))
+			b01 = b01.Add(sv1.DotProductPairs(sr))
+		}
+		{
+			sr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, 1*ss+60)) & 0xffff).AsInt16x16()
+			b10 = b10.Add(sv0.DotProductPairs(sr))
+			b11 = b11.Add(sv1.DotProductPairs(sr))
+		}
+		b11.Store(&fenceB[15])
+		dw0 := archsimd.LoadFloat32x8((*[8]float32)(wb))
+		dw1 := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(wb, 32)))
+		dx0 := archsimd.BroadcastFloat32x8(*(*float32)(unsafe.Add(d0, 0*ds)))
+		archsimd.LoadFloat32x8((*[8]float32)(y0)).Add(dw0.Mul(dx0).Mul(A00.Sub(b00.ShiftAllLeft(5)).ConvertToFloat32())).Store((*[8]float32)(y0))
+		archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(y0, 32))).Add(dw1.Mul(dx0).Mul(A01.Sub(b01.ShiftAllLeft(5)).ConvertToFloat32())).Store((*[8]float32)(unsafe.Add(y0, 32)))
+		dx1 := archsimd.BroadcastFloat32x8(*(*float32)(unsafe.Add(d0, 1*ds)))
+		archsimd.LoadFloat32x8((*[8]float32)(y1)).Add(dw0.Mul(dx1).Mul(A10.Sub(b10.ShiftAllLeft(5)).ConvertToFloat32())).Store((*[8]float32)(y1))
+		archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(y1, 32))).Add(dw1.Mul(dx1).Mul(A11.Sub(b11.ShiftAllLeft(5)).ConvertToFloat32())).Store((*[8]float32)(unsafe.Add(y1, 32)))
+		x0 = unsafe.Add(x0, 256)
+		x1 = unsafe.Add(x1, 256)
+		d0, sp = unsafe.Add(d0, 4), unsafe.Add(sp, 64)
+	}
+	runtime.KeepAlive(&fence)
+	runtime.KeepAlive(&fenceA)
+	runtime.KeepAlive(&fenceB)
+	archsimd.ClearAVXUpperBits()
+}

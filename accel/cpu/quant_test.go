@@ -216,15 +216,16 @@ func TestQuantizeActsVec(t *testing.T) {
 // TestQuantMatMulRows: the multi-row vector kernels (several rows of x per
 // pass over a weight panel) give every row the bits of the one-row plain-Go
 // path, at every row count (1..9 cover each remainder of the four-row
-// kernels; 64 and 512 are batched decode and prefill, split across pieces by
-// rows or by panels) and at output counts that leave a partial last panel.
+// kernels; 13, 64 and 512 run on widened panels, quant_rows_amd64.go, and
+// 64 and 512 are batched decode and prefill, split across pieces by rows or
+// by panels) and at output counts that leave a partial last panel.
 // A row's result thus does not depend on the batch it was served in.
 func TestQuantMatMulRows(t *testing.T) {
 	if !quantVecBuilt {
 		t.Skip("no quantized vector kernels here")
 	}
 	r := rand.New(rand.NewPCG(9, 10))
-	counts := []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 64, 512}
+	counts := []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 13, 64, 512}
 	for _, dt := range quantDTypes {
 		for _, T := range counts {
 			for _, sh := range [][2]int{{40, 256}, {16, 512}} {
@@ -268,7 +269,7 @@ func TestQuantMatMulRowsExtremes(t *testing.T) {
 		binary.LittleEndian.PutUint16(b, quant.FloatToHalf(float32(r.Float64()*0.02+0.001)))
 	}
 	for _, dt := range quantDTypes {
-		for _, T := range []int{1, 4, 5, 9, 64} {
+		for _, T := range []int{1, 4, 5, 9, 13, 64} {
 			t.Run(fmt.Sprintf("%s/T%d", dt, T), func(t *testing.T) {
 				c, _, _ := quantCall(t, r, dt, T, out, in)
 				wb := c.o[2].b
