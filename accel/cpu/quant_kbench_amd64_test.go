@@ -49,26 +49,34 @@ func BenchmarkQuantizeActs(b *testing.B) {
 // rows of x (already quantized) by 4 panels of 768 inputs, small enough to
 // stay in the nearest caches, so that the figure is the kernels' (and the
 // loop over panels and rows around them), little disturbed by other work
-// on a shared machine. GMAC/cpu-s as in BenchmarkQuantMatMulKernel.
+// on a shared machine. GMAC/cpu-s as in BenchmarkQuantMatMulKernel. The
+// T64 cases run 64 rows (a batched decode's, over which a widened panel's
+// widening is spread: quant_rows_amd64.go).
 func BenchmarkQuantRows(b *testing.B) {
 	if !quantVecBuilt {
 		b.Skip("no quantized vector kernels here")
 	}
 	r := rand.New(rand.NewPCG(3, 4))
-	const T, out, in = 16, 64, 768
-	for _, dt := range quantDTypes {
-		c, _, _ := quantCall(b, r, dt, T, out, in)
-		p := packWeights(c.o[2])
-		k := &kctx{}
-		quantizeActs(&k.qa, c.o[1].f32(), in, 0, T, kBlocks(dt))
-		b.Run(dt.String(), func(b *testing.B) {
-			cpu0 := processCPU()
-			for i := 0; i < b.N; i++ {
-				runMatMulQuantVec(c, &k.qa, p, 0, out/panelWidth, 0, T, k)
-			}
-			if c := processCPU() - cpu0; c > 0 {
-				b.ReportMetric(float64(T*in*out)*float64(b.N)/c.Seconds()/1e9, "GMAC/cpu-s")
-			}
-		})
+	const out, in = 64, 768
+	for _, tc := range []struct {
+		T    int
+		name string
+	}{{16, ""}, {64, "/T64"}} {
+		for _, dt := range quantDTypes {
+			T := tc.T
+			c, _, _ := quantCall(b, r, dt, T, out, in)
+			p := packWeights(c.o[2])
+			k := &kctx{}
+			quantizeActs(&k.qa, c.o[1].f32(), in, 0, T, kBlocks(dt))
+			b.Run(dt.String()+tc.name, func(b *testing.B) {
+				cpu0 := processCPU()
+				for i := 0; i < b.N; i++ {
+					runMatMulQuantVec(c, &k.qa, p, 0, out/panelWidth, 0, T, k)
+				}
+				if c := processCPU() - cpu0; c > 0 {
+					b.ReportMetric(float64(T*in*out)*float64(b.N)/c.Seconds()/1e9, "GMAC/cpu-s")
+				}
+			})
+		}
 	}
 }

@@ -51,3 +51,29 @@ func BenchmarkStep110MQuant(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkStep110MBatch64 times the replayed decode step of the 110M
+// shape at batch 64 (64 sequences, context 32: llama-batched-bench's 64
+// sequences of a 4-token prompt decoding 32 tokens average 20) with
+// quantized weights and a Q6_K classifier, on one thread: cpu-ms/step is
+// the CPU time per step, steadier than the wall time on a shared machine.
+// `GOEXPERIMENT=simd go test -run XXX -bench Step110MBatch64 ./accel/cpu`
+func BenchmarkStep110MBatch64(b *testing.B) {
+	for _, wdt := range []accel.DType{accel.Q8_0, accel.Q4_0, accel.Q4_K} {
+		b.Run(fmt.Sprintf("%s/%s", shape110M.name, wdt), func(b *testing.B) {
+			e := acceltest.Open(b, "cpu", accel.Options{Threads: 1})
+			d := newDecoder(b, e, shape110M, wdt, 64, 64, 32)
+			ex := d.capture(b)
+			d.replay(b, ex)
+			b.ResetTimer()
+			cpu0 := processCPU()
+			for i := 0; i < b.N; i++ {
+				d.replay(b, ex)
+			}
+			if c := processCPU() - cpu0; c > 0 {
+				b.ReportMetric(c.Seconds()/float64(b.N)*1e3, "cpu-ms/step")
+			}
+			b.ReportMetric(float64(d.R)*float64(b.N)/b.Elapsed().Seconds(), "tok/s")
+		})
+	}
+}
