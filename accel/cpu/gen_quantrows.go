@@ -37,12 +37,10 @@ func main() {
 		genQ8_0(p, R)
 		genQ4_0(p, R)
 		genQ4_K(p, R)
-		genQ6_K(p, R, R == 2)
+		genQ6_K(p, R, R == 2, false)
 	}
 	genWidenQ6_K(p)
-	for _, R := range []int{3, 2} {
-		genQ6_KW(p, R, R == 2)
-	}
+	genQ6_K(p, 2, true, true)
 	src, err := format.Source(b.Bytes())
 	if err != nil {
 		log.Fatalf("format: %v\n%s", err, b.Bytes())
@@ -300,30 +298,41 @@ func q6Group(G int) (nib int, nibHigh bool, hb int, hbShift string) {
 // per half, serving the R rows. Then B = Σ_s scale_s·Σx_s (Σx_s fits
 // int16, so a VPMADDWD against (Σx_s, 0) too) and (d·dx)·(A - 32·B) added
 // to y: the one-row kernel's float32 operations, in its order.
-func genQ6_K(p func(string, ...any), R int, regA bool) {
-	decl := []string{"var scp [16][2][8]int32", "var fence [32][16]int16", "var fenceB [16][8]int32"}
+//
+// With wide, mmQ6_KWx<R> on a widened panel (genWidenQ6_K): the values
+// and the scale pairs loaded as they are.
+func genQ6_K(p func(string, ...any), R int, regA, wide bool) {
+	decl := []string{"var fence [32][16]int16", "var fenceB [16][8]int32"}
+	name, typ, blk := fmt.Sprintf("mmQ6_Kx%d", R), "Q6_K", 3392
+	// scale is where sub-block s's scale pairs for half n are.
+	scale := func(s, n int) string { return fmt.Sprintf("&scp[%d][%d]", s, n) }
+	if wide {
+		name, typ, blk = fmt.Sprintf("mmQ6_KWx%d", R), "widened Q6_K", q6WideBlock
+		scale = func(s, n int) string { return fmt.Sprintf("(*[8]int32)(unsafe.Add(wb, %d))", 64+32*(2*s+n)) }
+	} else {
+		decl = append([]string{"var scp [16][2][8]int32"}, decl...)
+	}
 	if regA {
 		decl = append(decl, "var fenceA [32][8]int32")
 	} else {
 		decl = append(decl, fmt.Sprintf("var a [%d][2][8]int32", R))
 	}
-	genHead(p, fmt.Sprintf("mmQ6_Kx%d", R), "Q6_K", R, decl...)
+	genHead(p, name, typ, R, decl...)
 	p("d0, sp := dx, sx\n")
 	p("wb := w\n")
-	p("we := unsafe.Add(wb, uintptr(nb)*3392)\n")
-	p("for ; wb != we; wb = unsafe.Add(wb, 3392) {\n")
+	p("we := unsafe.Add(wb, uintptr(nb)*%d)\n", blk)
+	p("for ; wb != we; wb = unsafe.Add(wb, %d) {\n", blk)
 	if regA {
 		for r := 0; r < R; r++ {
 			p("var A%d0, A%d1 archsimd.Int32x8\n", r, r)
 		}
 	}
-	p("// The scales as (scale, scale) int16 pairs, per sub-block and half.\n")
 	// (Written out: a loop's counter spilled, and an unsigned shift by a
 	// constant was made a legacy-SSE MOVQ of the count and a VPSRLD by
 	// register, which stalled on the dirty upper state: ten times slower.)
-	for s := 0; s < 32; s++ {
-		p("sc%d := archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(wb, %d))).ExtendLo8ToInt32()\n", s, 64+8*s)
-		p("sc%d.ShiftAllLeft(16).Or(sc%d.And(archsimd.LoadInt32x8(&q32Low16))).Store(&scp[%d][%d])\n", s, s, s/2, s%2)
+	if !wide {
+		p("// The scales as (scale, scale) int16 pairs, per sub-block and half.\n")
+		genScalePairs(p, func(s int) string { return fmt.Sprintf("&scp[%d][%d]", s/2, s%2) })
 	}
 	for s := 0; s < 16; s++ {
 		p("{\n// Sub-block %d: inputs %d..%d.\n", s, 16*s, 16*s+15)
@@ -336,22 +345,19 @@ func genQ6_K(p func(string, ...any), R int, regA bool) {
 				} else if regA && G > 0 {
 					p("A%d1.Store(&fenceA[%d])\n", R-1, G/2)
 				}
-				nib, nibHigh, hb, hbShift := q6Group(G)
-				if gg == 0 {
-					p("m0f%d := archsimd.LoadUint8x32(&q8Low)\n", G)
-					p("m30%d := archsimd.LoadUint8x32(&q6High)\n", G)
-				}
-				M := G - gg
-				for n := 0; n < 2; n++ {
-					lo := fmt.Sprintf("archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, %d)))", nib+32*n)
-					if nibHigh {
-						lo += ".AsInt16x16().ShiftAllRight(4).AsUint8x32()"
+				if wide {
+					for n := 0; n < 2; n++ {
+						p("v%d%d := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, %d)))\n", G, n, 1088+64*G+32*n)
 					}
-					h := fmt.Sprintf("archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, %d)))", hb+32*n)
-					if hbShift != "" {
-						h += ".AsInt16x16()" + hbShift + ".AsUint8x32()"
+				} else {
+					if gg == 0 {
+						p("m0f%d := archsimd.LoadUint8x32(&q8Low)\n", G)
+						p("m30%d := archsimd.LoadUint8x32(&q6High)\n", G)
 					}
-					p("v%d%d := %s.And(m0f%d).Or(%s.And(m30%d))\n", G, n, lo, M, h, M)
+					M := G - gg
+					for n := 0; n < 2; n++ {
+						p("v%d%d := %s\n", G, n, q6Values(G, n, fmt.Sprintf("m0f%d", M), fmt.Sprintf("m30%d", M)))
+					}
 				}
 				for r := 0; r < R; r++ {
 					if G < 61 {
@@ -374,7 +380,7 @@ func genQ6_K(p func(string, ...any), R int, regA bool) {
 				}
 			}
 			for n := 0; n < 2; n++ {
-				p("sc%d%d := archsimd.LoadInt32x8(&scp[%d][%d]).AsInt16x16()\n", j, n, s, n)
+				p("sc%d%d := archsimd.LoadInt32x8(%s).AsInt16x16()\n", j, n, scale(s, n))
 			}
 			for r := 0; r < R; r++ {
 				for n := 0; n < 2; n++ {
@@ -396,7 +402,7 @@ func genQ6_K(p func(string, ...any), R int, regA bool) {
 	}
 	p("// B: the scales times each row's sums of 16 (fenced as the groups are).\n")
 	genB(p, R, 16, "sv",
-		func(s, n int) string { return fmt.Sprintf("archsimd.LoadInt32x8(&scp[%d][%d]).AsInt16x16()", s, n) },
+		func(s, n int) string { return fmt.Sprintf("archsimd.LoadInt32x8(%s).AsInt16x16()", scale(s, n)) },
 		func(r, s int) string {
 			return fmt.Sprintf("archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, %d*ss+%d)) & 0xffff).AsInt16x16()", r, 4*s)
 		}, "DotProductPairs")
@@ -465,6 +471,31 @@ func genB(p func(string, ...any), R, count int, name string, vec func(i, n int) 
 // (quant_rows_amd64.go says its layout).
 const q6WideBlock = 64 + 1024 + 4096
 
+// q6Values is the expression of group G's half n of 6-bit values from a
+// packed Q6_K super-block at wb (q6Group), with the masks m0f and m30.
+func q6Values(G, n int, m0f, m30 string) string {
+	nib, nibHigh, hb, hbShift := q6Group(G)
+	lo := fmt.Sprintf("archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, %d)))", nib+32*n)
+	if nibHigh {
+		lo += ".AsInt16x16().ShiftAllRight(4).AsUint8x32()"
+	}
+	h := fmt.Sprintf("archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, %d)))", hb+32*n)
+	if hbShift != "" {
+		h += ".AsInt16x16()" + hbShift + ".AsUint8x32()"
+	}
+	return fmt.Sprintf("%s.And(%s).Or(%s.And(%s))", lo, m0f, h, m30)
+}
+
+// genScalePairs writes the 32 (scale, scale) int16 pair vectors of a
+// packed Q6_K super-block at wb (scale vector s: sub-block s/2, half s%2),
+// each stored at dst(s).
+func genScalePairs(p func(string, ...any), dst func(s int) string) {
+	for s := 0; s < 32; s++ {
+		p("sc%d := archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(wb, %d))).ExtendLo8ToInt32()\n", s, 64+8*s)
+		p("sc%d.ShiftAllLeft(16).Or(sc%d.And(archsimd.LoadInt32x8(&q32Low16))).Store(%s)\n", s, s, dst(s))
+	}
+}
+
 // genWidenQ6_K writes widenQ6_K: nb super-blocks of a packed Q6_K panel
 // (quant_pack.go) into the widened layout (q6WideBlock), each group's
 // values made as the many-row kernels made them where they were used
@@ -479,135 +510,16 @@ func genWidenQ6_K(p func(string, ...any)) {
 	p("db := unsafe.Add(dst, uintptr(b)*%d)\n", q6WideBlock)
 	p("archsimd.LoadFloat32x8((*[8]float32)(wb)).Store((*[8]float32)(db))\n")
 	p("archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(wb, 32))).Store((*[8]float32)(unsafe.Add(db, 32)))\n")
-	for s := 0; s < 32; s++ {
-		p("{\nsc := archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(wb, %d))).ExtendLo8ToInt32()\n", 64+8*s)
-		p("sc.ShiftAllLeft(16).Or(sc.And(archsimd.LoadInt32x8(&q32Low16))).Store((*[8]int32)(unsafe.Add(db, %d)))\n}\n", 64+32*s)
-	}
+	genScalePairs(p, func(s int) string { return fmt.Sprintf("(*[8]int32)(unsafe.Add(db, %d))", 64+32*s) })
 	for G := 0; G < 64; G++ {
-		nib, nibHigh, hb, hbShift := q6Group(G)
 		p("{\n")
 		p("m0f := archsimd.LoadUint8x32(&q8Low)\n")
 		p("m30 := archsimd.LoadUint8x32(&q6High)\n")
 		for n := 0; n < 2; n++ {
-			lo := fmt.Sprintf("archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, %d)))", nib+32*n)
-			if nibHigh {
-				lo += ".AsInt16x16().ShiftAllRight(4).AsUint8x32()"
-			}
-			h := fmt.Sprintf("archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, %d)))", hb+32*n)
-			if hbShift != "" {
-				h += ".AsInt16x16()" + hbShift + ".AsUint8x32()"
-			}
-			p("%s.And(m0f).Or(%s.And(m30)).Store((*[32]uint8)(unsafe.Add(db, %d)))\n", lo, h, 1088+64*G+32*n)
+			p("%s.Store((*[32]uint8)(unsafe.Add(db, %d)))\n", q6Values(G, n, "m0f", "m30"), 1088+64*G+32*n)
 		}
 		p("}\n")
 	}
 	p("}\n")
-	p("archsimd.ClearAVXUpperBits()\n}\n\n")
-}
-
-// genQ6_KW writes mmQ6_KWx<R>: R rows by one widened Q6_K panel
-// (genWidenQ6_K), mmQ6_Kx<R>'s sums in its order with the values loaded
-// as they are instead of made from the packed bits. A in memory (a: its
-// stores fence the next pair of groups).
-func genQ6_KW(p func(string, ...any), R int, regA bool) {
-	const blk = q6WideBlock
-	decl := []string{"var fence [32][16]int16", "var fenceB [16][8]int32"}
-	if regA {
-		decl = append(decl, "var fenceA [32][8]int32")
-	} else {
-		decl = append(decl, fmt.Sprintf("var a [%d][2][8]int32", R))
-	}
-	genHead(p, fmt.Sprintf("mmQ6_KWx%d", R), "widened Q6_K", R, decl...)
-	p("d0, sp := dx, sx\n")
-	p("wb := w\n")
-	p("we := unsafe.Add(wb, uintptr(nb)*%d)\n", blk)
-	p("for ; wb != we; wb = unsafe.Add(wb, %d) {\n", blk)
-	if regA {
-		for r := 0; r < R; r++ {
-			p("var A%d0, A%d1 archsimd.Int32x8\n", r, r)
-		}
-	}
-	for s := 0; s < 16; s++ {
-		p("{\n// Sub-block %d: inputs %d..%d.\n", s, 16*s, 16*s+15)
-		for j := 0; j < 2; j++ {
-			p("{\n")
-			for gg := 0; gg < 2; gg++ {
-				G := 4*s + 2*j + gg
-				if gg > 0 {
-					p("t%d1.Store(&fence[%d])\n", R-1, G/2)
-				} else if regA && G > 0 {
-					p("A%d1.Store(&fenceA[%d])\n", R-1, G/2)
-				}
-				for n := 0; n < 2; n++ {
-					p("v%d%d := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, %d)))\n", G, n, 1088+64*G+32*n)
-				}
-				for r := 0; r < R; r++ {
-					if G < 61 {
-						p("xg%d%d := archsimd.LoadInt32x4((*[4]int32)(unsafe.Add(x%d, %d))).Broadcast1To8().AsInt8x32()\n", G, r, r, 4*G)
-					} else {
-						p("xg%d%d := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(x%d, %d))).AsInt8x32()\n", G, r, r, 4*G)
-					}
-					for n := 0; n < 2; n++ {
-						t := fmt.Sprintf("v%d%d.DotProductPairsSaturated(xg%d%d)", G, n, G, r)
-						if gg == 0 {
-							p("t%d%d := %s\n", r, n, t)
-						} else {
-							p("t%d%d = t%d%d.Add(%s)\n", r, n, r, n, t)
-						}
-					}
-				}
-			}
-			for n := 0; n < 2; n++ {
-				p("sc%d%d := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, %d))).AsInt16x16()\n", j, n, 64+32*(2*s+n))
-			}
-			for r := 0; r < R; r++ {
-				for n := 0; n < 2; n++ {
-					switch {
-					case regA && s == 0 && j == 0:
-						p("A%d%d = t%d%d.DotProductPairs(sc%d%d)\n", r, n, r, n, j, n)
-					case regA:
-						p("A%d%d = A%d%d.Add(t%d%d.DotProductPairs(sc%d%d))\n", r, n, r, n, r, n, j, n)
-					case s == 0 && j == 0:
-						p("t%d%d.DotProductPairs(sc%d%d).Store(&a[%d][%d])\n", r, n, j, n, r, n)
-					default:
-						p("archsimd.LoadInt32x8(&a[%d][%d]).Add(t%d%d.DotProductPairs(sc%d%d)).Store(&a[%d][%d])\n", r, n, r, n, j, n, r, n)
-					}
-				}
-			}
-			p("}\n")
-		}
-		p("}\n")
-	}
-	p("// B: the scales times each row's sums of 16 (fenced as the groups are).\n")
-	genB(p, R, 16, "sv",
-		func(s, n int) string {
-			return fmt.Sprintf("archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, %d))).AsInt16x16()", 64+32*(2*s+n))
-		},
-		func(r, s int) string {
-			return fmt.Sprintf("archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, %d*ss+%d)) & 0xffff).AsInt16x16()", r, 4*s)
-		}, "DotProductPairs")
-	p("dw0 := archsimd.LoadFloat32x8((*[8]float32)(wb))\n")
-	p("dw1 := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(wb, 32)))\n")
-	acc := func(r, n int) string {
-		if regA {
-			return fmt.Sprintf("A%d%d", r, n)
-		}
-		return fmt.Sprintf("archsimd.LoadInt32x8(&a[%d][%d])", r, n)
-	}
-	for r := 0; r < R; r++ {
-		p("dx%d := archsimd.BroadcastFloat32x8(*(*float32)(unsafe.Add(d0, %d*ds)))\n", r, r)
-		p("archsimd.LoadFloat32x8((*[8]float32)(y%d)).Add(dw0.Mul(dx%d).Mul(%s.Sub(b%d0.ShiftAllLeft(5)).ConvertToFloat32())).Store((*[8]float32)(y%d))\n", r, r, acc(r, 0), r, r)
-		p("archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(y%d, 32))).Add(dw1.Mul(dx%d).Mul(%s.Sub(b%d1.ShiftAllLeft(5)).ConvertToFloat32())).Store((*[8]float32)(unsafe.Add(y%d, 32)))\n", r, r, acc(r, 1), r, r)
-	}
-	for r := 0; r < R; r++ {
-		p("x%d = unsafe.Add(x%d, 256)\n", r, r)
-	}
-	p("d0, sp = unsafe.Add(d0, 4), unsafe.Add(sp, 64)\n")
-	p("}\n")
-	p("runtime.KeepAlive(&fence)\n")
-	if regA {
-		p("runtime.KeepAlive(&fenceA)\n")
-	}
-	p("runtime.KeepAlive(&fenceB)\n")
 	p("archsimd.ClearAVXUpperBits()\n}\n\n")
 }

@@ -128,7 +128,7 @@ func quantWide(dt accel.DType, rows int) bool {
 func wideKernels(dt accel.DType) (k3, k2 qKernel4, rows int) {
 	switch dt {
 	case accel.Q6_K:
-		return mmQ6_KWx3, mmQ6_KWx2, 3
+		return mmQ6_KWx2, mmQ6_KWx2, 2 // (its accumulators in registers: fewer loads and stores than three rows')
 	}
 	panic("cpu: no widened kernels for " + dt.String())
 }
