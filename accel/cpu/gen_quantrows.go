@@ -36,9 +36,11 @@ func main() {
 	for _, R := range []int{3, 2} {
 		genQ8_0(p, R)
 		genQ4_0(p, R)
-		genQ4_K(p, R)
+		genQ4_K(p, R, false, false)
 		genQ6_K(p, R, R == 2, false)
 	}
+	genWidenQ4_K(p)
+	genQ4_K(p, 2, true, true)
 	genWidenQ6_K(p)
 	genQ6_K(p, 2, true, true)
 	src, err := format.Source(b.Bytes())
@@ -186,22 +188,50 @@ func genQ4_0(p func(string, ...any), R int) {
 // times the sub-block's scale into A, kept in memory (a: its stores are the
 // next sub-block's fence); then the mins times x's sums of 32 into B, and
 // (d·dx)·A - (dmin·dx)·B added to y.
-func genQ4_K(p func(string, ...any), R int) {
-	genHead(p, fmt.Sprintf("mmQ4_Kx%d", R), "Q4_K", R, fmt.Sprintf("var a [%d][2][8]int32", R), "var fence [8][16]int16", "var fenceB [8][8]int32")
+//
+// With wide, mmQ4_KWx<R> on a widened panel (genWidenQ4_K), the values
+// loaded as bytes; with regA, A in registers (fenced by a store of one at
+// each sub-block).
+func genQ4_K(p func(string, ...any), R int, wide, regA bool) {
+	name, typ, blk := fmt.Sprintf("mmQ4_Kx%d", R), "Q4_K", 2432
+	if wide {
+		name, typ, blk = fmt.Sprintf("mmQ4_KWx%d", R), "widened Q4_K", q4kWideBlock
+	}
+	decl := []string{"var fence [8][16]int16", "var fenceB [8][8]int32"}
+	if regA {
+		decl = append(decl, "var fenceA [8][8]int32")
+	} else {
+		decl = append([]string{fmt.Sprintf("var a [%d][2][8]int32", R)}, decl...)
+	}
+	genHead(p, name, typ, R, decl...)
 	p("d0, sp := dx, sx\n")
 	p("wb := w\n")
-	p("we := unsafe.Add(wb, uintptr(nb)*2432)\n")
-	p("for ; wb != we; wb = unsafe.Add(wb, 2432) {\n")
+	p("we := unsafe.Add(wb, uintptr(nb)*%d)\n", blk)
+	p("for ; wb != we; wb = unsafe.Add(wb, %d) {\n", blk)
+	if regA {
+		for r := 0; r < R; r++ {
+			p("var A%d0, A%d1 archsimd.Int32x8\n", r, r)
+		}
+	}
 	for sb := 0; sb < 8; sb++ {
 		c, hi := sb/2, sb%2
-		p("{\n// Sub-block %d: the %s nibbles of vectors %d..%d.\n", sb, []string{"low", "high"}[hi], 8*c, 8*c+7)
-		p("m0f := archsimd.LoadUint8x32(&q8Low)\n")
+		if wide {
+			p("{\n// Sub-block %d: groups %d..%d.\n", sb, 8*sb, 8*sb+7)
+		} else {
+			p("{\n// Sub-block %d: the %s nibbles of vectors %d..%d.\n", sb, []string{"low", "high"}[hi], 8*c, 8*c+7)
+			p("m0f := archsimd.LoadUint8x32(&q8Low)\n")
+		}
+		if regA && sb > 0 {
+			p("A%d1.Store(&fenceA[%d])\n", R-1, sb)
+		}
 		for g := 0; g < 8; g++ {
 			if g > 0 {
 				p("s%d1.Store(&fence[%d])\n", R-1, g-1)
 			}
 			for n := 0; n < 2; n++ {
-				if hi == 0 {
+				if wide {
+					p("v%d%d := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, %d)))\n", g, n, 384+64*(8*sb+g)+32*n)
+				} else if hi == 0 {
 					p("v%d%d := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, %d))).And(m0f)\n", g, n, 384+64*(8*c+g)+32*n)
 				} else {
 					p("v%d%d := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, %d))).AsInt16x16().ShiftAllRight(4).AsUint8x32().And(m0f)\n", g, n, 384+64*(8*c+g)+32*n)
@@ -225,9 +255,14 @@ func genQ4_K(p func(string, ...any), R int) {
 		}
 		for r := 0; r < R; r++ {
 			for n := 0; n < 2; n++ {
-				if sb == 0 {
+				switch {
+				case regA && sb == 0:
+					p("A%d%d = s%d%d.DotProductPairs(ones).Mul(sc%d)\n", r, n, r, n, n)
+				case regA:
+					p("A%d%d = A%d%d.Add(s%d%d.DotProductPairs(ones).Mul(sc%d))\n", r, n, r, n, r, n, n)
+				case sb == 0:
 					p("s%d%d.DotProductPairs(ones).Mul(sc%d).Store(&a[%d][%d])\n", r, n, n, r, n)
-				} else {
+				default:
 					p("archsimd.LoadInt32x8(&a[%d][%d]).Add(s%d%d.DotProductPairs(ones).Mul(sc%d)).Store(&a[%d][%d])\n", r, n, r, n, n, r, n)
 				}
 			}
@@ -246,10 +281,16 @@ func genQ4_K(p func(string, ...any), R int) {
 	p("dw1 := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(wb, 32)))\n")
 	p("dm0 := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(wb, 64)))\n")
 	p("dm1 := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(wb, 96)))\n")
+	acc := func(r, n int) string {
+		if regA {
+			return fmt.Sprintf("A%d%d", r, n)
+		}
+		return fmt.Sprintf("archsimd.LoadInt32x8(&a[%d][%d])", r, n)
+	}
 	for r := 0; r < R; r++ {
 		p("dx%d := archsimd.BroadcastFloat32x8(*(*float32)(unsafe.Add(d0, %d*ds)))\n", r, r)
-		p("archsimd.LoadFloat32x8((*[8]float32)(y%d)).Add(dw0.Mul(dx%d).Mul(archsimd.LoadInt32x8(&a[%d][0]).ConvertToFloat32()).Sub(dm0.Mul(dx%d).Mul(b%d0.ConvertToFloat32()))).Store((*[8]float32)(y%d))\n", r, r, r, r, r, r)
-		p("archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(y%d, 32))).Add(dw1.Mul(dx%d).Mul(archsimd.LoadInt32x8(&a[%d][1]).ConvertToFloat32()).Sub(dm1.Mul(dx%d).Mul(b%d1.ConvertToFloat32()))).Store((*[8]float32)(unsafe.Add(y%d, 32)))\n", r, r, r, r, r, r)
+		p("archsimd.LoadFloat32x8((*[8]float32)(y%d)).Add(dw0.Mul(dx%d).Mul(%s.ConvertToFloat32()).Sub(dm0.Mul(dx%d).Mul(b%d0.ConvertToFloat32()))).Store((*[8]float32)(y%d))\n", r, r, acc(r, 0), r, r, r)
+		p("archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(y%d, 32))).Add(dw1.Mul(dx%d).Mul(%s.ConvertToFloat32()).Sub(dm1.Mul(dx%d).Mul(b%d1.ConvertToFloat32()))).Store((*[8]float32)(unsafe.Add(y%d, 32)))\n", r, r, acc(r, 1), r, r, r)
 	}
 	for r := 0; r < R; r++ {
 		p("x%d = unsafe.Add(x%d, 256)\n", r, r)
@@ -257,6 +298,9 @@ func genQ4_K(p func(string, ...any), R int) {
 	p("d0, sp = unsafe.Add(d0, 4), unsafe.Add(sp, 64)\n")
 	p("}\n")
 	p("runtime.KeepAlive(&fence)\n")
+	if regA {
+		p("runtime.KeepAlive(&fenceA)\n")
+	}
 	p("runtime.KeepAlive(&fenceB)\n")
 	p("archsimd.ClearAVXUpperBits()\n}\n\n")
 }
@@ -519,6 +563,39 @@ func genWidenQ6_K(p func(string, ...any)) {
 			p("%s.Store((*[32]uint8)(unsafe.Add(db, %d)))\n", q6Values(G, n, "m0f", "m30"), 1088+64*G+32*n)
 		}
 		p("}\n")
+	}
+	p("}\n")
+	p("archsimd.ClearAVXUpperBits()\n}\n\n")
+}
+
+// q4kWideBlock is the bytes of one super-block of a widened Q4_K panel
+// (quant_rows_amd64.go says its layout).
+const q4kWideBlock = 384 + 4096
+
+// genWidenQ4_K writes widenQ4_K: nb super-blocks of a packed Q4_K panel
+// into the widened layout (q4kWideBlock): the header (d, dmin, scales and
+// mins) as it is, then each group's nibbles as bytes.
+func genWidenQ4_K(p func(string, ...any)) {
+	p("// widenQ4_K: nb super-blocks of the packed Q4_K panel at w into the\n")
+	p("// widened layout at dst (quant_rows_amd64.go's q4kWideBlock).\n")
+	p("//\n//go:noinline\n//go:norace\n//go:nocheckptr\n")
+	p("func widenQ4_K(dst, w unsafe.Pointer, nb int) {\n")
+	p("for b := 0; b < nb; b++ {\n")
+	p("wb := unsafe.Add(w, uintptr(b)*2432)\n")
+	p("db := unsafe.Add(dst, uintptr(b)*%d)\n", q4kWideBlock)
+	for o := 0; o < 384; o += 32 {
+		p("archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, %d))).Store((*[32]uint8)(unsafe.Add(db, %d)))\n", o, o)
+	}
+	for c := 0; c < 4; c++ {
+		for g := 0; g < 8; g++ {
+			p("{\nm0f := archsimd.LoadUint8x32(&q8Low)\n")
+			for n := 0; n < 2; n++ {
+				p("u%d := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, %d)))\n", n, 384+64*(8*c+g)+32*n)
+				p("u%d.And(m0f).Store((*[32]uint8)(unsafe.Add(db, %d)))\n", n, 384+64*(8*(2*c)+g)+32*n)
+				p("u%d.AsInt16x16().ShiftAllRight(4).AsUint8x32().And(m0f).Store((*[32]uint8)(unsafe.Add(db, %d)))\n", n, 384+64*(8*(2*c+1)+g)+32*n)
+			}
+			p("}\n")
+		}
 	}
 	p("}\n")
 	p("archsimd.ClearAVXUpperBits()\n}\n\n")

@@ -113,6 +113,12 @@ var q32Low16 = [8]int32{0xffff, 0xffff, 0xffff, 0xffff, 0xffff, 0xffff, 0xffff, 
 // halves, each as the packed kernels' q6Group makes it).
 const q6WideBlock = 64 + 1024 + 4096
 
+// q4kWideBlock is the bytes of one super-block of a widened Q4_K panel:
+// the packed super-block's header as it is (d, dmin, scales and mins: 384
+// bytes), then each group of four inputs' nibbles as bytes (0..15), in
+// input order (64 groups of two 32-byte halves).
+const q4kWideBlock = 384 + 4096
+
 // quantWideMin is the rows of x from which a panel is widened first: the
 // widening costs about what three rows of the packed kernel's unpacking
 // do, once per panel.
@@ -121,12 +127,14 @@ const quantWideMin = 12
 // quantWide reports whether a quantized MatMul of rows rows of x on dt's
 // panels widens each panel first.
 func quantWide(dt accel.DType, rows int) bool {
-	return rows >= quantWideMin && dt == accel.Q6_K
+	return rows >= quantWideMin && (dt == accel.Q6_K || dt == accel.Q4_K)
 }
 
 // wideKernels is dt's widened many-row kernels and the first one's rows.
 func wideKernels(dt accel.DType) (k3, k2 qKernel4, rows int) {
 	switch dt {
+	case accel.Q4_K:
+		return mmQ4_KWx2, mmQ4_KWx2, 2
 	case accel.Q6_K:
 		return mmQ6_KWx2, mmQ6_KWx2, 2 // (its accumulators in registers: fewer loads and stores than three rows')
 	}
@@ -137,6 +145,9 @@ func wideKernels(dt accel.DType) (k3, k2 qKernel4, rows int) {
 // scratch, returning where.
 func widenPanel(k *kctx, dt accel.DType, w unsafe.Pointer, nb int) unsafe.Pointer {
 	switch dt {
+	case accel.Q4_K:
+		k.qw = grow(k.qw, nb*q4kWideBlock)
+		widenQ4_K(unsafe.Pointer(&k.qw[0]), w, nb)
 	case accel.Q6_K:
 		k.qw = grow(k.qw, nb*q6WideBlock)
 		widenQ6_K(unsafe.Pointer(&k.qw[0]), w, nb)
