@@ -100,11 +100,18 @@ var q32Low16 = [8]int32{0xffff, 0xffff, 0xffff, 0xffff, 0xffff, 0xffff, 0xffff, 
 // Widened panels. A many-row kernel spends part of each group's work
 // making the weight vectors from the packed bits (Q6_K's 6-bit values from
 // a nibble and two high bits: eleven vector instructions per group, as
-// many as the three rows' products take), and it makes them again for
-// every two or three rows. With many rows, the panel is widened once into
-// the worker's scratch (kctx.qw), each group's vectors as the kernel made
-// them, and the widened kernels load them as they are: the same integer
-// sums, in the same float32 order (so the same bits as every other path).
+// many as the three rows' products take; Q4_K's nibbles, two or four), and
+// it makes them again for every two or three rows. With many rows, the
+// panel is widened once into the worker's scratch (kctx.qw), each group's
+// vectors as the kernel made them, and the widened kernels load them as
+// they are: the same integer sums, in the same float32 order (so the same
+// bits as every other path). With nothing to make, a weight vector serves
+// two rows as cheaply as three, and two rows keep the super-block's sums
+// in registers (three rows' spill): the widened kernels take two rows.
+// Measured on one thread (BenchmarkQuantRows, 64 rows): Q6_K about 2x,
+// Q4_K about 1.1x. Q4_0 and Q8_0, whose vectors take two to four
+// instructions to make, gained nothing widened (three rows or two), and
+// are not.
 
 // q6WideBlock is the bytes of one super-block of a widened Q6_K panel:
 // d (16 float32), the scales as (scale, scale) int16 pairs per sub-block
@@ -130,13 +137,14 @@ func quantWide(dt accel.DType, rows int) bool {
 	return rows >= quantWideMin && (dt == accel.Q6_K || dt == accel.Q4_K)
 }
 
-// wideKernels is dt's widened many-row kernels and the first one's rows.
-func wideKernels(dt accel.DType) (k3, k2 qKernel4, rows int) {
+// wideKernels is dt's widened many-row kernels (as runMatMulQuantVec's
+// kern4 and kern2) and the first one's rows: two-row kernels both.
+func wideKernels(dt accel.DType) (k4, k2 qKernel4, rows int) {
 	switch dt {
 	case accel.Q4_K:
 		return mmQ4_KWx2, mmQ4_KWx2, 2
 	case accel.Q6_K:
-		return mmQ6_KWx2, mmQ6_KWx2, 2 // (its accumulators in registers: fewer loads and stores than three rows')
+		return mmQ6_KWx2, mmQ6_KWx2, 2
 	}
 	panic("cpu: no widened kernels for " + dt.String())
 }
