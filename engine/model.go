@@ -28,6 +28,11 @@ type ModelInfo struct {
 	// token embedding that is only gathered (not the classifier too)
 	// counts its one row. 0 means WeightBytes.
 	ReadBytes int64
+	// MatrixTypes names the weight matrices' storage on the device, by bytes,
+	// most first ("q4_k, q6_k" for llama-quantize's Q4_K_M): a quantized
+	// file's matrices keep their types whatever storage was asked for the
+	// rest. Empty means the model does not say.
+	MatrixTypes string
 }
 
 // Model is the engine's view of a model: it declares its walks' graph

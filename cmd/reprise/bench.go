@@ -29,7 +29,7 @@ type BenchReport struct {
 	Params      int64  `json:"params"`       // parameters
 	WeightBytes int64  `json:"weight_bytes"` // bytes of weights on the device
 	ReadBytes   int64  `json:"read_bytes"`   // of them, what one batch-1 forward reads
-	Weights     string `json:"weights"`      // f32 or bf16
+	Weights     string `json:"weights"`      // the matrices' storage types, by bytes, most first ("f32", "q4_k, q6_k")
 	Device      string `json:"device"`       // device the steps ran on
 	// MemoryBandwidth is the host memory read bandwidth the bench measured
 	// (bytes/s) with cpu.ReadBandwidth, summing a 256 MiB array on every
@@ -143,6 +143,10 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	// The roofline compares the weights' read rate with the host's memory
 	// bandwidth, whatever the device: cpu.ReadBandwidth measures the host's.
 	rep.MemoryBandwidth = cpu.ReadBandwidth(0)
+	if info.MatrixTypes != "" {
+		// A quantized file's matrices run as stored, whatever --weights says.
+		rep.Weights = info.MatrixTypes
+	}
 	if rep.ReadBytes == 0 {
 		rep.ReadBytes = rep.WeightBytes
 	}

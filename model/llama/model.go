@@ -1,10 +1,13 @@
 package llama
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math"
+	"slices"
+	"strings"
 
 	"github.com/reprise-ml/reprise/accel"
 	"github.com/reprise-ml/reprise/engine"
@@ -79,8 +82,9 @@ type Model struct {
 	bufs    []accel.Buffer
 	params  int64
 	wbytes  int64
-	rbytes  int64 // of wbytes, what one batch-1 forward reads (Info's ReadBytes)
-	aliased int64 // of wbytes, read in place from the source's host memory
+	rbytes  int64  // of wbytes, what one batch-1 forward reads (Info's ReadBytes)
+	mtypes  string // Info's MatrixTypes
+	aliased int64  // of wbytes, read in place from the source's host memory
 	configs []*graph.Config
 	regions []engine.Region
 }
@@ -296,12 +300,45 @@ func NewFrom(dev accel.Device, s accel.Stream, ws Weights, opts Options) (*Model
 		}
 		_ = p.PackWeights(append(ws, m.cls)...)
 	}
+	m.mtypes = matrixTypes(m)
 	if d := *plan.dequantised; len(d) > 0 {
 		slog.Info("llama: matrices of quantized types reprise does not run quantized were dequantised",
 			"storage", wdt, "count", len(d), "first", d[0])
 	}
 	m.configs = m.graphConfigs()
 	return m, nil
+}
+
+// matrixTypes names the storage types of m's matrices (the layers' and
+// the classifier; a tied classifier is the embedding), by bytes, most first.
+func matrixTypes(m *Model) string {
+	bytes := map[accel.DType]int64{}
+	add := func(w accel.Tensor) {
+		if w.Rows > 0 {
+			bytes[w.DType] += w.DType.RowBytes(w.Cols) * int64(w.Rows)
+		}
+	}
+	for _, ly := range m.layers {
+		for _, w := range []accel.Tensor{ly.wq, ly.wk, ly.wv, ly.wo, ly.w1, ly.w2, ly.w3} {
+			add(w)
+		}
+	}
+	add(m.cls)
+	dts := make([]accel.DType, 0, len(bytes))
+	for dt := range bytes {
+		dts = append(dts, dt)
+	}
+	slices.SortFunc(dts, func(a, b accel.DType) int {
+		if c := cmp.Compare(bytes[b], bytes[a]); c != 0 {
+			return c
+		}
+		return cmp.Compare(a, b)
+	})
+	names := make([]string, len(dts))
+	for i, dt := range dts {
+		names[i] = dt.String()
+	}
+	return strings.Join(names, ", ")
 }
 
 // weightBytes is what NewFrom uploads for cfg with matrices stored as wdt:
@@ -360,7 +397,7 @@ func (m *Model) InPlaceBytes() int64 { return m.aliased }
 // Info implements engine.Model.
 func (m *Model) Info() engine.ModelInfo {
 	return engine.ModelInfo{Name: m.opts.Name, Layers: m.cfg.Layers, KVHeads: m.cfg.KVHeads, HeadSize: m.cfg.HeadSize(),
-		Vocab: m.cfg.Vocab, MaxSeq: m.cfg.SeqLen, StopTokens: m.opts.StopTokens, Params: m.params, WeightBytes: m.wbytes, ReadBytes: m.rbytes}
+		Vocab: m.cfg.Vocab, MaxSeq: m.cfg.SeqLen, StopTokens: m.opts.StopTokens, Params: m.params, WeightBytes: m.wbytes, ReadBytes: m.rbytes, MatrixTypes: m.mtypes}
 }
 
 func (m *Model) graphConfigs() []*graph.Config {

@@ -75,6 +75,13 @@ func TestQuantizedFixtures(t *testing.T) {
 			m, l, err := OpenLoaded(dev, Source{Model: path}, Options{Logits: true, Prefill: PrefillEager, DecodeBatchSizes: []int{1}})
 			must(t, err)
 			defer m.Close()
+			// The matrices keep the file's types (llama-quantize's Q4_0 of
+			// a 128-wide model stores the classifier as Q8_0: 128 is no
+			// multiple of Q6_K's 256); inspect lists the same.
+			wantTypes := map[string]string{"r128": "f32", "r128-Q8_0": "q8_0", "r128-Q4_0": "q4_0, q8_0", "r256-Q4_K_M": "q4_k, q6_k", "r256-Q6_K": "q6_k"}[name]
+			if got := m.Info().MatrixTypes; got != wantTypes {
+				t.Errorf("MatrixTypes %q, want %q", got, wantTypes)
+			}
 			e, err := engine.New(dev, m, engine.Options{MaxBatch: 1, PlanCache: "off"})
 			must(t, err)
 			defer e.Close()
