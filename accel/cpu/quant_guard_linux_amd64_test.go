@@ -1,0 +1,80 @@
+//go:build goexperiment.simd && amd64 && linux
+
+package cpu
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"runtime/debug"
+	"syscall"
+	"testing"
+	"unsafe"
+)
+
+// TestQuantKernelsStayInActs: the vector kernels read nothing of x's
+// quantized rows past the capacity quantizeActs gave them. A fresh piece's
+// rows are a fresh allocation, which may end where the heap's mapped
+// memory does; here they are moved to end at a page that cannot be read,
+// so a read past them faults (a panic, with SetPanicOnFault) instead of
+// passing unseen. The results must also be those of the rows in ordinary
+// memory. Rows cover the one-row, two- and three-row and widened kernels;
+// Q8_0's x split into nibbles (qSplit) is held the same way.
+func TestQuantKernelsStayInActs(t *testing.T) {
+	if !quantVecBuilt {
+		t.Skip("no quantized vector kernels here")
+	}
+	page := syscall.Getpagesize()
+	// guarded is n bytes ending where a page that cannot be read begins.
+	guarded := func(t *testing.T, n int) []int8 {
+		size := (n + page - 1) / page * page
+		mem, err := syscall.Mmap(-1, 0, size+page, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE)
+		if err != nil {
+			t.Skip("mmap:", err)
+		}
+		t.Cleanup(func() { syscall.Munmap(mem) })
+		if err := syscall.Mprotect(mem[size:], syscall.PROT_NONE); err != nil {
+			t.Skip("mprotect:", err)
+		}
+		return unsafe.Slice((*int8)(unsafe.Pointer(&mem[size-n])), n)
+	}
+	old := quantVec.Load()
+	quantVec.Store(true)
+	defer quantVec.Store(old)
+	r := rand.New(rand.NewPCG(13, 14))
+	const out, in = 16, 256
+	for _, dt := range quantDTypes {
+		for _, T := range []int{1, 2, 3, quantWideMin - 1, quantWideMin, quantWideMin + 1} {
+			t.Run(fmt.Sprintf("%s/T%d", dt, T), func(t *testing.T) {
+				c, _, _ := quantCall(t, r, dt, T, out, in)
+				p := packWeights(c.o[2])
+				k := &kctx{}
+				quantizeActs(&k.qa, c.o[1].f32(), in, 0, T, kBlocks(dt))
+				if !runMatMulQuantVec(c, &k.qa, p, 0, 1, 0, T, k) {
+					t.Fatal("no vector kernel")
+				}
+				want := append([]float32(nil), c.o[0].f32()...)
+				n := cap(k.qa.qx)
+				g := guarded(t, n)
+				copy(g, k.qa.qx)
+				k.qa.qx = g[:len(k.qa.qx)]
+				// Q8_0's one-row kernel reads x split into nibbles, which
+				// runMatMulQuantVec writes into this when it is long enough.
+				k.qa.xs = guarded(t, 2*T*in)
+				clear(c.o[0].f32())
+				func() {
+					// (Per goroutine: this subtest's.)
+					defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+					defer func() {
+						if e := recover(); e != nil {
+							t.Fatalf("a kernel read past x's %d quantized bytes: %v", n, e)
+						}
+					}()
+					runMatMulQuantVec(c, &k.qa, p, 0, 1, 0, T, k)
+				}()
+				if i, ok := bitsEqual(c.o[0].f32(), want); !ok {
+					t.Fatalf("differs at %d: %g, in ordinary memory %g", i, c.o[0].f32()[i], want[i])
+				}
+			})
+		}
+	}
+}
