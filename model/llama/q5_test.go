@@ -69,9 +69,6 @@ func (w q5Weights) Weight(role string, layer int) (Weight, bool, error) {
 // so, with float32 storage asked for the rest), and the model's logits are
 // the bits of the same file with those matrices stored as their Q8_0.
 func TestQ5_0Matrices(t *testing.T) {
-	if raceEnabled {
-		t.Skip("the quantized kernels under the race detector are slow; run without -race")
-	}
 	dev := cpuDevice(t)
 	var logits [2][]float32
 	for i, asQ8 := range []bool{false, true} {
