@@ -401,11 +401,14 @@ func mmQ6_K(y, qx, dx, sx, w unsafe.Pointer, nb int) {
 			// kernel reads three streams 1 KiB apart at once, which the
 			// hardware prefetchers follow poorly from memory (a 2048x32000
 			// panel set, 54 MB, read at a third of Q4_0's rate).
-			if b+2 < nb {
-				nx := unsafe.Add(w, uintptr(b+2)*3392+h*1728)
-				for l := uintptr(0); l < 1664; l += 64 {
-					touched += *(*uint32)(unsafe.Add(nx, l))
-				}
+			// Past the panel's end it reads the next panel's first
+			// super-blocks (panels are contiguous; after the last one,
+			// packWeights' q6AheadSlack): at 2048 inputs a panel is 8
+			// super-blocks, and stopping at its end left a quarter of
+			// them unread ahead (2048x32000 from memory 9-10% faster).
+			nx := unsafe.Add(w, uintptr(b+2)*3392+h*1728)
+			for l := uintptr(0); l < 1664; l += 64 {
+				touched += *(*uint32)(unsafe.Add(nx, l))
 			}
 			yh := unsafe.Add(ya, 32*h)
 			wb := unsafe.Add(w, uintptr(b)*3392+32*h)
