@@ -109,15 +109,7 @@ func BenchmarkAttentionRuns(b *testing.B) {
 	for _, ctx := range []int{512, 2048} {
 		for _, T := range []int{4, 8, 16, 32} {
 			r := rand.New(rand.NewPCG(1, 2))
-			c := attnCall(r, 1, 12, 12, 64, 16, ctx)
-			rows, pos := make([]int32, T), make([]int32, T)
-			for t := range pos {
-				pos[t] = int32(ctx - T + t)
-			}
-			c.o[0] = operand{b: make([]byte, 4*T*12*64), rows: T, cols: 12 * 64, dt: accel.F32}
-			c.o[1] = operand{b: accel.F32Bytes(normF32(r, T*12*64)), rows: T, cols: 12 * 64, dt: accel.F32}
-			c.o[4] = operand{b: accel.I32Bytes(rows), rows: 1, cols: T, dt: accel.I32}
-			c.o[5] = operand{b: accel.I32Bytes(pos), rows: 1, cols: T, dt: accel.I32}
+			c := attnTail(r, T, ctx)
 			units, _ := unitsAttention(c)
 			k := &kctx{}
 			for _, path := range []string{"runs", "token"} {

@@ -96,6 +96,22 @@ func BenchmarkRMSScale(b *testing.B) {
 	}
 }
 
+// attnTail is an attention call of the 110M shape's head layout (12 heads
+// of 64, no grouping) for T queries of one sequence at the end of a
+// context of ctx positions (positions ctx-T..ctx-1, cache row 0).
+func attnTail(r *rand.Rand, T, ctx int) *rcall {
+	c := attnCall(r, 1, 12, 12, 64, 16, ctx)
+	rows, pos := make([]int32, T), make([]int32, T)
+	for t := range pos {
+		pos[t] = int32(ctx - T + t)
+	}
+	c.o[0] = operand{b: make([]byte, 4*T*12*64), rows: T, cols: 12 * 64, dt: accel.F32}
+	c.o[1] = operand{b: accel.F32Bytes(normF32(r, T*12*64)), rows: T, cols: 12 * 64, dt: accel.F32}
+	c.o[4] = operand{b: accel.I32Bytes(rows), rows: 1, cols: T, dt: accel.I32}
+	c.o[5] = operand{b: accel.I32Bytes(pos), rows: 1, cols: T, dt: accel.I32}
+	return c
+}
+
 // BenchmarkAttentionHeads times the attention of the 110M shape's head
 // layout (12 heads of 64, no grouping), split between two workers' halves,
 // plain Go against the vector kernels (the general path: scores, softmax,
@@ -110,16 +126,7 @@ func BenchmarkAttentionHeads(b *testing.B) {
 		if prefill {
 			T, scores, name = ctx, ctx*(ctx+1)/2, "prefill/T512"
 		}
-		// One sequence's cache; T query rows over it.
-		c := attnCall(r, 1, 12, 12, 64, 16, ctx)
-		rows, pos := make([]int32, T), make([]int32, T)
-		for t := range pos {
-			pos[t] = int32(ctx - T + t)
-		}
-		c.o[0] = operand{b: make([]byte, 4*T*12*64), rows: T, cols: 12 * 64, dt: accel.F32}
-		c.o[1] = operand{b: accel.F32Bytes(normF32(r, T*12*64)), rows: T, cols: 12 * 64, dt: accel.F32}
-		c.o[4] = operand{b: accel.I32Bytes(rows), rows: 1, cols: T, dt: accel.I32}
-		c.o[5] = operand{b: accel.I32Bytes(pos), rows: 1, cols: T, dt: accel.I32}
+		c := attnTail(r, T, ctx)
 		units, _ := unitsAttention(c)
 		k := &kctx{}
 		for _, on := range []bool{false, true} {
