@@ -292,6 +292,14 @@ func genQ4_K(p func(string, ...any), R int, wide, regA bool) {
 		p("archsimd.LoadFloat32x8((*[8]float32)(y%d)).Add(dw0.Mul(dx%d).Mul(%s.ConvertToFloat32()).Sub(dm0.Mul(dx%d).Mul(b%d0.ConvertToFloat32()))).Store((*[8]float32)(y%d))\n", r, r, acc(r, 0), r, r, r)
 		p("archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(y%d, 32))).Add(dw1.Mul(dx%d).Mul(%s.ConvertToFloat32()).Sub(dm1.Mul(dx%d).Mul(b%d1.ConvertToFloat32()))).Store((*[8]float32)(unsafe.Add(y%d, 32)))\n", r, r, acc(r, 1), r, r, r)
 	}
+	kEnd(p, R, regA)
+}
+
+// kEnd closes a K-quant kernel: the rows' x and the scales step to the
+// next super-block, the loop ends, the fences are kept alive (so that the
+// compiler keeps their stores, which order the groups) and the upper
+// halves of the vector registers are cleared.
+func kEnd(p func(string, ...any), R int, regA bool) {
 	for r := 0; r < R; r++ {
 		p("x%d = unsafe.Add(x%d, 256)\n", r, r)
 	}
@@ -463,17 +471,7 @@ func genQ6_K(p func(string, ...any), R int, regA, wide bool) {
 		p("archsimd.LoadFloat32x8((*[8]float32)(y%d)).Add(dw0.Mul(dx%d).Mul(%s.Sub(b%d0.ShiftAllLeft(5)).ConvertToFloat32())).Store((*[8]float32)(y%d))\n", r, r, acc(r, 0), r, r)
 		p("archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(y%d, 32))).Add(dw1.Mul(dx%d).Mul(%s.Sub(b%d1.ShiftAllLeft(5)).ConvertToFloat32())).Store((*[8]float32)(unsafe.Add(y%d, 32)))\n", r, r, acc(r, 1), r, r)
 	}
-	for r := 0; r < R; r++ {
-		p("x%d = unsafe.Add(x%d, 256)\n", r, r)
-	}
-	p("d0, sp = unsafe.Add(d0, 4), unsafe.Add(sp, 64)\n")
-	p("}\n")
-	p("runtime.KeepAlive(&fence)\n")
-	if regA {
-		p("runtime.KeepAlive(&fenceA)\n")
-	}
-	p("runtime.KeepAlive(&fenceB)\n")
-	p("archsimd.ClearAVXUpperBits()\n}\n\n")
+	kEnd(p, R, regA)
 }
 
 // genB writes the sums b<r>0, b<r>1 (both halves, R rows) of count terms:
