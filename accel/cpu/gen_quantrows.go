@@ -313,27 +313,6 @@ func kEnd(p func(string, ...any), R int, regA bool) {
 	p("archsimd.ClearAVXUpperBits()\n}\n\n")
 }
 
-// q6Group is how the 6-bit values of inputs 4G..4G+3 (one panel half's
-// vector) are made from a Q6_K super-block's bytes: the nibble vector's
-// offset and right shift, and the high-bits shift (left, right or none) that
-// puts the two bits at 0x30. Input 4k+j's nibble is the low one of vector k
-// (0..15), 128+4k+j's the high one; 64+4k+j's and 192+4k+j's those of
-// vector 16+k; the high bits are bits 0-1, 4-5, 2-3 and 6-7 of vector k at
-// 2368 for the four families (mmQ6_K's v1, v3, v2 and v4).
-func q6Group(G int) (nib int, nibHigh bool, hb int, hbShift string) {
-	k, f := G%16, G/16
-	hb = 2368 + 64*k
-	switch f {
-	case 0:
-		return 320 + 64*k, false, hb, ".ShiftAllLeft(4)"
-	case 1:
-		return 320 + 64*(k+16), false, hb, ""
-	case 2:
-		return 320 + 64*k, true, hb, ".ShiftAllLeft(2)"
-	}
-	return 320 + 64*(k+16), true, hb, ".ShiftAllRight(2)"
-}
-
 // genQ6_K writes mmQ6_Kx<R>: R rows by one whole Q6_K panel (both halves
 // at once). mmQ6_K's A for a super-block is Σ_s scale_s·(Σ_16 q·x -
 // 32·Σx_s) over its sixteen sub-blocks s; integer and exact (the bounds:
@@ -402,13 +381,8 @@ func genQ6_K(p func(string, ...any), R int, regA, wide bool) {
 						p("v%d%d := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, %d)))\n", G, n, 1088+64*G+32*n)
 					}
 				} else {
-					if gg == 0 {
-						p("m0f%d := archsimd.LoadUint8x32(&q8Low)\n", G)
-						p("m30%d := archsimd.LoadUint8x32(&q6High)\n", G)
-					}
-					M := G - gg
 					for n := 0; n < 2; n++ {
-						p("v%d%d := %s\n", G, n, q6Values(G, n, fmt.Sprintf("m0f%d", M), fmt.Sprintf("m30%d", M)))
+						p("v%d%d := %s\n", G, n, q6Values(G, n))
 					}
 				}
 				for r := 0; r < R; r++ {
@@ -468,8 +442,8 @@ func genQ6_K(p func(string, ...any), R int, regA, wide bool) {
 	}
 	for r := 0; r < R; r++ {
 		p("dx%d := archsimd.BroadcastFloat32x8(*(*float32)(unsafe.Add(d0, %d*ds)))\n", r, r)
-		p("archsimd.LoadFloat32x8((*[8]float32)(y%d)).Add(dw0.Mul(dx%d).Mul(%s.Sub(b%d0.ShiftAllLeft(5)).ConvertToFloat32())).Store((*[8]float32)(y%d))\n", r, r, acc(r, 0), r, r)
-		p("archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(y%d, 32))).Add(dw1.Mul(dx%d).Mul(%s.Sub(b%d1.ShiftAllLeft(5)).ConvertToFloat32())).Store((*[8]float32)(unsafe.Add(y%d, 32)))\n", r, r, acc(r, 1), r, r)
+		p("archsimd.LoadFloat32x8((*[8]float32)(y%d)).Add(dw0.Mul(dx%d).Mul(b%d0.ShiftAllLeft(5).Sub(b%d0).Sub(%s).ConvertToFloat32())).Store((*[8]float32)(y%d))\n", r, r, r, r, acc(r, 0), r)
+		p("archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(y%d, 32))).Add(dw1.Mul(dx%d).Mul(b%d1.ShiftAllLeft(5).Sub(b%d1).Sub(%s).ConvertToFloat32())).Store((*[8]float32)(unsafe.Add(y%d, 32)))\n", r, r, r, r, acc(r, 1), r)
 	}
 	kEnd(p, R, regA)
 }
@@ -513,19 +487,24 @@ func genB(p func(string, ...any), R, count int, name string, vec func(i, n int) 
 // (quant_rows_amd64.go says its layout).
 const q6WideBlock = 64 + 1024 + 4096
 
-// q6Values is the expression of group G's half n of 6-bit values from a
-// packed Q6_K super-block at wb (q6Group), with the masks m0f and m30.
-func q6Values(G, n int, m0f, m30 string) string {
-	nib, nibHigh, hb, hbShift := q6Group(G)
-	lo := fmt.Sprintf("archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, %d)))", nib+32*n)
-	if nibHigh {
-		lo += ".AsInt16x16().ShiftAllRight(4).AsUint8x32()"
+// q6Values is the expression of group G's half n of 6-bit values q' =
+// 63-q from a packed Q6_K super-block at wb (quant_pack.go): group 4s+j of
+// sub-block s, j < 3, is vector 3s+j's low six bits; group 4s+3 is made
+// from the three vectors' top two bits (mmQ6_K's v3), the masks loaded
+// where they are used.
+func q6Values(G, n int) string {
+	s, j := G/4, G%4
+	ld := func(jj int) string {
+		return fmt.Sprintf("archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, %d)))", 320+64*(3*s+jj)+32*n)
 	}
-	h := fmt.Sprintf("archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, %d)))", hb+32*n)
-	if hbShift != "" {
-		h += ".AsInt16x16()" + hbShift + ".AsUint8x32()"
+	mask := func(k int) string { return fmt.Sprintf("archsimd.LoadUint8x32(&q6Masks[%d])", k) }
+	if j < 3 {
+		return fmt.Sprintf("%s.And(%s)", ld(j), mask(0))
 	}
-	return fmt.Sprintf("%s.And(%s).Or(%s.And(%s))", lo, m0f, h, m30)
+	piece := func(jj int) string {
+		return fmt.Sprintf("%s.AsInt32x8().ShiftAllRight(%d).AsUint8x32().And(%s)", ld(jj), 6-2*jj, mask(jj+1))
+	}
+	return fmt.Sprintf("%s.Or(%s).Or(%s)", piece(0), piece(1), piece(2))
 }
 
 // genScalePairs writes the 32 (scale, scale) int16 pair vectors of a
@@ -554,13 +533,9 @@ func genWidenQ6_K(p func(string, ...any)) {
 	p("archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(wb, 32))).Store((*[8]float32)(unsafe.Add(db, 32)))\n")
 	genScalePairs(p, func(s int) string { return fmt.Sprintf("(*[8]int32)(unsafe.Add(db, %d))", 64+32*s) })
 	for G := 0; G < 64; G++ {
-		p("{\n")
-		p("m0f := archsimd.LoadUint8x32(&q8Low)\n")
-		p("m30 := archsimd.LoadUint8x32(&q6High)\n")
 		for n := 0; n < 2; n++ {
-			p("%s.Store((*[32]uint8)(unsafe.Add(db, %d)))\n", q6Values(G, n, "m0f", "m30"), 1088+64*G+32*n)
+			p("%s.Store((*[32]uint8)(unsafe.Add(db, %d)))\n", q6Values(G, n), 1088+64*G+32*n)
 		}
-		p("}\n")
 	}
 	p("}\n")
 	p("archsimd.ClearAVXUpperBits()\n}\n\n")

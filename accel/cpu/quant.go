@@ -49,6 +49,9 @@ type qacts struct {
 	// xs is each row's values split into nibbles, as the one-row Q8_0
 	// kernel reads them (quant_amd64.go).
 	xs []int8
+	// cp is each row's -31·Σx per 16 in two int16 halves, as the one-row
+	// Q6_K kernel reads them (quant_amd64.go's q6Pairs).
+	cp []int32
 }
 
 // quantRowSplitMin is the number of rows from which a Q8_0 or Q4_0 MatMul

@@ -4,6 +4,7 @@ package cpu
 
 import (
 	"os"
+	"runtime"
 	"simd/archsimd"
 	"sync/atomic"
 	"unsafe"
@@ -59,6 +60,12 @@ func runMatMulQuantVec(c *rcall, a *qacts, p *packed, lo, hi, t0, t1 int, k *kct
 	if kBlocks(p.dt) {
 		ns = in / 16
 	}
+	if p.dt == accel.Q6_K {
+		// mmQ6_K reads x's sums as q6Pairs (every row's: a few scalar
+		// operations per 16 inputs).
+		a.cp = grow(a.cp, (t1-t0)*ns)
+		q6Pairs(a.cp, a.sx[:(t1-t0)*ns])
+	}
 	if p.dt == accel.Q8_0 {
 		// mmQ8_0 reads x split into nibbles: those rows that it runs.
 		a.xs = grow(a.xs, 2*(t1-t0)*in)
@@ -94,8 +101,11 @@ func runMatMulQuantVec(c *rcall, a *qacts, p *packed, lo, hi, t0, t1 int, k *kct
 			sx := unsafe.Pointer(&a.sx[r*ns])
 			m := quantRowStep(t1-t, rows, kern4 != nil, kern2 != nil)
 			if m == 1 {
-				if p.dt == accel.Q8_0 {
+				switch p.dt {
+				case accel.Q8_0:
 					qx = unsafe.Pointer(&a.xs[2*r*in])
+				case accel.Q6_K:
+					sx = unsafe.Pointer(&a.cp[r*ns])
 				}
 				if full {
 					kern(unsafe.Pointer(&yf[t*out+o0]), qx, dx, sx, wp, nb)
@@ -368,112 +378,187 @@ func mmQ4_K(y, qx, dx, sx, w unsafe.Pointer, nb int) {
 // q4Dup8 is q6Dup for the second eight bytes.
 var q4Dup8 = [16]int8{8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15}
 
-// mmQ6_K: one row by one Q6_K panel, one 8-output half at a time. Per
-// super-block, for each group of four inputs k (0..15) the nibble vectors
-// k and k+16 and high-bit vector k give the values of inputs 4k, 64+4k,
-// 128+4k and 192+4k (a nibble or'ed with its two high bits); each against
-// x by VPMADDUBSW, two groups summed in int16 (63·127·2·2 < 2^15). A
-// sub-block's sums are folded to int32 and scaled in one VPMADDWD against
-// its scale repeated in both 16-bit halves of each output's lane (sc16,
-// made once per super-block half), and 32·Σ_s sc_s·Σx_s is taken out once:
-// A = Σ_s sc_s·(Σ q·x - 32·Σx), the same integer whatever the order; then
-// (d·dx)·A added to the output's float32 sum, which is kept in a stack
-// array (cleared: 0 + t is t, as in a register) and stored to y at the end. The scales go through memory and
-// the loops end on pointers so that the sums stay in registers (written
-// with a scale register per sub-block and per-lane shifts, the compiler
-// spilled and reloaded most of them on every group).
+// mmQ6_K: one row by one Q6_K panel, both 8-output halves in one pass.
+// Per sub-block s of a super-block (16 inputs) the panel holds three
+// 64-byte vectors (quant_pack.go): the values q' = 63-q of groups 4s, 4s+1
+// and 4s+2 (four inputs each) in their bytes' low six bits (one AND each),
+// group 4s+3's two bits at a time in their top two (shift, AND, OR). Each
+// group against x's four bytes by VPMADDUBSW, two groups summed in int16
+// (63·128·2·2 < 2^15), folded to int32 and scaled in one VPMADDWD against
+// the sub-block's scale in both 16-bit halves of each output's lane; and
+// the same scale pairs against -31·Σx_s split in two int16 halves (cp,
+// q6Pairs), so that A' = Σ_s sc_s·(Σ q'·x - 31·Σx_s) = -Σ_s sc_s·Σ
+// (q-32)·x: the plain-Go kernel's A, negated, an exact integer in any
+// order. Then (d·dx)·(-A') is added to the output's float32 sum, kept in a
+// stack array (cleared: 0 + t is t, as in a register) and stored to y at
+// the end. x's groups are broadcast from one 32-byte load per pair of
+// sub-blocks (VPERM2I128, VPSHUFD); the stores to fence order the halves,
+// so that the compiler does not load every vector of the pair at once and
+// spill. cp is the row's q6Pairs (runMatMulQuantVec), in place of x's sums.
 //
 //go:noinline
 //go:norace
 //go:nocheckptr
-func mmQ6_K(y, qx, dx, sx, w unsafe.Pointer, nb int) {
-	var sc16 [16][16]int16
-	var corr [8]int32
-	sp16 := unsafe.Pointer(&sc16[0][0])
+func mmQ6_K(y, qx, dx, cp, w unsafe.Pointer, nb int) {
 	// The sums are kept in acc, y written once at the end (see mmQ4_K).
 	var acc [16]float32
 	ya := unsafe.Pointer(&acc[0])
 	var touched uint32
+	var fence [4][8]int32
+	m := archsimd.BroadcastUint8x32(0x3f)
 	for b := 0; b < nb; b++ {
-		for h := uintptr(0); h < 2; h++ {
-			// Read ahead: one word of each cache line of super-block b+2,
-			// in memory order, half of them in each half's pass. The
-			// kernel reads three streams 1 KiB apart at once, which the
-			// hardware prefetchers follow poorly from memory (a 2048x32000
-			// panel set, 54 MB, read at a third of Q4_0's rate).
-			// Past the panel's end it reads the next panel's first
-			// super-blocks (panels are contiguous; after the last one,
-			// packWeights' q6AheadSlack): at 2048 inputs a panel is 8
-			// super-blocks, and stopping at its end left a quarter of
-			// them unread ahead (2048x32000 from memory 9-10% faster).
-			nx := unsafe.Add(w, uintptr(b+2)*3392+h*1728)
-			for l := uintptr(0); l < 1664; l += 64 {
-				touched += *(*uint32)(unsafe.Add(nx, l))
-			}
-			yh := unsafe.Add(ya, 32*h)
-			wb := unsafe.Add(w, uintptr(b)*3392+32*h)
-			q6Scales(sp16, &corr, unsafe.Add(w, uintptr(b)*3392+64+8*h), unsafe.Add(sx, uintptr(b)*64))
-			m0f := archsimd.BroadcastUint8x32(0x0f)
-			m30 := archsimd.BroadcastUint8x32(0x30)
-			// Group k is in sub-blocks sp, 8+sp, 4+sp and 12+sp (sp = k/4);
-			// each group's four sums are folded and scaled at once (two
-			// groups summed in int16 first kept more vectors live than the
-			// registers hold).
-			pv := unsafe.Add(wb, 320)
-			px := unsafe.Add(qx, uintptr(b)*256)
-			A := archsimd.LoadInt32x8(&corr)
-			for sp := uintptr(0); sp < 4; sp++ {
-				ps := unsafe.Add(sp16, 32*sp)
-				for pe := unsafe.Add(pv, 4*64); pv != pe; pv = unsafe.Add(pv, 64) {
-					hb := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(pv, 2048))).AsInt16x16()
-					na := archsimd.LoadUint8x32((*[32]uint8)(pv))
-					nc := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(pv, 1024)))
-					t := na.And(m0f).Or(hb.ShiftAllLeft(4).AsUint8x32().And(m30)).DotProductPairsSaturated(archsimd.BroadcastInt32x8(*(*int32)(px)).AsInt8x32())
-					A = A.Add(t.DotProductPairs(archsimd.LoadInt16x16((*[16]int16)(ps))))
-					t = na.AsInt16x16().ShiftAllRight(4).AsUint8x32().And(m0f).Or(hb.ShiftAllLeft(2).AsUint8x32().And(m30)).DotProductPairsSaturated(archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(px, 128))).AsInt8x32())
-					A = A.Add(t.DotProductPairs(archsimd.LoadInt16x16((*[16]int16)(unsafe.Add(ps, 32*8)))))
-					t = nc.And(m0f).Or(hb.AsUint8x32().And(m30)).DotProductPairsSaturated(archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(px, 64))).AsInt8x32())
-					A = A.Add(t.DotProductPairs(archsimd.LoadInt16x16((*[16]int16)(unsafe.Add(ps, 32*4)))))
-					t = nc.AsInt16x16().ShiftAllRight(4).AsUint8x32().And(m0f).Or(hb.ShiftAllRight(2).AsUint8x32().And(m30)).DotProductPairsSaturated(archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(px, 192))).AsInt8x32())
-					A = A.Add(t.DotProductPairs(archsimd.LoadInt16x16((*[16]int16)(unsafe.Add(ps, 32*12)))))
-					px = unsafe.Add(px, 4)
+		wb := unsafe.Add(w, uintptr(b)*3392)
+		// Read ahead: one word of each cache line of super-block b+2, in
+		// memory order. Past the panel's end it reads the next panel's
+		// first super-blocks (panels are contiguous; after the last one,
+		// packWeights' q6AheadSlack).
+		nx := unsafe.Add(wb, 2*3392)
+		for l := uintptr(0); l < 3392; l += 64 {
+			touched += *(*uint32)(unsafe.Add(nx, l))
+		}
+		A0 := archsimd.BroadcastInt32x8(0)
+		A1 := A0
+		pv := unsafe.Add(wb, 320)
+		px := unsafe.Add(qx, uintptr(b)*256)
+		pc := unsafe.Add(cp, uintptr(b)*64)
+		psc := unsafe.Add(wb, 64)
+		for pe := unsafe.Add(pv, 16*192); pv != pe; pv = unsafe.Add(pv, 2*192) {
+			xp := archsimd.LoadInt32x8((*[8]int32)(px))
+			{
+				scb := archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(psc, 0)))
+				sc0 := scb.PermuteOrZero(archsimd.LoadInt8x16(&q6Dup)).ExtendToInt16()
+				sc1 := scb.PermuteOrZero(archsimd.LoadInt8x16(&q4Dup8)).ExtendToInt16()
+				cp := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(pc, 0))).AsInt16x16()
+				A0 = A0.Add(sc0.DotProductPairs(cp))
+				A1 = A1.Add(sc1.DotProductPairs(cp))
+				xd := xp.Select128FromPair(0, 0, xp)
+				x0 := xd.PermuteScalarsGrouped(0, 0, 0, 0).AsInt8x32()
+				x1 := xd.PermuteScalarsGrouped(1, 1, 1, 1).AsInt8x32()
+				x2 := xd.PermuteScalarsGrouped(2, 2, 2, 2).AsInt8x32()
+				x3 := xd.PermuteScalarsGrouped(3, 3, 3, 3).AsInt8x32()
+				{
+					// Sub-block 0 of the pair, outputs 0..7.
+					s0 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(pv, 0)))
+					t := s0.And(m).DotProductPairsSaturated(x0)
+					v3 := s0.AsInt32x8().ShiftAllRight(6).AsUint8x32().And(archsimd.LoadUint8x32(&q6Masks[1]))
+					s1 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(pv, 64)))
+					t = t.Add(s1.And(m).DotProductPairsSaturated(x1))
+					v3 = v3.Or(s1.AsInt32x8().ShiftAllRight(4).AsUint8x32().And(archsimd.LoadUint8x32(&q6Masks[2])))
+					A0 = A0.Add(t.DotProductPairs(sc0))
+					s2 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(pv, 128)))
+					t = s2.And(m).DotProductPairsSaturated(x2)
+					v3 = v3.Or(s2.AsInt32x8().ShiftAllRight(2).AsUint8x32().And(archsimd.LoadUint8x32(&q6Masks[3])))
+					t = t.Add(v3.DotProductPairsSaturated(x3))
+					A0 = A0.Add(t.DotProductPairs(sc0))
+					A0.Store(&fence[0])
+				}
+				{
+					// Sub-block 0 of the pair, outputs 8..15.
+					s0 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(pv, 32)))
+					t := s0.And(m).DotProductPairsSaturated(x0)
+					v3 := s0.AsInt32x8().ShiftAllRight(6).AsUint8x32().And(archsimd.LoadUint8x32(&q6Masks[1]))
+					s1 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(pv, 96)))
+					t = t.Add(s1.And(m).DotProductPairsSaturated(x1))
+					v3 = v3.Or(s1.AsInt32x8().ShiftAllRight(4).AsUint8x32().And(archsimd.LoadUint8x32(&q6Masks[2])))
+					A1 = A1.Add(t.DotProductPairs(sc1))
+					s2 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(pv, 160)))
+					t = s2.And(m).DotProductPairsSaturated(x2)
+					v3 = v3.Or(s2.AsInt32x8().ShiftAllRight(2).AsUint8x32().And(archsimd.LoadUint8x32(&q6Masks[3])))
+					t = t.Add(v3.DotProductPairsSaturated(x3))
+					A1 = A1.Add(t.DotProductPairs(sc1))
+					A1.Store(&fence[1])
 				}
 			}
-			dxv := archsimd.BroadcastFloat32x8(*(*float32)(unsafe.Add(dx, uintptr(b)*4)))
-			d := archsimd.LoadFloat32x8((*[8]float32)(wb)).Mul(dxv)
-			archsimd.LoadFloat32x8((*[8]float32)(yh)).Add(d.Mul(A.ConvertToFloat32())).Store((*[8]float32)(yh))
+			{
+				scb := archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(psc, 16)))
+				sc0 := scb.PermuteOrZero(archsimd.LoadInt8x16(&q6Dup)).ExtendToInt16()
+				sc1 := scb.PermuteOrZero(archsimd.LoadInt8x16(&q4Dup8)).ExtendToInt16()
+				cp := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(pc, 4))).AsInt16x16()
+				A0 = A0.Add(sc0.DotProductPairs(cp))
+				A1 = A1.Add(sc1.DotProductPairs(cp))
+				xd := xp.Select128FromPair(1, 1, xp)
+				x0 := xd.PermuteScalarsGrouped(0, 0, 0, 0).AsInt8x32()
+				x1 := xd.PermuteScalarsGrouped(1, 1, 1, 1).AsInt8x32()
+				x2 := xd.PermuteScalarsGrouped(2, 2, 2, 2).AsInt8x32()
+				x3 := xd.PermuteScalarsGrouped(3, 3, 3, 3).AsInt8x32()
+				{
+					// Sub-block 1 of the pair, outputs 0..7.
+					s0 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(pv, 192)))
+					t := s0.And(m).DotProductPairsSaturated(x0)
+					v3 := s0.AsInt32x8().ShiftAllRight(6).AsUint8x32().And(archsimd.LoadUint8x32(&q6Masks[1]))
+					s1 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(pv, 256)))
+					t = t.Add(s1.And(m).DotProductPairsSaturated(x1))
+					v3 = v3.Or(s1.AsInt32x8().ShiftAllRight(4).AsUint8x32().And(archsimd.LoadUint8x32(&q6Masks[2])))
+					A0 = A0.Add(t.DotProductPairs(sc0))
+					s2 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(pv, 320)))
+					t = s2.And(m).DotProductPairsSaturated(x2)
+					v3 = v3.Or(s2.AsInt32x8().ShiftAllRight(2).AsUint8x32().And(archsimd.LoadUint8x32(&q6Masks[3])))
+					t = t.Add(v3.DotProductPairsSaturated(x3))
+					A0 = A0.Add(t.DotProductPairs(sc0))
+					A0.Store(&fence[2])
+				}
+				{
+					// Sub-block 1 of the pair, outputs 8..15.
+					s0 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(pv, 224)))
+					t := s0.And(m).DotProductPairsSaturated(x0)
+					v3 := s0.AsInt32x8().ShiftAllRight(6).AsUint8x32().And(archsimd.LoadUint8x32(&q6Masks[1]))
+					s1 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(pv, 288)))
+					t = t.Add(s1.And(m).DotProductPairsSaturated(x1))
+					v3 = v3.Or(s1.AsInt32x8().ShiftAllRight(4).AsUint8x32().And(archsimd.LoadUint8x32(&q6Masks[2])))
+					A1 = A1.Add(t.DotProductPairs(sc1))
+					s2 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(pv, 352)))
+					t = s2.And(m).DotProductPairsSaturated(x2)
+					v3 = v3.Or(s2.AsInt32x8().ShiftAllRight(2).AsUint8x32().And(archsimd.LoadUint8x32(&q6Masks[3])))
+					t = t.Add(v3.DotProductPairsSaturated(x3))
+					A1 = A1.Add(t.DotProductPairs(sc1))
+					A1.Store(&fence[3])
+				}
+			}
+			px = unsafe.Add(px, 32)
+			pc = unsafe.Add(pc, 8)
+			psc = unsafe.Add(psc, 32)
 		}
+		dxv := archsimd.BroadcastFloat32x8(*(*float32)(unsafe.Add(dx, uintptr(b)*4)))
+		zero := archsimd.BroadcastInt32x8(0)
+		d0 := archsimd.LoadFloat32x8((*[8]float32)(wb)).Mul(dxv)
+		y0 := (*[8]float32)(ya)
+		archsimd.LoadFloat32x8(y0).Add(d0.Mul(zero.Sub(A0).ConvertToFloat32())).Store(y0)
+		d1 := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(wb, 32))).Mul(dxv)
+		y1 := (*[8]float32)(unsafe.Add(ya, 32))
+		archsimd.LoadFloat32x8(y1).Add(d1.Mul(zero.Sub(A1).ConvertToFloat32())).Store(y1)
 	}
 	archsimd.LoadFloat32x8((*[8]float32)(ya)).Store((*[8]float32)(y))
 	archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(ya, 32))).Store((*[8]float32)(unsafe.Add(y, 32)))
 	readAhead.Add(touched)
+	runtime.KeepAlive(&fence)
 	archsimd.ClearAVXUpperBits()
+}
+
+// q6Pairs writes mmQ6_K's cp for one row from its sums of 16, sx (ns of
+// them): c = -31·Σx_s as two int16 halves, c>>1 in the low one and c -
+// c>>1 in the high one, which a VPMADDWD against (scale, scale) pairs
+// adds back to scale·c. (|c| <= 31·2048, so each half fits int16, where
+// -32·Σx_s, the correction of unsigned values q, would not for Σx_s =
+// -2048.)
+func q6Pairs(cp []int32, sx []int32) {
+	for i, x := range sx {
+		c := -31 * x
+		cl := c >> 1
+		cp[i] = cl&0xffff | (c-cl)<<16
+	}
+}
+
+// q6Masks are mmQ6_K's masks of a value's six bits (0x3f) and of group
+// 4s+3's two-bit pieces once shifted into place (0x03, 0x0c, 0x30).
+var q6Masks = [4][32]uint8{
+	{0x3f, 0x3f, 0x3f, 0x3f, 0x3f, 0x3f, 0x3f, 0x3f, 0x3f, 0x3f, 0x3f, 0x3f, 0x3f, 0x3f, 0x3f, 0x3f, 0x3f, 0x3f, 0x3f, 0x3f, 0x3f, 0x3f, 0x3f, 0x3f, 0x3f, 0x3f, 0x3f, 0x3f, 0x3f, 0x3f, 0x3f, 0x3f},
+	{3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3},
+	{0x0c, 0x0c, 0x0c, 0x0c, 0x0c, 0x0c, 0x0c, 0x0c, 0x0c, 0x0c, 0x0c, 0x0c, 0x0c, 0x0c, 0x0c, 0x0c, 0x0c, 0x0c, 0x0c, 0x0c, 0x0c, 0x0c, 0x0c, 0x0c, 0x0c, 0x0c, 0x0c, 0x0c, 0x0c, 0x0c, 0x0c, 0x0c},
+	{0x30, 0x30, 0x30, 0x30, 0x30, 0x30, 0x30, 0x30, 0x30, 0x30, 0x30, 0x30, 0x30, 0x30, 0x30, 0x30, 0x30, 0x30, 0x30, 0x30, 0x30, 0x30, 0x30, 0x30, 0x30, 0x30, 0x30, 0x30, 0x30, 0x30, 0x30, 0x30},
 }
 
 // readAhead keeps the read-ahead loads (their sum is kept, never used).
 var readAhead atomic.Uint32
-
-// q6Scales writes one Q6_K super-block half's sc16 (each sub-block's eight
-// scales, each repeated in both 16-bit halves of its output's lane) from
-// its scale bytes at sc (sub-block s at sc + 16s) and -32·C, C =
-// Σ_s sc_s·Σx_s, from x's sums at sb, into corr.
-//
-//go:noinline
-//go:norace
-//go:nocheckptr
-func q6Scales(sc16 unsafe.Pointer, corr *[8]int32, sc, sb unsafe.Pointer) {
-	dup := archsimd.LoadInt8x16(&q6Dup)
-	v := archsimd.LoadInt8x16((*[16]int8)(sc))
-	c := v.ExtendLo8ToInt32().Mul(archsimd.BroadcastInt32x8(*(*int32)(sb)))
-	v.PermuteOrZero(dup).ExtendToInt16().Store((*[16]int16)(sc16))
-	for s := uintptr(1); s < 16; s++ {
-		v := archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(sc, 16*s)))
-		c = c.Add(v.ExtendLo8ToInt32().Mul(archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sb, 4*s)))))
-		v.PermuteOrZero(dup).ExtendToInt16().Store((*[16]int16)(unsafe.Add(sc16, 32*s)))
-	}
-	archsimd.BroadcastInt32x8(0).Sub(c.ShiftAllLeft(5)).Store(corr)
-	archsimd.ClearAVXUpperBits()
-}
 
 // q6Dup repeats each of the first eight bytes (a half-panel's scales) in
 // two bytes, for sc16's sign extension to 16 bits (VPSHUFB, VPMOVSXBW).

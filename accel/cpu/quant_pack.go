@@ -31,14 +31,16 @@ func putF32(b []byte, v float32) { binary.LittleEndian.PutUint32(b, math.Float32
 //     sub-blocks (2c, 2c+1) 8 vectors: vector g's low nibbles are inputs
 //     4g..4g+3 of sub-block 2c, its high nibbles those of sub-block 2c+1.
 //   - Q6_K: d (16 float32), the sixteen int8 scales (16 bytes per
-//     sub-block of 16 inputs, one per output), then the unsigned 6-bit
-//     values (0..63; the -32 is taken out with the sums of x) as ggml keeps
-//     them, four low bits and two high ones: 32 vectors of low bits, vector
-//     g's low nibbles inputs 4g..4g+3 and its high nibbles inputs
-//     128+4g..128+4g+3; then 16 vectors of high bits, vector k's byte for
-//     input 4k+j (j = 0..3) holding in bits 0-1 input 4k+j's, in bits 2-3
-//     input 128+4k+j's, in bits 4-5 input 64+4k+j's and in bits 6-7 input
-//     192+4k+j's. 212 bytes per output and super-block (ggml: 210).
+//     sub-block of 16 inputs, one per output), then the 6-bit values
+//     inverted, q' = 63-q (0..63; the kernels take the 31 of 63-q-32 out with
+//     the sums of x), three vectors per sub-block s: vector 3s+j (j = 0..2)
+//     holds in its bytes' low six bits the values of inputs 16s+4j..16s+4j+3
+//     and in their top two bits bits 2j..2j+1 of those of inputs
+//     16s+12..16s+15 (group 4s+3). Four values from three bytes take one
+//     AND each for three of them and three shifts, three ANDs and two ORs
+//     for the fourth: eleven for four, where ggml's four low bits and two
+//     high ones, as this layout kept them before, took seventeen (five
+//     shifts, eight ANDs, four ORs; docs/BENCH.md). 212 bytes per output and super-block (ggml: 210).
 //
 // A partial last panel's missing outputs are zero scales and values.
 
@@ -122,6 +124,9 @@ func packQuant(w operand, p *packed) {
 				for sb := 0; sb < 16; sb++ {
 					dst[64+16*sb+lane] = blk[192+sb]
 				}
+				// The values inverted (q' = 63-q, see the layout above), then
+				// laid out per sub-block.
+				var q [256]byte
 				ql, qh := blk[0:128], blk[128:192]
 				for e := 0; e < 256; e++ {
 					n, kq, l := e/128, (e%128)/32, e%32
@@ -129,21 +134,14 @@ func packQuant(w operand, p *packed) {
 					if kq >= 2 {
 						lo >>= 4
 					}
-					v := lo&0xf | ((qh[32*n+l]>>(2*kq))&3)<<4
-					// Its nibble vector and shift, its high-bit field.
-					g, nsh, hsh := (e%128)/4, 4*uint(e/128), uint(0)
-					switch {
-					case e < 64:
-					case e < 128:
-						hsh = 4
-					case e < 192:
-						hsh = 2
-					default:
-						hsh = 6
+					q[e] = 63 - (lo&0xf | ((qh[32*n+l]>>(2*kq))&3)<<4)
+				}
+				for s := 0; s < 16; s++ {
+					for j := 0; j < 3; j++ {
+						for kk := 0; kk < 4; kk++ {
+							dst[320+64*(3*s+j)+4*lane+kk] = q[16*s+4*j+kk] | (q[16*s+12+kk]>>(2*j)&3)<<6
+						}
 					}
-					kk := e % 4
-					dst[320+64*g+4*lane+kk] |= (v & 0xf) << nsh
-					dst[2368+64*(g%16)+4*lane+kk] |= (v >> 4) << hsh
 				}
 			}
 		}

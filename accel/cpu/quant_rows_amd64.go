@@ -85,22 +85,15 @@ var q8Low = [32]uint8{
 // in a register (or spill it) across the loop before.
 var q16Ones = [16]int16{1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}
 
-// q6High is 0x30 in every byte: the mask of a Q6_K value's two high bits
-// once shifted into place (mmQ6_Kx3, mmQ6_Kx2), loaded where it is needed.
-var q6High = [32]uint8{
-	0x30, 0x30, 0x30, 0x30, 0x30, 0x30, 0x30, 0x30, 0x30, 0x30, 0x30, 0x30, 0x30, 0x30, 0x30, 0x30,
-	0x30, 0x30, 0x30, 0x30, 0x30, 0x30, 0x30, 0x30, 0x30, 0x30, 0x30, 0x30, 0x30, 0x30, 0x30, 0x30,
-}
-
 // q32Low16 is 0xffff in every int32 lane: with a sign-extended Q6_K scale
 // s shifted left by 16 it makes the (s, s) int16 pairs of mmQ6_Kx3's and
 // mmQ6_Kx2's scale fold.
 var q32Low16 = [8]int32{0xffff, 0xffff, 0xffff, 0xffff, 0xffff, 0xffff, 0xffff, 0xffff}
 
 // Widened panels. A many-row kernel spends part of each group's work
-// making the weight vectors from the packed bits (Q6_K's 6-bit values from
-// a nibble and two high bits: eleven vector instructions per group, as
-// many as the three rows' products take; Q4_K's nibbles, two or four), and
+// making the weight vectors from the packed bits (Q6_K's 6-bit values: one
+// or eight vector instructions per group, eleven for each before the
+// layout of 2026-12-01's fifth session; Q4_K's nibbles, two or four), and
 // it makes them again for every two or three rows. With many rows, the
 // panel is widened once into the worker's scratch (kctx.qw), each group's
 // vectors as the kernel made them, and the widened kernels load them as
@@ -115,9 +108,9 @@ var q32Low16 = [8]int32{0xffff, 0xffff, 0xffff, 0xffff, 0xffff, 0xffff, 0xffff, 
 
 // q6WideBlock is the bytes of one super-block of a widened Q6_K panel:
 // d (16 float32), the scales as (scale, scale) int16 pairs per sub-block
-// and half (16·2·32 bytes), then the 6-bit values (0..63) one per byte,
-// group by group of four inputs in input order (64 groups of two 32-byte
-// halves, each as the packed kernels' q6Group makes it).
+// and half (16·2·32 bytes), then the 6-bit values q' = 63-q (0..63) one
+// per byte, group by group of four inputs in input order (64 groups of two
+// 32-byte halves, each as gen_quantrows.go's q6Values makes it).
 const q6WideBlock = 64 + 1024 + 4096
 
 // q4kWideBlock is the bytes of one super-block of a widened Q4_K panel:
