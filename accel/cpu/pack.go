@@ -75,10 +75,6 @@ func (p *packed) u32() []uint32 {
 	return unsafe.Slice((*uint32)(unsafe.Pointer(&p.data[0])), len(p.data)/4)
 }
 
-// q6AheadSlack is the bytes past a Q6_K pack's last panel that mmQ6_K's
-// read-ahead may touch: two super-blocks.
-const q6AheadSlack = 2 * 3392
-
 // alignedBytes is n zeroed bytes starting at a 64-byte boundary.
 func alignedBytes(n int) []byte {
 	b := make([]byte, n+64)
@@ -93,14 +89,6 @@ func packWeights(w operand) *packed {
 	out, in := w.rows, w.cols
 	p := &packed{dt: w.dt, out: out, in: in, panels: (out + panelWidth - 1) / panelWidth, ps: packedPanelBytes(w.dt, in)}
 	p.data = alignedBytes(int(uintptr(p.panels) * p.ps))
-	if w.dt == accel.Q6_K {
-		// mmQ6_K reads ahead two super-blocks past its panel, into the
-		// next one (a panel at 2048 inputs is only eight): the last
-		// panel's read-ahead lands in this slack, past len but within
-		// the allocation.
-		n := len(p.data)
-		p.data = alignedBytes(n + q6AheadSlack)[:n:n]
-	}
 	if w.dt.BlockSize() > 1 {
 		packQuant(w, p)
 		return p

@@ -6,7 +6,6 @@ import (
 	"os"
 	"runtime"
 	"simd/archsimd"
-	"sync/atomic"
 	"unsafe"
 
 	"github.com/reprise-ml/reprise/accel"
@@ -403,19 +402,15 @@ func mmQ6_K(y, qx, dx, cp, w unsafe.Pointer, nb int) {
 	// The sums are kept in acc, y written once at the end (see mmQ4_K).
 	var acc [16]float32
 	ya := unsafe.Pointer(&acc[0])
-	var touched uint32
 	var fence [4][8]int32
 	m := archsimd.BroadcastUint8x32(0x3f)
 	for b := 0; b < nb; b++ {
 		wb := unsafe.Add(w, uintptr(b)*3392)
-		// Read ahead: one word of each cache line of super-block b+2, in
-		// memory order. Past the panel's end it reads the next panel's
-		// first super-blocks (panels are contiguous; after the last one,
-		// packWeights' q6AheadSlack).
-		nx := unsafe.Add(wb, 2*3392)
-		for l := uintptr(0); l < 3392; l += 64 {
-			touched += *(*uint32)(unsafe.Add(nx, l))
-		}
+		// (No software read-ahead: the panel is one stream in memory
+		// order, which the hardware prefetchers follow. The read-ahead the
+		// old layout's three streams needed, one word of each line of
+		// super-block b+2, made this kernel 1.5x slower from memory and
+		// 1.4x from cache: docs/BENCH.md.)
 		A0 := archsimd.BroadcastInt32x8(0)
 		A1 := A0
 		pv := unsafe.Add(wb, 320)
@@ -529,7 +524,6 @@ func mmQ6_K(y, qx, dx, cp, w unsafe.Pointer, nb int) {
 	}
 	archsimd.LoadFloat32x8((*[8]float32)(ya)).Store((*[8]float32)(y))
 	archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(ya, 32))).Store((*[8]float32)(unsafe.Add(y, 32)))
-	readAhead.Add(touched)
 	runtime.KeepAlive(&fence)
 	archsimd.ClearAVXUpperBits()
 }
@@ -556,9 +550,6 @@ var q6Masks = [4][32]uint8{
 	{0x0c, 0x0c, 0x0c, 0x0c, 0x0c, 0x0c, 0x0c, 0x0c, 0x0c, 0x0c, 0x0c, 0x0c, 0x0c, 0x0c, 0x0c, 0x0c, 0x0c, 0x0c, 0x0c, 0x0c, 0x0c, 0x0c, 0x0c, 0x0c, 0x0c, 0x0c, 0x0c, 0x0c, 0x0c, 0x0c, 0x0c, 0x0c},
 	{0x30, 0x30, 0x30, 0x30, 0x30, 0x30, 0x30, 0x30, 0x30, 0x30, 0x30, 0x30, 0x30, 0x30, 0x30, 0x30, 0x30, 0x30, 0x30, 0x30, 0x30, 0x30, 0x30, 0x30, 0x30, 0x30, 0x30, 0x30, 0x30, 0x30, 0x30, 0x30},
 }
-
-// readAhead keeps the read-ahead loads (their sum is kept, never used).
-var readAhead atomic.Uint32
 
 // q6Dup repeats each of the first eight bytes (a half-panel's scales) in
 // two bytes, for sc16's sign extension to 16 bits (VPSHUFB, VPMOVSXBW).
