@@ -46,8 +46,8 @@ type qacts struct {
 	// inv32 is Q8_K's inverse per group of 32, s16 Q8_0's sums per 16.
 	inv32 []float32
 	s16   []int32
-	// xs is each row's values split into nibbles, as the one-row Q8_0
-	// kernel reads them (quant_amd64.go).
+	// xs is each row's values split into nibbles and spread, as the
+	// one-row Q8_0 kernel reads them (qSplit, quant_amd64.go).
 	xs []int8
 	// cp is each row's -31·Σx per 16 in two int16 halves, as the one-row
 	// Q6_K kernel reads them (quant_amd64.go's q6Pairs).

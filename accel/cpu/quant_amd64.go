@@ -66,13 +66,23 @@ func runMatMulQuantVec(c *rcall, a *qacts, p *packed, lo, hi, t0, t1 int, k *kct
 		q6Pairs(a.cp, a.sx[:(t1-t0)*ns])
 	}
 	if p.dt == accel.Q8_0 {
-		// mmQ8_0 reads x split into nibbles: those rows that it runs.
-		a.xs = grow(a.xs, 2*(t1-t0)*in)
+		// mmQ8_0 reads x split into nibbles and spread (qSplit): those
+		// rows that it runs, the j-th of them at j·qSplitBytes(in).
+		n1 := 0
 		for t := t0; t < t1; {
 			m := quantRowStep(t1-t, rows, kern4 != nil, kern2 != nil)
 			if m == 1 {
-				r := t - t0
-				qSplit(unsafe.Pointer(&a.qx[r*in]), unsafe.Pointer(&a.xs[2*r*in]), in/32)
+				n1++
+			}
+			t += m
+		}
+		a.xs = grow(a.xs, n1*qSplitBytes(in))
+		j := 0
+		for t := t0; t < t1; {
+			m := quantRowStep(t1-t, rows, kern4 != nil, kern2 != nil)
+			if m == 1 {
+				qSplit(unsafe.Pointer(&a.qx[(t-t0)*in]), unsafe.Pointer(&a.xs[j*qSplitBytes(in)]), in/32)
+				j++
 			}
 			t += m
 		}
@@ -93,6 +103,7 @@ func runMatMulQuantVec(c *rcall, a *qacts, p *packed, lo, hi, t0, t1 int, k *kct
 		if wide {
 			wm = widenPanel(k, p.dt, wp, nb)
 		}
+		j := 0 // one-row calls so far in this panel (Q8_0's split rows)
 		for t := t0; t < t1; {
 			r := t - t0
 			qx := unsafe.Pointer(&a.qx[r*in])
@@ -102,7 +113,8 @@ func runMatMulQuantVec(c *rcall, a *qacts, p *packed, lo, hi, t0, t1 int, k *kct
 			if m == 1 {
 				switch p.dt {
 				case accel.Q8_0:
-					qx = unsafe.Pointer(&a.xs[2*r*in])
+					qx = unsafe.Pointer(&a.xs[j*qSplitBytes(in)])
+					j++
 				case accel.Q6_K:
 					sx = unsafe.Pointer(&a.cp[r*ns])
 				}
@@ -184,16 +196,20 @@ func mmQ4_0(y, qx, dx, sx, w unsafe.Pointer, nb int) {
 }
 
 // mmQ8_0: one row by one Q8_0 panel. The values are stored plus 128 as
-// unsigned bytes u (0..255), and x comes split into nibbles (qSplit): xl =
-// x&15 (0..15) at qx, xh = x>>4 (-8..7) at qx+32·nb, so that Σu·x =
-// 16·Σu·xh + Σu·xl, less 128·Σx. VPMADDUBSW of u by either cannot saturate
-// (a pair is at most 2·255·15 = 7650 by xl, within -4080..3570 by xh), so
-// four groups' pair sums of xl and all eight of xh add in int16 without
-// overflow before VPMADDWD folds them to int32: two VPMADDUBSW per 32
-// weights and no masks or shifts (splitting the weights' bytes into
+// unsigned bytes u (0..255), and x comes split into nibbles and spread
+// (qSplit): for each group of four inputs, xl = x&15 (0..15) and then xh =
+// x>>4 (-8..7), each as its four bytes repeated in all eight lanes, so that
+// Σu·x = 16·Σu·xh + Σu·xl, less 128·Σx. VPMADDUBSW of u by either cannot
+// saturate (a pair is at most 2·255·15 = 7650 by xl, within -4080..3570 by
+// xh), so four groups' pair sums of xl and all eight of xh add in int16
+// without overflow before VPMADDWD folds them to int32: two VPMADDUBSW per
+// 32 weights and no masks or shifts (splitting the weights' bytes into
 // nibbles instead, as this kernel did, took seven vector operations per 32
-// weights to this one's four). The integer sums are exact, so the result
-// is the same bits as the other kernels'.
+// weights to this one's four). x spread in memory is a plain vector load
+// where a broadcast of four bytes was two instructions (VMOVD and
+// VPBROADCASTD, which takes a vector port): 8-15% faster from L1
+// (docs/BENCH.md). The integer sums are exact, so the result is the same
+// bits as the other kernels'.
 //
 //go:noinline
 //go:norace
@@ -202,29 +218,28 @@ func mmQ8_0(y, qx, dx, sx, w unsafe.Pointer, nb int) {
 	var acc0, acc1 archsimd.Float32x8
 	ones := archsimd.BroadcastInt16x16(1)
 	sixteens := archsimd.BroadcastInt16x16(16)
-	wb, xb := w, qx
-	hoff := uintptr(nb) * 32
+	wb, px := w, qx
 	for b := 0; b < nb; b++ {
 		// Groups 0-3: the first starts the sums.
 		u0 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 64)))
 		u1 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 96)))
-		xl := archsimd.BroadcastInt32x8(*(*int32)(xb)).AsInt8x32()
-		xh := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(xb, hoff))).AsInt8x32()
+		xl := archsimd.LoadInt8x32((*[32]int8)(px))
+		xh := archsimd.LoadInt8x32((*[32]int8)(unsafe.Add(px, 32)))
 		l0 := u0.DotProductPairsSaturated(xl)
 		h0 := u0.DotProductPairsSaturated(xh)
 		l1 := u1.DotProductPairsSaturated(xl)
 		h1 := u1.DotProductPairsSaturated(xh)
-		px := unsafe.Add(xb, 4)
+		px = unsafe.Add(px, 64)
 		for wv, we := unsafe.Add(wb, 128), unsafe.Add(wb, 64+4*64); wv != we; wv = unsafe.Add(wv, 64) {
 			u0 := archsimd.LoadUint8x32((*[32]uint8)(wv))
 			u1 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wv, 32)))
-			xl := archsimd.BroadcastInt32x8(*(*int32)(px)).AsInt8x32()
-			xh := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(px, hoff))).AsInt8x32()
+			xl := archsimd.LoadInt8x32((*[32]int8)(px))
+			xh := archsimd.LoadInt8x32((*[32]int8)(unsafe.Add(px, 32)))
 			l0 = l0.Add(u0.DotProductPairsSaturated(xl))
 			h0 = h0.Add(u0.DotProductPairsSaturated(xh))
 			l1 = l1.Add(u1.DotProductPairsSaturated(xl))
 			h1 = h1.Add(u1.DotProductPairsSaturated(xh))
-			px = unsafe.Add(px, 4)
+			px = unsafe.Add(px, 64)
 		}
 		i0 := l0.DotProductPairs(ones)
 		i1 := l1.DotProductPairs(ones)
@@ -233,23 +248,23 @@ func mmQ8_0(y, qx, dx, sx, w unsafe.Pointer, nb int) {
 		// vectors on every group.)
 		u0 = archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 64+4*64)))
 		u1 = archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 96+4*64)))
-		xl = archsimd.BroadcastInt32x8(*(*int32)(px)).AsInt8x32()
-		xh = archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(px, hoff))).AsInt8x32()
+		xl = archsimd.LoadInt8x32((*[32]int8)(px))
+		xh = archsimd.LoadInt8x32((*[32]int8)(unsafe.Add(px, 32)))
 		l0 = u0.DotProductPairsSaturated(xl)
 		h0 = h0.Add(u0.DotProductPairsSaturated(xh))
 		l1 = u1.DotProductPairsSaturated(xl)
 		h1 = h1.Add(u1.DotProductPairsSaturated(xh))
-		px = unsafe.Add(px, 4)
+		px = unsafe.Add(px, 64)
 		for wv, we := unsafe.Add(wb, 128+4*64), unsafe.Add(wb, 64+8*64); wv != we; wv = unsafe.Add(wv, 64) {
 			u0 := archsimd.LoadUint8x32((*[32]uint8)(wv))
 			u1 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wv, 32)))
-			xl := archsimd.BroadcastInt32x8(*(*int32)(px)).AsInt8x32()
-			xh := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(px, hoff))).AsInt8x32()
+			xl := archsimd.LoadInt8x32((*[32]int8)(px))
+			xh := archsimd.LoadInt8x32((*[32]int8)(unsafe.Add(px, 32)))
 			l0 = l0.Add(u0.DotProductPairsSaturated(xl))
 			h0 = h0.Add(u0.DotProductPairsSaturated(xh))
 			l1 = l1.Add(u1.DotProductPairsSaturated(xl))
 			h1 = h1.Add(u1.DotProductPairsSaturated(xh))
-			px = unsafe.Add(px, 4)
+			px = unsafe.Add(px, 64)
 		}
 		off := archsimd.BroadcastInt32x8(128 * *(*int32)(unsafe.Add(sx, uintptr(b)*4)))
 		dxv := archsimd.BroadcastFloat32x8(*(*float32)(unsafe.Add(dx, uintptr(b)*4)))
@@ -260,16 +275,20 @@ func mmQ8_0(y, qx, dx, sx, w unsafe.Pointer, nb int) {
 		acc0 = acc0.Add(d0.Mul(i0.ConvertToFloat32()))
 		acc1 = acc1.Add(d1.Mul(i1.ConvertToFloat32()))
 		wb = unsafe.Add(wb, 64+8*64)
-		xb = px
 	}
 	acc0.Store((*[8]float32)(y))
 	acc1.Store((*[8]float32)(unsafe.Add(y, 32)))
 	archsimd.ClearAVXUpperBits()
 }
 
-// qSplit writes ng groups of 32 of x's values at qx split into nibbles at
-// xs, as mmQ8_0 reads them: the low nibbles x&15 (0..15) first, then the
-// high ones x>>4 (-8..7), x = 16·(x>>4) + x&15.
+// qSplitBytes is the bytes qSplit writes for a row of in inputs.
+func qSplitBytes(in int) int { return 16 * in }
+
+// qSplit writes ng groups of 32 of x's values at qx split into nibbles and
+// spread at xs, as mmQ8_0 reads them: for each four inputs, 32 bytes of the
+// low nibbles x&15 (0..15), then 32 of the high ones x>>4 (-8..7), x =
+// 16·(x>>4) + x&15, each four-byte group repeated in all eight 32-bit
+// lanes (qSplitBytes per row).
 //
 //go:noinline
 //go:norace
@@ -277,16 +296,33 @@ func mmQ8_0(y, qx, dx, sx, w unsafe.Pointer, nb int) {
 func qSplit(qx, xs unsafe.Pointer, ng int) {
 	m0f := archsimd.BroadcastUint8x32(0x0f)
 	eight := archsimd.BroadcastUint8x32(8)
-	hoff := uintptr(ng) * 32
 	for g := uintptr(0); g < uintptr(ng); g++ {
 		v := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(qx, 32*g)))
-		v.And(m0f).Store((*[32]uint8)(unsafe.Add(xs, 32*g)))
+		lo := v.And(m0f).AsInt32x8()
 		// The high nibble as 0..15, then sign-extended: (h^8)-8.
 		h := v.AsInt16x16().ShiftAllRight(4).AsUint8x32().And(m0f).Xor(eight)
-		h.AsInt8x32().Sub(eight.AsInt8x32()).Store((*[32]int8)(unsafe.Add(xs, hoff+32*g)))
+		hi := h.AsInt8x32().Sub(eight.AsInt8x32()).AsInt32x8()
+		o := unsafe.Add(xs, 512*g)
+		for q := uintptr(0); q < 8; q++ {
+			// Lane q everywhere (VPERMD): the indices from memory, as a
+			// register each would be eight more live vectors.
+			ix := archsimd.LoadUint32x8(&qLane[q])
+			lo.Permute(ix).Store((*[8]int32)(unsafe.Add(o, 64*q)))
+			hi.Permute(ix).Store((*[8]int32)(unsafe.Add(o, 64*q+32)))
+		}
 	}
 	archsimd.ClearAVXUpperBits()
 }
+
+// qLane[q] is q in all eight lanes: qSplit's VPERMD indices.
+var qLane = func() (l [8][8]uint32) {
+	for q := range l {
+		for i := range l[q] {
+			l[q][i] = uint32(q)
+		}
+	}
+	return
+}()
 
 // mmQ4_K: one row by one Q4_K panel. Per super-block and half-panel:
 // each pair of sub-blocks' nibbles against x (int16 sums of eight pairs, as

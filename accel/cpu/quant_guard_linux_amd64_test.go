@@ -58,8 +58,9 @@ func TestQuantKernelsStayInActs(t *testing.T) {
 				copy(g, k.qa.qx)
 				k.qa.qx = g[:len(k.qa.qx)]
 				// Q8_0's one-row kernel reads x split into nibbles, which
-				// runMatMulQuantVec writes into this when it is long enough.
-				k.qa.xs = guarded(t, 2*T*in)
+				// runMatMulQuantVec writes into this when it is long enough
+				// (at most one one-row call per panel: T = 1).
+				k.qa.xs = guarded(t, qSplitBytes(in))
 				clear(c.o[0].f32())
 				func() {
 					// (Per goroutine: this subtest's.)
