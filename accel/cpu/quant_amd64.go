@@ -65,9 +65,16 @@ func runMatMulQuantVec(c *rcall, a *qacts, p *packed, lo, hi, t0, t1 int, k *kct
 		a.cp = grow(a.cp, (t1-t0)*ns)
 		q6Pairs(a.cp, a.sx[:(t1-t0)*ns])
 	}
-	if p.dt == accel.Q8_0 {
-		// mmQ8_0 reads x split into nibbles and spread (qSplit): those
-		// rows that it runs, the j-th of them at j·qSplitBytes(in).
+	yf := y.f32()
+	ys := uintptr(out) * 4
+	wide := quantWide(p.dt, t1-t0)
+	if wide {
+		kern4, kern2, rows = wideKernels(p.dt)
+	}
+	sb := spreadBytes(p.dt, in)
+	if sb > 0 {
+		// The one-row kernel reads x spread (spreadRow): those rows that
+		// it runs, the j-th of them at j·sb.
 		n1 := 0
 		for t := t0; t < t1; {
 			m := quantRowStep(t1-t, rows, kern4 != nil, kern2 != nil)
@@ -76,22 +83,16 @@ func runMatMulQuantVec(c *rcall, a *qacts, p *packed, lo, hi, t0, t1 int, k *kct
 			}
 			t += m
 		}
-		a.xs = grow(a.xs, n1*qSplitBytes(in))
+		a.xs = grow(a.xs, n1*sb)
 		j := 0
 		for t := t0; t < t1; {
 			m := quantRowStep(t1-t, rows, kern4 != nil, kern2 != nil)
 			if m == 1 {
-				qSplit(unsafe.Pointer(&a.qx[(t-t0)*in]), unsafe.Pointer(&a.xs[j*qSplitBytes(in)]), in/32)
+				spreadRow(p.dt, unsafe.Pointer(&a.qx[(t-t0)*in]), unsafe.Pointer(&a.xs[j*sb]), in)
 				j++
 			}
 			t += m
 		}
-	}
-	yf := y.f32()
-	ys := uintptr(out) * 4
-	wide := quantWide(p.dt, t1-t0)
-	if wide {
-		kern4, kern2, rows = wideKernels(p.dt)
 	}
 	// Panel by panel, so that a panel's weights stay in the nearest cache
 	// for every row; several rows at a time (quantRowStep).
@@ -103,7 +104,7 @@ func runMatMulQuantVec(c *rcall, a *qacts, p *packed, lo, hi, t0, t1 int, k *kct
 		if wide {
 			wm = widenPanel(k, p.dt, wp, nb)
 		}
-		j := 0 // one-row calls so far in this panel (Q8_0's split rows)
+		j := 0 // one-row calls so far in this panel (their spread rows)
 		for t := t0; t < t1; {
 			r := t - t0
 			qx := unsafe.Pointer(&a.qx[r*in])
@@ -111,11 +112,11 @@ func runMatMulQuantVec(c *rcall, a *qacts, p *packed, lo, hi, t0, t1 int, k *kct
 			sx := unsafe.Pointer(&a.sx[r*ns])
 			m := quantRowStep(t1-t, rows, kern4 != nil, kern2 != nil)
 			if m == 1 {
-				switch p.dt {
-				case accel.Q8_0:
-					qx = unsafe.Pointer(&a.xs[j*qSplitBytes(in)])
+				if sb > 0 {
+					qx = unsafe.Pointer(&a.xs[j*sb])
 					j++
-				case accel.Q6_K:
+				}
+				if p.dt == accel.Q6_K {
 					sx = unsafe.Pointer(&a.cp[r*ns])
 				}
 				if full {
@@ -165,21 +166,21 @@ func mmQ4_0(y, qx, dx, sx, w unsafe.Pointer, nb int) {
 		// The first vector starts the sums.
 		u0 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 64)))
 		u1 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 96)))
-		xl := archsimd.BroadcastInt32x8(*(*int32)(xb)).AsInt8x32()
-		xh := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(xb, 16))).AsInt8x32()
+		xl := archsimd.LoadInt8x32((*[32]int8)(xb))
+		xh := archsimd.LoadInt8x32((*[32]int8)(unsafe.Add(xb, 128)))
 		s0 := u0.And(m0f).DotProductPairsSaturated(xl).Add(u0.AsInt16x16().ShiftAllRight(4).AsUint8x32().And(m0f).DotProductPairsSaturated(xh))
 		s1 := u1.And(m0f).DotProductPairsSaturated(xl).Add(u1.AsInt16x16().ShiftAllRight(4).AsUint8x32().And(m0f).DotProductPairsSaturated(xh))
-		px := unsafe.Add(xb, 4)
+		px := unsafe.Add(xb, 32)
 		for wv, we := unsafe.Add(wb, 128), unsafe.Add(wb, 64+4*64); wv != we; wv = unsafe.Add(wv, 64) {
 			u0 := archsimd.LoadUint8x32((*[32]uint8)(wv))
 			u1 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wv, 32)))
-			xl := archsimd.BroadcastInt32x8(*(*int32)(px)).AsInt8x32()
-			xh := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(px, 16))).AsInt8x32()
+			xl := archsimd.LoadInt8x32((*[32]int8)(px))
+			xh := archsimd.LoadInt8x32((*[32]int8)(unsafe.Add(px, 128)))
 			s0 = s0.Add(u0.And(m0f).DotProductPairsSaturated(xl))
 			s0 = s0.Add(u0.AsInt16x16().ShiftAllRight(4).AsUint8x32().And(m0f).DotProductPairsSaturated(xh))
 			s1 = s1.Add(u1.And(m0f).DotProductPairsSaturated(xl))
 			s1 = s1.Add(u1.AsInt16x16().ShiftAllRight(4).AsUint8x32().And(m0f).DotProductPairsSaturated(xh))
-			px = unsafe.Add(px, 4)
+			px = unsafe.Add(px, 32)
 		}
 		off := archsimd.BroadcastInt32x8(8 * *(*int32)(unsafe.Add(sx, uintptr(b)*4)))
 		dxv := archsimd.BroadcastFloat32x8(*(*float32)(unsafe.Add(dx, uintptr(b)*4)))
@@ -188,7 +189,7 @@ func mmQ4_0(y, qx, dx, sx, w unsafe.Pointer, nb int) {
 		acc0 = acc0.Add(d0.Mul(s0.DotProductPairs(ones).Sub(off).ConvertToFloat32()))
 		acc1 = acc1.Add(d1.Mul(s1.DotProductPairs(ones).Sub(off).ConvertToFloat32()))
 		wb = unsafe.Add(wb, 64+4*64)
-		xb = unsafe.Add(xb, 32)
+		xb = unsafe.Add(xb, 256)
 	}
 	acc0.Store((*[8]float32)(y))
 	acc1.Store((*[8]float32)(unsafe.Add(y, 32)))
@@ -281,14 +282,11 @@ func mmQ8_0(y, qx, dx, sx, w unsafe.Pointer, nb int) {
 	archsimd.ClearAVXUpperBits()
 }
 
-// qSplitBytes is the bytes qSplit writes for a row of in inputs.
-func qSplitBytes(in int) int { return 16 * in }
-
 // qSplit writes ng groups of 32 of x's values at qx split into nibbles and
 // spread at xs, as mmQ8_0 reads them: for each four inputs, 32 bytes of the
 // low nibbles x&15 (0..15), then 32 of the high ones x>>4 (-8..7), x =
 // 16·(x>>4) + x&15, each four-byte group repeated in all eight 32-bit
-// lanes (qSplitBytes per row).
+// lanes (spreadBytes per row).
 //
 //go:noinline
 //go:norace
@@ -309,6 +307,48 @@ func qSplit(qx, xs unsafe.Pointer, ng int) {
 			ix := archsimd.LoadUint32x8(&qLane[q])
 			lo.Permute(ix).Store((*[8]int32)(unsafe.Add(o, 64*q)))
 			hi.Permute(ix).Store((*[8]int32)(unsafe.Add(o, 64*q+32)))
+		}
+	}
+	archsimd.ClearAVXUpperBits()
+}
+
+// spreadBytes is the bytes of one row of x (in inputs) spread as dt's
+// one-row kernel reads it, 0 where it reads x as it is.
+func spreadBytes(dt accel.DType, in int) int {
+	switch dt {
+	case accel.Q8_0:
+		return 16 * in // split into two halves, each spread
+	case accel.Q4_0, accel.Q4_K:
+		return 8 * in
+	}
+	return 0
+}
+
+// spreadRow writes one row of quantized x (in inputs) at qx spread for dt's
+// one-row kernel at xs (spreadBytes).
+func spreadRow(dt accel.DType, qx, xs unsafe.Pointer, in int) {
+	if dt == accel.Q8_0 {
+		qSplit(qx, xs, in/32)
+	} else {
+		qSpread(qx, xs, in/32)
+	}
+}
+
+// qSpread writes ng groups of 32 of x's values at qx spread at xs, as
+// mmQ4_0 and mmQ4_K read them: each four inputs' bytes repeated in all eight
+// 32-bit lanes of a 32-byte vector, in input order (8 bytes per input). A
+// vector load of them is one instruction where the broadcast of four bytes
+// is two, one of them on a vector port.
+//
+//go:noinline
+//go:norace
+//go:nocheckptr
+func qSpread(qx, xs unsafe.Pointer, ng int) {
+	for g := uintptr(0); g < uintptr(ng); g++ {
+		v := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(qx, 32*g)))
+		o := unsafe.Add(xs, 256*g)
+		for q := uintptr(0); q < 8; q++ {
+			v.Permute(archsimd.LoadUint32x8(&qLane[q])).Store((*[8]int32)(unsafe.Add(o, 32*q)))
 		}
 	}
 	archsimd.ClearAVXUpperBits()
@@ -352,32 +392,32 @@ func mmQ4_K(y, qx, dx, sx, w unsafe.Pointer, nb int) {
 		A0 := archsimd.BroadcastInt32x8(0)
 		A1 := A0
 		pv := unsafe.Add(wb, 384)
-		px := unsafe.Add(qx, uintptr(b)*256)
+		px := unsafe.Add(qx, uintptr(b)*2048)
 		ps := unsafe.Add(wb, 128) // sub-block s's scales at 16s, one byte per output
 		for c := 0; c < 4; c++ {
 			// The first group starts the sums.
 			u0 := archsimd.LoadUint8x32((*[32]uint8)(pv))
 			u1 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(pv, 32)))
-			xl := archsimd.BroadcastInt32x8(*(*int32)(px)).AsInt8x32()
-			xh := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(px, 32))).AsInt8x32()
+			xl := archsimd.LoadInt8x32((*[32]int8)(px))
+			xh := archsimd.LoadInt8x32((*[32]int8)(unsafe.Add(px, 256)))
 			l0 := u0.And(m0f).DotProductPairsSaturated(xl)
 			h0 := u0.AsInt16x16().ShiftAllRight(4).AsUint8x32().And(m0f).DotProductPairsSaturated(xh)
 			l1 := u1.And(m0f).DotProductPairsSaturated(xl)
 			h1 := u1.AsInt16x16().ShiftAllRight(4).AsUint8x32().And(m0f).DotProductPairsSaturated(xh)
-			px = unsafe.Add(px, 4)
+			px = unsafe.Add(px, 32)
 			pe := unsafe.Add(pv, 8*64)
 			for pv = unsafe.Add(pv, 64); pv != pe; pv = unsafe.Add(pv, 64) {
 				u0 := archsimd.LoadUint8x32((*[32]uint8)(pv))
 				u1 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(pv, 32)))
-				xl := archsimd.BroadcastInt32x8(*(*int32)(px)).AsInt8x32()
-				xh := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(px, 32))).AsInt8x32()
+				xl := archsimd.LoadInt8x32((*[32]int8)(px))
+				xh := archsimd.LoadInt8x32((*[32]int8)(unsafe.Add(px, 256)))
 				l0 = l0.Add(u0.And(m0f).DotProductPairsSaturated(xl))
 				h0 = h0.Add(u0.AsInt16x16().ShiftAllRight(4).AsUint8x32().And(m0f).DotProductPairsSaturated(xh))
 				l1 = l1.Add(u1.And(m0f).DotProductPairsSaturated(xl))
 				h1 = h1.Add(u1.AsInt16x16().ShiftAllRight(4).AsUint8x32().And(m0f).DotProductPairsSaturated(xh))
-				px = unsafe.Add(px, 4)
+				px = unsafe.Add(px, 32)
 			}
-			px = unsafe.Add(px, 32)
+			px = unsafe.Add(px, 256)
 			sl := archsimd.LoadInt8x16((*[16]int8)(ps))
 			sh := archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(ps, 16)))
 			A0 = A0.Add(l0.DotProductPairs(sl.PermuteOrZero(archsimd.LoadInt8x16(&q6Dup)).ExtendToInt16()))

@@ -18,7 +18,7 @@ import (
 // so a read past them faults (a panic, with SetPanicOnFault) instead of
 // passing unseen. The results must also be those of the rows in ordinary
 // memory. Rows cover the one-row, two- and three-row and widened kernels;
-// Q8_0's x split into nibbles (qSplit) is held the same way.
+// x spread for the one-row kernels (spreadRow) is held the same way.
 func TestQuantKernelsStayInActs(t *testing.T) {
 	if !quantVecBuilt {
 		t.Skip("no quantized vector kernels here")
@@ -57,10 +57,13 @@ func TestQuantKernelsStayInActs(t *testing.T) {
 				g := guarded(t, n)
 				copy(g, k.qa.qx)
 				k.qa.qx = g[:len(k.qa.qx)]
-				// Q8_0's one-row kernel reads x split into nibbles, which
-				// runMatMulQuantVec writes into this when it is long enough
-				// (at most one one-row call per panel: T = 1).
-				k.qa.xs = guarded(t, qSplitBytes(in))
+				// The one-row kernels read x spread (Q8_0's split into
+				// nibbles too), which runMatMulQuantVec writes into this
+				// when it is long enough (one row's: the one-row kernel
+				// runs at most one row of a piece).
+				if sb := spreadBytes(dt, in); sb > 0 {
+					k.qa.xs = guarded(t, sb)
+				}
 				clear(c.o[0].f32())
 				func() {
 					// (Per goroutine: this subtest's.)
