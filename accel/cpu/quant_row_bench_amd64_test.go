@@ -45,3 +45,48 @@ func BenchmarkQuantMatMulRow(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkQuantMatMulRowSet times the one-row kernels over a working set of
+// n packed copies of one 512x1376 matrix (the 25M shape's w1 and w3), one
+// after another as a decode step reads its matrices, on one thread: wGB/s
+// is the packed bytes per second of the fastest pass over the set, min-µs
+// its time per matrix. Where the set outgrows what the last-level cache
+// holds for this process (on a shared machine less than its size) the rate
+// falls from the kernels' own to the memory's.
+// `GOEXPERIMENT=simd go test -run XXX -bench QuantMatMulRowSet ./accel/cpu`
+func BenchmarkQuantMatMulRowSet(b *testing.B) {
+	if !quantVecBuilt {
+		b.Skip("no quantized vector kernels here")
+	}
+	r := rand.New(rand.NewPCG(1, 2))
+	const in, out = 512, 1376
+	for _, dt := range quantDTypes[:3] {
+		c, _, _ := quantCall(b, r, dt, 1, out, in)
+		p := packWeights(c.o[2])
+		for _, n := range []int{1, 8, 16, 24, 32, 48} {
+			b.Run(fmt.Sprintf("%s/%dx%d/n%d", dt, in, out, n), func(b *testing.B) {
+				ps := []*packed{p}
+				for len(ps) < n {
+					q := *p
+					q.data = alignedBytes(len(p.data))
+					copy(q.data, p.data)
+					ps = append(ps, &q)
+				}
+				k := &kctx{}
+				quantizeActs(&k.qa, c.o[1].f32(), in, 0, 1, kBlocks(dt))
+				units := (out + panelWidth - 1) / panelWidth
+				best := time.Duration(1<<63 - 1)
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					t0 := time.Now()
+					for _, q := range ps {
+						runMatMulQuantVec(c, &k.qa, q, 0, units, 0, 1, k)
+					}
+					best = min(best, time.Since(t0))
+				}
+				b.ReportMetric(float64(n*len(p.data))/best.Seconds()/1e9, "wGB/s")
+				b.ReportMetric(float64(best.Nanoseconds())/1e3/float64(n), "min-µs")
+			})
+		}
+	}
+}
