@@ -28,19 +28,7 @@ func BenchmarkQuantMatMulRow(b *testing.B) {
 			in, out := sh[0], sh[1]
 			b.Run(fmt.Sprintf("%s/%dx%d", dt, in, out), func(b *testing.B) {
 				c, _, _ := quantCall(b, r, dt, 1, out, in)
-				p := packWeights(c.o[2])
-				k := &kctx{}
-				quantizeActs(&k.qa, c.o[1].f32(), in, 0, 1, kBlocks(dt))
-				units := (out + panelWidth - 1) / panelWidth
-				best := time.Duration(1<<63 - 1)
-				b.ResetTimer()
-				for i := 0; i < b.N; i++ {
-					t0 := time.Now()
-					runMatMulQuantVec(c, &k.qa, p, 0, units, 0, 1, k)
-					best = min(best, time.Since(t0))
-				}
-				b.ReportMetric(float64(len(p.data))/best.Seconds()/1e9, "wGB/s")
-				b.ReportMetric(float64(best.Nanoseconds())/1e3, "min-µs")
+				timeRowPasses(b, c, []*packed{packWeights(c.o[2])})
 			})
 		}
 	}
@@ -72,21 +60,30 @@ func BenchmarkQuantMatMulRowSet(b *testing.B) {
 					copy(q.data, p.data)
 					ps = append(ps, &q)
 				}
-				k := &kctx{}
-				quantizeActs(&k.qa, c.o[1].f32(), in, 0, 1, kBlocks(dt))
-				units := (out + panelWidth - 1) / panelWidth
-				best := time.Duration(1<<63 - 1)
-				b.ResetTimer()
-				for i := 0; i < b.N; i++ {
-					t0 := time.Now()
-					for _, q := range ps {
-						runMatMulQuantVec(c, &k.qa, q, 0, units, 0, 1, k)
-					}
-					best = min(best, time.Since(t0))
-				}
-				b.ReportMetric(float64(n*len(p.data))/best.Seconds()/1e9, "wGB/s")
-				b.ReportMetric(float64(best.Nanoseconds())/1e3/float64(n), "min-µs")
+				timeRowPasses(b, c, ps)
 			})
 		}
 	}
+}
+
+// timeRowPasses times passes of the one-row kernels over ps (packs of c's
+// W, one row of x) and reports the packed bytes per second of the fastest
+// pass and its time per matrix.
+func timeRowPasses(b *testing.B, c *rcall, ps []*packed) {
+	in, out := c.o[1].cols, c.o[0].cols
+	k := &kctx{}
+	quantizeActs(&k.qa, c.o[1].f32(), in, 0, 1, kBlocks(c.o[2].dt))
+	units := (out + panelWidth - 1) / panelWidth
+	best := time.Duration(1<<63 - 1)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		t0 := time.Now()
+		for _, p := range ps {
+			runMatMulQuantVec(c, &k.qa, p, 0, units, 0, 1, k)
+		}
+		best = min(best, time.Since(t0))
+	}
+	n := len(ps)
+	b.ReportMetric(float64(n*len(ps[0].data))/best.Seconds()/1e9, "wGB/s")
+	b.ReportMetric(float64(best.Nanoseconds())/1e3/float64(n), "min-µs")
 }
