@@ -146,10 +146,11 @@ func runMatMulQuantVec(c *rcall, a *qacts, p *packed, lo, hi, t0, t1 int, k *kct
 	return true
 }
 
-// mmQ4_0: one row by one Q4_0 panel. Per block: the nibbles of each
-// vector are split, multiplied with x's bytes by VPMADDUBSW (unsigned
-// weights 0..15 times signed x: |pair| <= 3810, so the eight pair sums of a
-// block add in int16 without overflow), folded to int32 per output by
+// mmQ4_0: one row by one Q4_0 panel, x spread (qSpread). Per block: the
+// nibbles of each vector are split, multiplied with x's bytes by
+// VPMADDUBSW (unsigned weights 0..15 times signed x: |pair| <= 3810, so
+// the eight pair sums of a block add in int16 without overflow), folded
+// to int32 per output by
 // VPMADDWD, less 8·Σx; then (dw·dx)·sum added to the output's float32 sum.
 // The high nibbles are shifted on 16-bit lanes by an immediate count (the
 // mask keeps each byte's own bits), and the loops end on pointers.
@@ -208,7 +209,7 @@ func mmQ4_0(y, qx, dx, sx, w unsafe.Pointer, nb int) {
 // nibbles instead, as this kernel did, took seven vector operations per 32
 // weights to this one's four). x spread in memory is a plain vector load
 // where a broadcast of four bytes was two instructions (VMOVD and
-// VPBROADCASTD, which takes a vector port): 8-15% faster from L1
+// VPBROADCASTD, which takes a vector port): 1.05-1.17x from cache
 // (docs/BENCH.md). The integer sums are exact, so the result is the same
 // bits as the other kernels'.
 //
@@ -364,9 +365,9 @@ var qLane = func() (l [8][8]uint32) {
 	return
 }()
 
-// mmQ4_K: one row by one Q4_K panel. Per super-block and half-panel:
-// each pair of sub-blocks' nibbles against x (int16 sums of eight pairs, as
-// Q4_0), folded to int32 and times the sub-blocks' 6-bit scales in one
+// mmQ4_K: one row by one Q4_K panel, x spread (qSpread). Per super-block
+// and half-panel: each pair of sub-blocks' nibbles against x (int16 sums
+// of eight pairs, as Q4_0), folded to int32 and times the sub-blocks' 6-bit scales in one
 // VPMADDWD against each scale repeated in both 16-bit halves of its
 // output's lane (VPSHUFB, VPMOVSXBW) into A; the mins times x's sums of
 // 32 into B; then (d·dx)·A - (dmin·dx)·B added to the output's float32
