@@ -80,10 +80,14 @@
 //     whatever the batch size, the padding, the number of threads, the
 //     kernel set (vector or plain Go), or eager against replay.
 //   - Kernels reproduce the arithmetic of the llama2.c reference
-//     implementation in float32 (sequential dot products, products rounded
-//     before they are added, no fused multiply-add, transcendental
-//     functions in float64 rounded once), so greedy generation matches it
-//     byte for byte. bf16 weights are exact with respect to their rounded
+//     implementation in float32 (sequential dot products, transcendental
+//     functions in float64 rounded once), except that the float32 and bf16
+//     matmuls fuse each multiply with its add (one rounding per term, as
+//     the FMA instructions do; the plain-Go kernels through fma32), where
+//     llama2.c rounds the product first: greedy generation on stories260K
+//     still matches the reference byte for byte (its tests). Every other
+//     product (attention, norms, elementwise ops) is rounded before it is
+//     added. bf16 weights are exact with respect to their rounded
 //     values. Quantized weights follow ggml's integer scheme instead (see
 //     quant.go), the same bits from either kernel set.
 package cpu

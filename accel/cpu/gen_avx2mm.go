@@ -1,16 +1,17 @@
 //go:build ignore
 
-// gen_avx2mm writes simd_gen_avx2_amd64.go: the packed-panel matrix kernels
-// on 256-bit vectors (AVX2), for CPUs without AVX-512. Run it with
+// gen_avx2mm writes simd_gen_avx2_amd64.go: the bfloat16 packed-panel matrix
+// kernels on 256-bit vectors (AVX2), for CPUs without AVX-512 (the float32
+// ones are Go assembly, gen_avx2fma.go). Run it with
 // `GOEXPERIMENT=simd go generate ./accel/cpu`.
 //
 // The panels are the same 16-output panels as the AVX-512 kernels'
 // (gen_simd.go); each is read as two 8-output halves, and every kernel keeps
 // one accumulator vector per (row, panel, half): lane j of accumulator
 // (r, p, h) is output p*16+h*8+j of row r, summed over the inputs in order
-// with a separate multiply and add (never a fused multiply-add). That is the
-// scalar reference's chain for that output, so the results are the plain-Go
-// and AVX-512 kernels' bits. A block of R rows by P panels holds 2·R·P
+// with a fused multiply-add (VFMADD213PS, one rounding per term). That is the
+// plain-Go kernels' chain for that output (fma32), so the results are the
+// plain-Go and AVX-512 kernels' bits. A block of R rows by P panels holds 2·R·P
 // accumulators; the compiler allocates X0-X14, so the blocks stop at twelve.
 package main
 
@@ -28,17 +29,16 @@ import (
 // any block a kernel set chooses (matmul.go) finds its smaller blocks too.
 var shapes = [][2]int{{1, 1}, {1, 2}, {1, 3}, {1, 4}, {2, 1}, {2, 2}, {2, 3}, {3, 1}, {3, 2}}
 
-// fitsF32 and fitsBF16 report whether a block's loop fits in the fifteen
-// vector registers the compiler allocates. The compiler's scheduler issues
-// every load of an iteration first, so a float32 block holds its 2P weight
-// vectors, R broadcasts, 2RP accumulators and a product; a bfloat16 block
-// 2P weight vectors, 2R broadcasts (both inputs of a pair), 2RP
-// accumulators, the mask and the shift count, and two widened halves. A
+// fitsBF16 reports whether a block's loop fits in the fifteen vector
+// registers the compiler allocates. The compiler's scheduler issues every
+// load of an iteration first, so a bfloat16 block holds its 2P weight
+// vectors, 2R broadcasts (both inputs of a pair), 2RP accumulators, the
+// mask and the shift count, and two widened halves (a copy of one operand
+// of each VFMADD213PS takes the product's place). A
 // block past that spills, and a spilled broadcast (an XMM value) is
 // stored and reloaded with legacy-SSE MOVUPS, which stalls on the dirty
 // upper AVX state (30x slower, measured). A block that does not fit is a
 // plain function calling blocks that do.
-func fitsF32(R, P int) bool  { return 2*P+R+2*R*P+1 <= 15 }
 func fitsBF16(R, P int) bool { return 2*P+2*R+2*R*P+4 <= 15 }
 
 func main() {
@@ -50,15 +50,9 @@ func main() {
 	p("//go:build goexperiment.simd && amd64\n\n")
 	p("package cpu\n\n")
 	p("import (\n\t\"simd/archsimd\"\n\t\"unsafe\"\n)\n\n")
-	p("// avx2F32Kernels and avx2BF16Kernels index the kernels by [R-1][P-1].\n")
-	table(p, "avx2F32Kernels", "mmF32x8")
+	p("// avx2BF16Kernels index the kernels by [R-1][P-1].\n")
 	table(p, "avx2BF16Kernels", "mmBF16x8")
 	for _, s := range shapes {
-		if fitsF32(s[0], s[1]) {
-			genF32(p, s[0], s[1])
-		} else {
-			genSplit(p, "mmF32x8", s[0], s[1], fitsF32)
-		}
 		if fitsBF16(s[0], s[1]) {
 			genBF16(p, s[0], s[1])
 		} else {
@@ -220,22 +214,10 @@ func body(p func(string, ...any), R, P int, xoff int, vec func(q, h int) string)
 		for h := 0; h < 2; h++ {
 			p("\t\tv%d%d := %s\n", q, h, vec(q, h))
 			for r := 0; r < R; r++ {
-				p("\t\ta%d%d%d = a%d%d%d.Add(b%d.Mul(v%d%d))\n", r, q, h, r, q, h, r, q, h)
+				p("\t\ta%d%d%d = b%d.MulAdd(v%d%d, a%d%d%d)\n", r, q, h, r, q, h, r, q, h)
 			}
 		}
 	}
-}
-
-func genF32(p func(string, ...any), R, P int) {
-	header(p, fmt.Sprintf("mmF32x8R%dP%d", R, P), R, P, "float32 panels")
-	p("\tfor i := 0; ; {\n")
-	body(p, R, P, 0, func(q, h int) string {
-		return fmt.Sprintf("archsimd.LoadFloat32x8((*[8]float32)(%s))", at(wName(q), 32*h))
-	})
-	p("\t\ti++\n\t\tif i >= in {\n\t\t\tbreak\n\t\t}\n")
-	step(p, R, P, 4)
-	p("\t}\n")
-	epilogue(p, R, P)
 }
 
 // step advances the row and panel pointers by one input (xb bytes of x,

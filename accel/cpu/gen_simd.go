@@ -8,8 +8,8 @@
 //
 // Every kernel keeps one accumulator vector per (row, panel): lane j of
 // accumulator (r, p) is output p*16+j of row r, summed over the inputs in
-// order with a separate multiply and add (never a fused multiply-add), which
-// is exactly the scalar reference's chain for that output. The blocks stop at
+// order with a fused multiply-add (one rounding per term), which is exactly
+// the plain-Go kernels' chain for that output (fma32). The blocks stop at
 // six accumulators: the compiler allocates X0-X14 only and spills past about
 // twelve live vectors, and a spilled accumulator puts a store and a reload on
 // the add chain of every iteration.
@@ -168,7 +168,7 @@ func genF32(p func(string, ...any), R, P int) {
 		for q := 0; q < P; q++ {
 			p("\t\tv%d := archsimd.LoadFloat32x16((*[16]float32)(unsafe.Add(%s, o)))\n", q, wName(q))
 			for r := 0; r < R; r++ {
-				p("\t\ta%d%d = a%d%d.Add(b%d.Mul(v%d))\n", r, q, r, q, r, q)
+				p("\t\ta%d%d = b%d.MulAdd(v%d, a%d%d)\n", r, q, r, q, r, q)
 			}
 		}
 	} else {
@@ -178,7 +178,7 @@ func genF32(p func(string, ...any), R, P int) {
 		for r := 0; r < R; r++ {
 			p("\t\tb%d := archsimd.BroadcastFloat32x16(*(*float32)(unsafe.Add(%s, xi)))\n", r, xName(r))
 			for q := 0; q < P; q++ {
-				p("\t\ta%d%d = a%d%d.Add(b%d.Mul(v%d))\n", r, q, r, q, r, q)
+				p("\t\ta%d%d = b%d.MulAdd(v%d, a%d%d)\n", r, q, r, q, r, q)
 			}
 		}
 	}
@@ -205,11 +205,11 @@ func genBF16(p func(string, ...any), R, P int) {
 	for r := 0; r < R; r++ {
 		p("\t\tb%d := archsimd.BroadcastFloat32x16(*(*float32)(unsafe.Add(%s, xi)))\n", r, xName(r))
 		for q := 0; q < P; q++ {
-			p("\t\ta%d%d = a%d%d.Add(b%d.Mul(lo%d))\n", r, q, r, q, r, q)
+			p("\t\ta%d%d = b%d.MulAdd(lo%d, a%d%d)\n", r, q, r, q, r, q)
 		}
 		p("\t\tc%d := archsimd.BroadcastFloat32x16(*(*float32)(unsafe.Add(%s, xi+4)))\n", r, xName(r))
 		for q := 0; q < P; q++ {
-			p("\t\ta%d%d = a%d%d.Add(c%d.Mul(hi%d))\n", r, q, r, q, r, q)
+			p("\t\ta%d%d = c%d.MulAdd(hi%d, a%d%d)\n", r, q, r, q, r, q)
 		}
 	}
 	p("\t}\n")
@@ -221,7 +221,7 @@ func genBF16(p func(string, ...any), R, P int) {
 	for r := 0; r < R; r++ {
 		p("\t\tb%d := archsimd.BroadcastFloat32x16(*(*float32)(unsafe.Add(%s, xi)))\n", r, xName(r))
 		for q := 0; q < P; q++ {
-			p("\t\ta%d%d = a%d%d.Add(b%d.Mul(lo%d))\n", r, q, r, q, r, q)
+			p("\t\ta%d%d = b%d.MulAdd(lo%d, a%d%d)\n", r, q, r, q, r, q)
 		}
 	}
 	p("\t}\n")

@@ -216,7 +216,8 @@ func checkKernel(t *testing.T, fset *token.FileSet, file string, fn *ast.FuncDec
 }
 
 // TestGeneratedUpToDate: simd_gen_amd64.go is what gen_simd.go writes,
-// simd_gen_avx2_amd64.go what gen_avx2mm.go writes and
+// simd_gen_avx2_amd64.go what gen_avx2mm.go writes, simd_avx2fma_amd64.s
+// and simd_gen_avx2fma_amd64.go what gen_avx2fma.go writes and
 // quant_rows_gen_amd64.go what gen_quantrows.go writes.
 func TestGeneratedUpToDate(t *testing.T) {
 	goTool, err := osexec.LookPath("go")
@@ -226,9 +227,19 @@ func TestGeneratedUpToDate(t *testing.T) {
 	if testing.Short() {
 		t.Skip("short")
 	}
-	for _, g := range [][2]string{{"gen_simd.go", "simd_gen_amd64.go"}, {"gen_avx2mm.go", "simd_gen_avx2_amd64.go"}, {"gen_quantrows.go", "quant_rows_gen_amd64.go"}} {
-		out := filepath.Join(t.TempDir(), "gen.go")
-		cmd := osexec.Command(goTool, "run", g[0], "-o", out)
+	for _, g := range [][2]string{{"gen_simd.go", "simd_gen_amd64.go"}, {"gen_avx2mm.go", "simd_gen_avx2_amd64.go"},
+		{"gen_avx2fma.go", "simd_gen_avx2fma_amd64.go"}, {"gen_avx2fma.go", "simd_avx2fma_amd64.s"},
+		{"gen_quantrows.go", "quant_rows_gen_amd64.go"}} {
+		dir := t.TempDir()
+		out := filepath.Join(dir, "gen.go")
+		args := []string{"run", g[0], "-o", out}
+		if strings.HasSuffix(g[1], ".s") {
+			out = filepath.Join(dir, "gen.s")
+			args = append(args, "-s", out)
+		} else if g[0] == "gen_avx2fma.go" {
+			args = append(args, "-s", filepath.Join(dir, "gen.s"))
+		}
+		cmd := osexec.Command(goTool, args...)
 		cmd.Env = append(os.Environ(), "GOEXPERIMENT=")
 		if msg, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("go run %s: %v\n%s", g[0], err, msg)

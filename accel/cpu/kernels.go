@@ -417,8 +417,8 @@ func matUnits(c *rcall, lo, hi int) (p0, p1, t0, t1 int) {
 }
 
 // runMatMul computes y = x·Wᵀ for output panels [lo, hi). Each output is a
-// sequential float32 sum over the input dimension, exactly as the reference
-// does, whatever the batch: on the packed vector kernels (one lane per
+// sequential float32 sum over the input dimension, each term a fused
+// multiply-add (fma32, the vector kernels' VFMADD), whatever the batch: on the packed vector kernels (one lane per
 // output) where W has a packed copy, else on the row-major scalar kernels.
 //
 //go:norace
@@ -459,7 +459,7 @@ func runMatMulRows(c *rcall, lo, hi, t0, t1 int) {
 				wr := w[o*in : (o+1)*in]
 				var s float32
 				for i, v := range xr {
-					s += float32(v * bf16(wr[i]))
+					s = fma32(v, bf16(wr[i]), s)
 				}
 				yr[o] = s
 			}
@@ -479,7 +479,7 @@ func runMatMulRows(c *rcall, lo, hi, t0, t1 int) {
 			wr = wr[:len(xr)]
 			var s float32
 			for i, v := range xr {
-				s += float32(v * wr[i])
+				s = fma32(v, wr[i], s)
 			}
 			yr[o] = s
 		}
@@ -493,10 +493,10 @@ func dot4(x, w []float32) (s0, s1, s2, s3 float32) {
 	n := len(x)
 	w0, w1, w2, w3 := w[:n], w[n:2*n], w[2*n:3*n], w[3*n:4*n]
 	for i, v := range x {
-		s0 += float32(v * w0[i])
-		s1 += float32(v * w1[i])
-		s2 += float32(v * w2[i])
-		s3 += float32(v * w3[i])
+		s0 = fma32(v, w0[i], s0)
+		s1 = fma32(v, w1[i], s1)
+		s2 = fma32(v, w2[i], s2)
+		s3 = fma32(v, w3[i], s3)
 	}
 	return
 }
@@ -506,10 +506,10 @@ func dot4BF16(x []float32, w []uint16) (s0, s1, s2, s3 float32) {
 	n := len(x)
 	w0, w1, w2, w3 := w[:n], w[n:2*n], w[2*n:3*n], w[3*n:4*n]
 	for i, v := range x {
-		s0 += float32(v * bf16(w0[i]))
-		s1 += float32(v * bf16(w1[i]))
-		s2 += float32(v * bf16(w2[i]))
-		s3 += float32(v * bf16(w3[i]))
+		s0 = fma32(v, bf16(w0[i]), s0)
+		s1 = fma32(v, bf16(w1[i]), s1)
+		s2 = fma32(v, bf16(w2[i]), s2)
+		s3 = fma32(v, bf16(w3[i]), s3)
 	}
 	return
 }

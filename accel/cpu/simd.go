@@ -16,7 +16,10 @@ import (
 // plain-Go kernels. All give the same bits: the vector kernels keep the
 // reference's order of every float32 operation and vectorise only across
 // independent chains (outputs of a matmul, elements of an axpy or of an
-// elementwise op), and never fuse a multiply with an add. Exponentials are
+// elementwise op). They fuse a multiply with an add only in the float32 and
+// bf16 matmuls, where the plain-Go kernels do the same exactly rounded
+// operation (fma32); everywhere else a product is rounded before it is
+// added. Exponentials are
 // computed in float64 vectors to within 2^-46 and rounded once to float32;
 // a lane whose value lies too close to a float32 rounding boundary to be
 // sure of the same rounding as float32(math.Exp(x)), or whose argument is out

@@ -41,8 +41,9 @@ func avx2Ops() *vecOps {
 		name: "avx2",
 		f32:  avx2F32Kernels,
 		bf16: avx2BF16Kernels,
-		// The largest blocks that fit in registers (gen_avx2mm.go).
-		blocks:   mmBlocks{f32: [2]int{2, 2}, bf16: [2]int{2, 1}, f32Row: [2]int{1, 3}, bf16Row: [2]int{1, 2}},
+		// float32: 12 accumulators in assembly (gen_avx2fma.go); bf16: the
+		// largest blocks that fit in the compiler's registers (gen_avx2mm.go).
+		blocks:   mmBlocks{f32: [2]int{3, 2}, bf16: [2]int{2, 1}, f32Row: [2]int{1, 3}, bf16Row: [2]int{1, 2}},
 		scale:    vScale8Go,
 		expShift: vExpShift8Go,
 		div:      vDiv8,

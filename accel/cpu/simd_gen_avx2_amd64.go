@@ -9,42 +9,11 @@ import (
 	"unsafe"
 )
 
-// avx2F32Kernels and avx2BF16Kernels index the kernels by [R-1][P-1].
-var avx2F32Kernels = [3][4]mmKernel{
-	{mmF32x8R1P1, mmF32x8R1P2, mmF32x8R1P3, mmF32x8R1P4},
-	{mmF32x8R2P1, mmF32x8R2P2, mmF32x8R2P3, nil},
-	{mmF32x8R3P1, mmF32x8R3P2, nil, nil},
-}
-
+// avx2BF16Kernels index the kernels by [R-1][P-1].
 var avx2BF16Kernels = [3][4]mmKernel{
 	{mmBF16x8R1P1, mmBF16x8R1P2, mmBF16x8R1P3, mmBF16x8R1P4},
 	{mmBF16x8R2P1, mmBF16x8R2P2, mmBF16x8R2P3, nil},
 	{mmBF16x8R3P1, mmBF16x8R3P2, nil, nil},
-}
-
-// mmF32x8R1P1: 1 row(s) of x by 1 panel(s) of 16 outputs, float32 panels, in 8-lane halves.
-//
-//go:noinline
-//go:norace
-//go:nocheckptr
-func mmF32x8R1P1(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int) {
-	var a000, a001 archsimd.Float32x8
-	for i := 0; ; {
-		b0 := archsimd.BroadcastUint32x8(*(*uint32)(x)).AsFloat32x8()
-		v00 := archsimd.LoadFloat32x8((*[8]float32)(w))
-		a000 = a000.Add(b0.Mul(v00))
-		v01 := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(w, 32)))
-		a001 = a001.Add(b0.Mul(v01))
-		i++
-		if i >= in {
-			break
-		}
-		x = unsafe.Add(x, 4)
-		w = unsafe.Add(w, 64)
-	}
-	a000.Store((*[8]float32)(y))
-	a001.Store((*[8]float32)(unsafe.Add(y, 32)))
-	archsimd.ClearAVXUpperBits()
 }
 
 // mmBF16x8R1P1: 1 row(s) of x by 1 panel(s) of 16 outputs, bfloat16 pair panels, in 8-lane halves.
@@ -62,16 +31,16 @@ func mmBF16x8R1P1(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w 
 			{
 				b0 := archsimd.BroadcastUint32x8(*(*uint32)(x)).AsFloat32x8()
 				v00 := archsimd.LoadUint32x8((*[8]uint32)(w)).ShiftLeft(sixteen).AsFloat32x8()
-				a000 = a000.Add(b0.Mul(v00))
+				a000 = b0.MulAdd(v00, a000)
 				v01 := archsimd.LoadUint32x8((*[8]uint32)(unsafe.Add(w, 32))).ShiftLeft(sixteen).AsFloat32x8()
-				a001 = a001.Add(b0.Mul(v01))
+				a001 = b0.MulAdd(v01, a001)
 			}
 			{
 				b0 := archsimd.BroadcastUint32x8(*(*uint32)(unsafe.Add(x, 4))).AsFloat32x8()
 				v00 := archsimd.LoadUint32x8((*[8]uint32)(w)).And(mask).AsFloat32x8()
-				a000 = a000.Add(b0.Mul(v00))
+				a000 = b0.MulAdd(v00, a000)
 				v01 := archsimd.LoadUint32x8((*[8]uint32)(unsafe.Add(w, 32))).And(mask).AsFloat32x8()
-				a001 = a001.Add(b0.Mul(v01))
+				a001 = b0.MulAdd(v01, a001)
 			}
 			k++
 			if k >= pairs {
@@ -88,45 +57,12 @@ func mmBF16x8R1P1(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w 
 		}
 		b0 := archsimd.BroadcastUint32x8(*(*uint32)(x)).AsFloat32x8()
 		v00 := archsimd.LoadUint32x8((*[8]uint32)(w)).ShiftLeft(sixteen).AsFloat32x8()
-		a000 = a000.Add(b0.Mul(v00))
+		a000 = b0.MulAdd(v00, a000)
 		v01 := archsimd.LoadUint32x8((*[8]uint32)(unsafe.Add(w, 32))).ShiftLeft(sixteen).AsFloat32x8()
-		a001 = a001.Add(b0.Mul(v01))
+		a001 = b0.MulAdd(v01, a001)
 	}
 	a000.Store((*[8]float32)(y))
 	a001.Store((*[8]float32)(unsafe.Add(y, 32)))
-	archsimd.ClearAVXUpperBits()
-}
-
-// mmF32x8R1P2: 1 row(s) of x by 2 panel(s) of 16 outputs, float32 panels, in 8-lane halves.
-//
-//go:noinline
-//go:norace
-//go:nocheckptr
-func mmF32x8R1P2(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int) {
-	var a000, a001, a010, a011 archsimd.Float32x8
-	w1 := unsafe.Add(w, ps)
-	for i := 0; ; {
-		b0 := archsimd.BroadcastUint32x8(*(*uint32)(x)).AsFloat32x8()
-		v00 := archsimd.LoadFloat32x8((*[8]float32)(w))
-		a000 = a000.Add(b0.Mul(v00))
-		v01 := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(w, 32)))
-		a001 = a001.Add(b0.Mul(v01))
-		v10 := archsimd.LoadFloat32x8((*[8]float32)(w1))
-		a010 = a010.Add(b0.Mul(v10))
-		v11 := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(w1, 32)))
-		a011 = a011.Add(b0.Mul(v11))
-		i++
-		if i >= in {
-			break
-		}
-		x = unsafe.Add(x, 4)
-		w = unsafe.Add(w, 64)
-		w1 = unsafe.Add(w1, 64)
-	}
-	a000.Store((*[8]float32)(y))
-	a001.Store((*[8]float32)(unsafe.Add(y, 32)))
-	a010.Store((*[8]float32)(unsafe.Add(y, 64)))
-	a011.Store((*[8]float32)(unsafe.Add(y, 96)))
 	archsimd.ClearAVXUpperBits()
 }
 
@@ -146,24 +82,24 @@ func mmBF16x8R1P2(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w 
 			{
 				b0 := archsimd.BroadcastUint32x8(*(*uint32)(x)).AsFloat32x8()
 				v00 := archsimd.LoadUint32x8((*[8]uint32)(w)).ShiftLeft(sixteen).AsFloat32x8()
-				a000 = a000.Add(b0.Mul(v00))
+				a000 = b0.MulAdd(v00, a000)
 				v01 := archsimd.LoadUint32x8((*[8]uint32)(unsafe.Add(w, 32))).ShiftLeft(sixteen).AsFloat32x8()
-				a001 = a001.Add(b0.Mul(v01))
+				a001 = b0.MulAdd(v01, a001)
 				v10 := archsimd.LoadUint32x8((*[8]uint32)(w1)).ShiftLeft(sixteen).AsFloat32x8()
-				a010 = a010.Add(b0.Mul(v10))
+				a010 = b0.MulAdd(v10, a010)
 				v11 := archsimd.LoadUint32x8((*[8]uint32)(unsafe.Add(w1, 32))).ShiftLeft(sixteen).AsFloat32x8()
-				a011 = a011.Add(b0.Mul(v11))
+				a011 = b0.MulAdd(v11, a011)
 			}
 			{
 				b0 := archsimd.BroadcastUint32x8(*(*uint32)(unsafe.Add(x, 4))).AsFloat32x8()
 				v00 := archsimd.LoadUint32x8((*[8]uint32)(w)).And(mask).AsFloat32x8()
-				a000 = a000.Add(b0.Mul(v00))
+				a000 = b0.MulAdd(v00, a000)
 				v01 := archsimd.LoadUint32x8((*[8]uint32)(unsafe.Add(w, 32))).And(mask).AsFloat32x8()
-				a001 = a001.Add(b0.Mul(v01))
+				a001 = b0.MulAdd(v01, a001)
 				v10 := archsimd.LoadUint32x8((*[8]uint32)(w1)).And(mask).AsFloat32x8()
-				a010 = a010.Add(b0.Mul(v10))
+				a010 = b0.MulAdd(v10, a010)
 				v11 := archsimd.LoadUint32x8((*[8]uint32)(unsafe.Add(w1, 32))).And(mask).AsFloat32x8()
-				a011 = a011.Add(b0.Mul(v11))
+				a011 = b0.MulAdd(v11, a011)
 			}
 			k++
 			if k >= pairs {
@@ -182,59 +118,18 @@ func mmBF16x8R1P2(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w 
 		}
 		b0 := archsimd.BroadcastUint32x8(*(*uint32)(x)).AsFloat32x8()
 		v00 := archsimd.LoadUint32x8((*[8]uint32)(w)).ShiftLeft(sixteen).AsFloat32x8()
-		a000 = a000.Add(b0.Mul(v00))
+		a000 = b0.MulAdd(v00, a000)
 		v01 := archsimd.LoadUint32x8((*[8]uint32)(unsafe.Add(w, 32))).ShiftLeft(sixteen).AsFloat32x8()
-		a001 = a001.Add(b0.Mul(v01))
+		a001 = b0.MulAdd(v01, a001)
 		v10 := archsimd.LoadUint32x8((*[8]uint32)(w1)).ShiftLeft(sixteen).AsFloat32x8()
-		a010 = a010.Add(b0.Mul(v10))
+		a010 = b0.MulAdd(v10, a010)
 		v11 := archsimd.LoadUint32x8((*[8]uint32)(unsafe.Add(w1, 32))).ShiftLeft(sixteen).AsFloat32x8()
-		a011 = a011.Add(b0.Mul(v11))
+		a011 = b0.MulAdd(v11, a011)
 	}
 	a000.Store((*[8]float32)(y))
 	a001.Store((*[8]float32)(unsafe.Add(y, 32)))
 	a010.Store((*[8]float32)(unsafe.Add(y, 64)))
 	a011.Store((*[8]float32)(unsafe.Add(y, 96)))
-	archsimd.ClearAVXUpperBits()
-}
-
-// mmF32x8R1P3: 1 row(s) of x by 3 panel(s) of 16 outputs, float32 panels, in 8-lane halves.
-//
-//go:noinline
-//go:norace
-//go:nocheckptr
-func mmF32x8R1P3(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int) {
-	var a000, a001, a010, a011, a020, a021 archsimd.Float32x8
-	w1 := unsafe.Add(w, ps)
-	w2 := unsafe.Add(w1, ps)
-	for i := 0; ; {
-		b0 := archsimd.BroadcastUint32x8(*(*uint32)(x)).AsFloat32x8()
-		v00 := archsimd.LoadFloat32x8((*[8]float32)(w))
-		a000 = a000.Add(b0.Mul(v00))
-		v01 := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(w, 32)))
-		a001 = a001.Add(b0.Mul(v01))
-		v10 := archsimd.LoadFloat32x8((*[8]float32)(w1))
-		a010 = a010.Add(b0.Mul(v10))
-		v11 := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(w1, 32)))
-		a011 = a011.Add(b0.Mul(v11))
-		v20 := archsimd.LoadFloat32x8((*[8]float32)(w2))
-		a020 = a020.Add(b0.Mul(v20))
-		v21 := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(w2, 32)))
-		a021 = a021.Add(b0.Mul(v21))
-		i++
-		if i >= in {
-			break
-		}
-		x = unsafe.Add(x, 4)
-		w = unsafe.Add(w, 64)
-		w1 = unsafe.Add(w1, 64)
-		w2 = unsafe.Add(w2, 64)
-	}
-	a000.Store((*[8]float32)(y))
-	a001.Store((*[8]float32)(unsafe.Add(y, 32)))
-	a010.Store((*[8]float32)(unsafe.Add(y, 64)))
-	a011.Store((*[8]float32)(unsafe.Add(y, 96)))
-	a020.Store((*[8]float32)(unsafe.Add(y, 128)))
-	a021.Store((*[8]float32)(unsafe.Add(y, 160)))
 	archsimd.ClearAVXUpperBits()
 }
 
@@ -244,49 +139,10 @@ func mmBF16x8R1P3(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w 
 	mmBF16x8R1P1(unsafe.Add(y, 128), ys, x, xs, unsafe.Add(w, 2*ps), ps, in)
 }
 
-// mmF32x8R1P4: 1 row(s) of x by 4 panel(s), as smaller blocks (this one would spill).
-func mmF32x8R1P4(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int) {
-	mmF32x8R1P3(y, ys, x, xs, w, ps, in)
-	mmF32x8R1P1(unsafe.Add(y, 192), ys, x, xs, unsafe.Add(w, 3*ps), ps, in)
-}
-
 // mmBF16x8R1P4: 1 row(s) of x by 4 panel(s), as smaller blocks (this one would spill).
 func mmBF16x8R1P4(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int) {
 	mmBF16x8R1P2(y, ys, x, xs, w, ps, in)
 	mmBF16x8R1P2(unsafe.Add(y, 128), ys, x, xs, unsafe.Add(w, 2*ps), ps, in)
-}
-
-// mmF32x8R2P1: 2 row(s) of x by 1 panel(s) of 16 outputs, float32 panels, in 8-lane halves.
-//
-//go:noinline
-//go:norace
-//go:nocheckptr
-func mmF32x8R2P1(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int) {
-	var a000, a001, a100, a101 archsimd.Float32x8
-	x1 := unsafe.Add(x, xs)
-	for i := 0; ; {
-		b0 := archsimd.BroadcastUint32x8(*(*uint32)(x)).AsFloat32x8()
-		b1 := archsimd.BroadcastUint32x8(*(*uint32)(x1)).AsFloat32x8()
-		v00 := archsimd.LoadFloat32x8((*[8]float32)(w))
-		a000 = a000.Add(b0.Mul(v00))
-		a100 = a100.Add(b1.Mul(v00))
-		v01 := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(w, 32)))
-		a001 = a001.Add(b0.Mul(v01))
-		a101 = a101.Add(b1.Mul(v01))
-		i++
-		if i >= in {
-			break
-		}
-		x = unsafe.Add(x, 4)
-		x1 = unsafe.Add(x1, 4)
-		w = unsafe.Add(w, 64)
-	}
-	a000.Store((*[8]float32)(y))
-	a001.Store((*[8]float32)(unsafe.Add(y, 32)))
-	y = unsafe.Add(y, ys)
-	a100.Store((*[8]float32)(y))
-	a101.Store((*[8]float32)(unsafe.Add(y, 32)))
-	archsimd.ClearAVXUpperBits()
 }
 
 // mmBF16x8R2P1: 2 row(s) of x by 1 panel(s) of 16 outputs, bfloat16 pair panels, in 8-lane halves.
@@ -306,21 +162,21 @@ func mmBF16x8R2P1(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w 
 				b0 := archsimd.BroadcastUint32x8(*(*uint32)(x)).AsFloat32x8()
 				b1 := archsimd.BroadcastUint32x8(*(*uint32)(x1)).AsFloat32x8()
 				v00 := archsimd.LoadUint32x8((*[8]uint32)(w)).ShiftLeft(sixteen).AsFloat32x8()
-				a000 = a000.Add(b0.Mul(v00))
-				a100 = a100.Add(b1.Mul(v00))
+				a000 = b0.MulAdd(v00, a000)
+				a100 = b1.MulAdd(v00, a100)
 				v01 := archsimd.LoadUint32x8((*[8]uint32)(unsafe.Add(w, 32))).ShiftLeft(sixteen).AsFloat32x8()
-				a001 = a001.Add(b0.Mul(v01))
-				a101 = a101.Add(b1.Mul(v01))
+				a001 = b0.MulAdd(v01, a001)
+				a101 = b1.MulAdd(v01, a101)
 			}
 			{
 				b0 := archsimd.BroadcastUint32x8(*(*uint32)(unsafe.Add(x, 4))).AsFloat32x8()
 				b1 := archsimd.BroadcastUint32x8(*(*uint32)(unsafe.Add(x1, 4))).AsFloat32x8()
 				v00 := archsimd.LoadUint32x8((*[8]uint32)(w)).And(mask).AsFloat32x8()
-				a000 = a000.Add(b0.Mul(v00))
-				a100 = a100.Add(b1.Mul(v00))
+				a000 = b0.MulAdd(v00, a000)
+				a100 = b1.MulAdd(v00, a100)
 				v01 := archsimd.LoadUint32x8((*[8]uint32)(unsafe.Add(w, 32))).And(mask).AsFloat32x8()
-				a001 = a001.Add(b0.Mul(v01))
-				a101 = a101.Add(b1.Mul(v01))
+				a001 = b0.MulAdd(v01, a001)
+				a101 = b1.MulAdd(v01, a101)
 			}
 			k++
 			if k >= pairs {
@@ -340,62 +196,17 @@ func mmBF16x8R2P1(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w 
 		b0 := archsimd.BroadcastUint32x8(*(*uint32)(x)).AsFloat32x8()
 		b1 := archsimd.BroadcastUint32x8(*(*uint32)(x1)).AsFloat32x8()
 		v00 := archsimd.LoadUint32x8((*[8]uint32)(w)).ShiftLeft(sixteen).AsFloat32x8()
-		a000 = a000.Add(b0.Mul(v00))
-		a100 = a100.Add(b1.Mul(v00))
+		a000 = b0.MulAdd(v00, a000)
+		a100 = b1.MulAdd(v00, a100)
 		v01 := archsimd.LoadUint32x8((*[8]uint32)(unsafe.Add(w, 32))).ShiftLeft(sixteen).AsFloat32x8()
-		a001 = a001.Add(b0.Mul(v01))
-		a101 = a101.Add(b1.Mul(v01))
+		a001 = b0.MulAdd(v01, a001)
+		a101 = b1.MulAdd(v01, a101)
 	}
 	a000.Store((*[8]float32)(y))
 	a001.Store((*[8]float32)(unsafe.Add(y, 32)))
 	y = unsafe.Add(y, ys)
 	a100.Store((*[8]float32)(y))
 	a101.Store((*[8]float32)(unsafe.Add(y, 32)))
-	archsimd.ClearAVXUpperBits()
-}
-
-// mmF32x8R2P2: 2 row(s) of x by 2 panel(s) of 16 outputs, float32 panels, in 8-lane halves.
-//
-//go:noinline
-//go:norace
-//go:nocheckptr
-func mmF32x8R2P2(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int) {
-	var a000, a001, a010, a011, a100, a101, a110, a111 archsimd.Float32x8
-	w1 := unsafe.Add(w, ps)
-	x1 := unsafe.Add(x, xs)
-	for i := 0; ; {
-		b0 := archsimd.BroadcastUint32x8(*(*uint32)(x)).AsFloat32x8()
-		b1 := archsimd.BroadcastUint32x8(*(*uint32)(x1)).AsFloat32x8()
-		v00 := archsimd.LoadFloat32x8((*[8]float32)(w))
-		a000 = a000.Add(b0.Mul(v00))
-		a100 = a100.Add(b1.Mul(v00))
-		v01 := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(w, 32)))
-		a001 = a001.Add(b0.Mul(v01))
-		a101 = a101.Add(b1.Mul(v01))
-		v10 := archsimd.LoadFloat32x8((*[8]float32)(w1))
-		a010 = a010.Add(b0.Mul(v10))
-		a110 = a110.Add(b1.Mul(v10))
-		v11 := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(w1, 32)))
-		a011 = a011.Add(b0.Mul(v11))
-		a111 = a111.Add(b1.Mul(v11))
-		i++
-		if i >= in {
-			break
-		}
-		x = unsafe.Add(x, 4)
-		x1 = unsafe.Add(x1, 4)
-		w = unsafe.Add(w, 64)
-		w1 = unsafe.Add(w1, 64)
-	}
-	a000.Store((*[8]float32)(y))
-	a001.Store((*[8]float32)(unsafe.Add(y, 32)))
-	a010.Store((*[8]float32)(unsafe.Add(y, 64)))
-	a011.Store((*[8]float32)(unsafe.Add(y, 96)))
-	y = unsafe.Add(y, ys)
-	a100.Store((*[8]float32)(y))
-	a101.Store((*[8]float32)(unsafe.Add(y, 32)))
-	a110.Store((*[8]float32)(unsafe.Add(y, 64)))
-	a111.Store((*[8]float32)(unsafe.Add(y, 96)))
 	archsimd.ClearAVXUpperBits()
 }
 
@@ -405,12 +216,6 @@ func mmBF16x8R2P2(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w 
 	mmBF16x8R2P1(unsafe.Add(y, 64), ys, x, xs, unsafe.Add(w, ps), ps, in)
 }
 
-// mmF32x8R2P3: 2 row(s) of x by 3 panel(s), as smaller blocks (this one would spill).
-func mmF32x8R2P3(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int) {
-	mmF32x8R2P2(y, ys, x, xs, w, ps, in)
-	mmF32x8R2P1(unsafe.Add(y, 128), ys, x, xs, unsafe.Add(w, 2*ps), ps, in)
-}
-
 // mmBF16x8R2P3: 2 row(s) of x by 3 panel(s), as smaller blocks (this one would spill).
 func mmBF16x8R2P3(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int) {
 	mmBF16x8R2P1(y, ys, x, xs, w, ps, in)
@@ -418,57 +223,10 @@ func mmBF16x8R2P3(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w 
 	mmBF16x8R2P1(unsafe.Add(y, 128), ys, x, xs, unsafe.Add(w, 2*ps), ps, in)
 }
 
-// mmF32x8R3P1: 3 row(s) of x by 1 panel(s) of 16 outputs, float32 panels, in 8-lane halves.
-//
-//go:noinline
-//go:norace
-//go:nocheckptr
-func mmF32x8R3P1(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int) {
-	var a000, a001, a100, a101, a200, a201 archsimd.Float32x8
-	x1 := unsafe.Add(x, xs)
-	x2 := unsafe.Add(x1, xs)
-	for i := 0; ; {
-		b0 := archsimd.BroadcastUint32x8(*(*uint32)(x)).AsFloat32x8()
-		b1 := archsimd.BroadcastUint32x8(*(*uint32)(x1)).AsFloat32x8()
-		b2 := archsimd.BroadcastUint32x8(*(*uint32)(x2)).AsFloat32x8()
-		v00 := archsimd.LoadFloat32x8((*[8]float32)(w))
-		a000 = a000.Add(b0.Mul(v00))
-		a100 = a100.Add(b1.Mul(v00))
-		a200 = a200.Add(b2.Mul(v00))
-		v01 := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(w, 32)))
-		a001 = a001.Add(b0.Mul(v01))
-		a101 = a101.Add(b1.Mul(v01))
-		a201 = a201.Add(b2.Mul(v01))
-		i++
-		if i >= in {
-			break
-		}
-		x = unsafe.Add(x, 4)
-		x1 = unsafe.Add(x1, 4)
-		x2 = unsafe.Add(x2, 4)
-		w = unsafe.Add(w, 64)
-	}
-	a000.Store((*[8]float32)(y))
-	a001.Store((*[8]float32)(unsafe.Add(y, 32)))
-	y = unsafe.Add(y, ys)
-	a100.Store((*[8]float32)(y))
-	a101.Store((*[8]float32)(unsafe.Add(y, 32)))
-	y = unsafe.Add(y, ys)
-	a200.Store((*[8]float32)(y))
-	a201.Store((*[8]float32)(unsafe.Add(y, 32)))
-	archsimd.ClearAVXUpperBits()
-}
-
 // mmBF16x8R3P1: 3 row(s) of x by 1 panel(s), as smaller blocks (this one would spill).
 func mmBF16x8R3P1(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int) {
 	mmBF16x8R2P1(y, ys, x, xs, w, ps, in)
 	mmBF16x8R1P1(unsafe.Add(y, 2*ys), ys, unsafe.Add(x, 2*xs), xs, w, ps, in)
-}
-
-// mmF32x8R3P2: 3 row(s) of x by 2 panel(s), as smaller blocks (this one would spill).
-func mmF32x8R3P2(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int) {
-	mmF32x8R3P1(y, ys, x, xs, w, ps, in)
-	mmF32x8R3P1(unsafe.Add(y, 64), ys, x, xs, unsafe.Add(w, ps), ps, in)
 }
 
 // mmBF16x8R3P2: 3 row(s) of x by 2 panel(s), as smaller blocks (this one would spill).
