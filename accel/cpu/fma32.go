@@ -16,19 +16,42 @@ import "math"
 // exact sum and its nearest float64 s, and rounding s or the exact sum to
 // float32 gives the same. Only where s lands on a midpoint (low 29
 // fraction bits 1<<28) or in float32's subnormal range (whose midpoints lie
-// lower; zero included) does fma32Near redo the sum, which is rare in a
-// matmul's sums, so the test is a predictable branch.
+// lower) does fma32Near redo the sum, which is rare in a matmul's sums, so
+// the test is a predictable branch.
 func fma32(a, b, c float32) float32 {
+	s := fmaSum(a, b, c)
+	if u := math.Float64bits(s); rareSum(u) {
+		return fma32Near(float64(float64(a)*float64(b)), float64(c), s)
+	}
+	return float32(s)
+}
+
+// fmaSum is fma32's float64 sum, a*b (exact) + c rounded once: where
+// rareSum is false of its bits, float32 of it is fma32(a, b, c). The
+// kernels' loops (dot4) inline it and test their chains' sums together
+// (rareSums4), leaving the loop for fma32 at a rare step.
+func fmaSum(a, b, c float32) float64 {
 	// The explicit conversion keeps a fusing compiler (arm64, ppc64, s390x,
 	// riscv64) from merging the product into the addition; the product is
 	// exact, so fused or not the bits would agree, but the conversion makes
 	// that not depend on it.
-	p := float64(float64(a) * float64(b))
-	s := p + float64(c)
-	if u := math.Float64bits(s); u&(1<<29-1) == 1<<28 || u&(0x7ff<<52) < (1023-126)<<52 {
-		return fma32Near(p, float64(c), s)
-	}
-	return float32(s)
+	return float64(float64(a)*float64(b)) + float64(c)
+}
+
+// rareSum reports whether the float64 sum of bits u lies on a float32
+// midpoint (low 29 fraction bits 1<<28) or in float32's subnormal range
+// (zero is not rare: a sum that rounds to zero is exact).
+func rareSum(u uint64) bool { return rareSums4(u, u, u, u) }
+
+// rareSums4 is rareSum of any of four sums, without branches: x is a
+// midpoint where (x+1<<28) has no low 29 bits, i.e. where that minus one
+// borrows into bit 63; x<<1 (the sign dropped) minus one is below the
+// float32 subnormal bound's only for nonzero sums under it.
+func rareSums4(u0, u1, u2, u3 uint64) bool {
+	const h, m = 1 << 28, 1<<29 - 1
+	mid := ((u0+h)&m - 1) | ((u1+h)&m - 1) | ((u2+h)&m - 1) | ((u3+h)&m - 1)
+	tiny := min(u0<<1-1, u1<<1-1, u2<<1-1, u3<<1-1)
+	return mid>>63 != 0 || tiny < (1023-126)<<53-1
 }
 
 // fma32Near is fma32 from the exact product p, the addend z and their

@@ -456,12 +456,7 @@ func runMatMulRows(c *rcall, lo, hi, t0, t1 int) {
 				yr[o], yr[o+1], yr[o+2], yr[o+3] = dot4BF16(xr, w[o*in:(o+4)*in])
 			}
 			for ; o < o1; o++ {
-				wr := w[o*in : (o+1)*in]
-				var s float32
-				for i, v := range xr {
-					s = fma32(v, bf16(wr[i]), s)
-				}
-				yr[o] = s
+				yr[o] = dotBF16(xr, w[o*in:(o+1)*in])
 			}
 		}
 		return
@@ -475,28 +470,34 @@ func runMatMulRows(c *rcall, lo, hi, t0, t1 int) {
 			yr[o], yr[o+1], yr[o+2], yr[o+3] = dot4(xr, w[o*in:(o+4)*in])
 		}
 		for ; o < o1; o++ {
-			wr := w[o*in : (o+1)*in]
-			wr = wr[:len(xr)]
-			var s float32
-			for i, v := range xr {
-				s = fma32(v, wr[i], s)
-			}
-			yr[o] = s
+			yr[o] = dot(xr, w[o*in:(o+1)*in])
 		}
 	}
 }
 
-// dot4 is four sequential float32 dot products of x with the four rows of w.
+// dot4 is four sequential float32 dot products of x with the four rows of
+// w, a fused multiply-add per term: fma32's float64 sums inline in a loop
+// without calls, tested together (rareSums4), which leaves it at a rare
+// step for fma32 on all four chains and then goes on (a call inside the
+// loop would spill its values on every step).
 //
 //go:norace
 func dot4(x, w []float32) (s0, s1, s2, s3 float32) {
 	n := len(x)
-	w0, w1, w2, w3 := w[:n], w[n:2*n], w[2*n:3*n], w[3*n:4*n]
-	for i, v := range x {
-		s0 = fma32(v, w0[i], s0)
-		s1 = fma32(v, w1[i], s1)
-		s2 = fma32(v, w2[i], s2)
-		s3 = fma32(v, w3[i], s3)
+	x, w0, w1, w2, w3 := x[:n], w[:n], w[n:2*n], w[2*n:3*n], w[3*n:4*n]
+	for i := 0; i < n; i++ {
+		for ; i < n; i++ {
+			v := x[i]
+			a0, a1, a2, a3 := fmaSum(v, w0[i], s0), fmaSum(v, w1[i], s1), fmaSum(v, w2[i], s2), fmaSum(v, w3[i], s3)
+			if rareSums4(math.Float64bits(a0), math.Float64bits(a1), math.Float64bits(a2), math.Float64bits(a3)) {
+				break
+			}
+			s0, s1, s2, s3 = float32(a0), float32(a1), float32(a2), float32(a3)
+		}
+		if i < n {
+			v := x[i]
+			s0, s1, s2, s3 = fma32(v, w0[i], s0), fma32(v, w1[i], s1), fma32(v, w2[i], s2), fma32(v, w3[i], s3)
+		}
 	}
 	return
 }
@@ -504,14 +505,45 @@ func dot4(x, w []float32) (s0, s1, s2, s3 float32) {
 //go:norace
 func dot4BF16(x []float32, w []uint16) (s0, s1, s2, s3 float32) {
 	n := len(x)
-	w0, w1, w2, w3 := w[:n], w[n:2*n], w[2*n:3*n], w[3*n:4*n]
-	for i, v := range x {
-		s0 = fma32(v, bf16(w0[i]), s0)
-		s1 = fma32(v, bf16(w1[i]), s1)
-		s2 = fma32(v, bf16(w2[i]), s2)
-		s3 = fma32(v, bf16(w3[i]), s3)
+	x, w0, w1, w2, w3 := x[:n], w[:n], w[n:2*n], w[2*n:3*n], w[3*n:4*n]
+	for i := 0; i < n; i++ {
+		for ; i < n; i++ {
+			v := x[i]
+			a0, a1, a2, a3 := fmaSum(v, bf16(w0[i]), s0), fmaSum(v, bf16(w1[i]), s1), fmaSum(v, bf16(w2[i]), s2), fmaSum(v, bf16(w3[i]), s3)
+			if rareSums4(math.Float64bits(a0), math.Float64bits(a1), math.Float64bits(a2), math.Float64bits(a3)) {
+				break
+			}
+			s0, s1, s2, s3 = float32(a0), float32(a1), float32(a2), float32(a3)
+		}
+		if i < n {
+			v := x[i]
+			s0, s1, s2, s3 = fma32(v, bf16(w0[i]), s0), fma32(v, bf16(w1[i]), s1), fma32(v, bf16(w2[i]), s2), fma32(v, bf16(w3[i]), s3)
+		}
 	}
 	return
+}
+
+// dot and dotBF16 are one sequential dot product of x with a row of w
+// (len(x) long), a fused multiply-add per term (fma32).
+//
+//go:norace
+func dot(x, w []float32) float32 {
+	w = w[:len(x)]
+	var s float32
+	for i, v := range x {
+		s = fma32(v, w[i], s)
+	}
+	return s
+}
+
+//go:norace
+func dotBF16(x []float32, w []uint16) float32 {
+	w = w[:len(x)]
+	var s float32
+	for i, v := range x {
+		s = fma32(v, bf16(w[i]), s)
+	}
+	return s
 }
 
 // ropeHeads is a RoPE call's head layout: nq query heads, nk key heads of hd,
