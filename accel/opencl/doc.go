@@ -85,9 +85,11 @@
 // # Invariants
 //
 //   - Each kernel computes an output element (or row) in one work-item, in a
-//     fixed sequential order, without fused multiply-add (FP_CONTRACT OFF), so
-//     results do not depend on the batch, the padding or eager against replay:
-//     the device is Deterministic. Matrix products, additions and the data
+//     fixed sequential order, without contracted multiply-adds (FP_CONTRACT
+//     OFF; the float32 and bf16 matmuls call fma() per term, as the CPU
+//     device fuses them), so results do not depend on the batch, the padding
+//     or eager against replay: the device is Deterministic. Matrix products,
+//     additions and the data
 //     movement kernels give the CPU device's bits; exp, sin and cos are the
 //     device's own, so softmax, SiLU and RoPE agree with the CPU device only
 //     within float tolerance.

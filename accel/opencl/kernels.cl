@@ -6,7 +6,9 @@
 //   - one work-item computes each output element (or each output row) on its
 //     own, in a fixed sequential order, with no reduction across work-items;
 //   - no contraction of a*b+c into a fused multiply-add (FP_CONTRACT OFF), so
-//     products are rounded before they are added, as on the CPU device;
+//     products are rounded before they are added, as on the CPU device,
+//     except in the float32 and bf16 matmuls, which call fma() (correctly
+//     rounded, as the CPU device's fused matmuls are);
 //   - every buffer comes with an element offset (buffers are views into the
 //     allocator's segments) and every launch is rounded up to whole
 //     work-groups, so each kernel checks its index against its size.
@@ -66,7 +68,8 @@ __kernel void k_rmsnorm(__global float* out, ulong oo, __global const float* x, 
 	}
 }
 
-// y[t,o] = sum_i x[t,i]*w[o,i], one work-item per output, summed in order.
+// y[t,o] = sum_i x[t,i]*w[o,i], one work-item per output, summed in order,
+// each term a fused multiply-add (the CPU device's bits).
 __kernel void k_matmul_f32(__global float* y, ulong yo, __global const float* x, ulong xo,
                            __global const float* w, ulong wo, int t, int nin, int nout) {
 	size_t g = get_global_id(0);
@@ -76,7 +79,7 @@ __kernel void k_matmul_f32(__global float* y, ulong yo, __global const float* x,
 	__global const float* wr = w + wo + o * (size_t)nin;
 	float s = 0.0f;
 	for (int i = 0; i < nin; i++) {
-		s += xr[i] * wr[i];
+		s = fma(xr[i], wr[i], s);
 	}
 	y[yo + g] = s;
 }
@@ -90,7 +93,7 @@ __kernel void k_matmul_bf16(__global float* y, ulong yo, __global const float* x
 	__global const ushort* wr = w + wo + o * (size_t)nin;
 	float s = 0.0f;
 	for (int i = 0; i < nin; i++) {
-		s += xr[i] * bf16_to_float(wr[i]);
+		s = fma(xr[i], bf16_to_float(wr[i]), s);
 	}
 	y[yo + g] = s;
 }

@@ -57,8 +57,10 @@ func (p *pair) readF32(x twin) (ocl, cpu []float32) { return p.ocl.ReadF32(x.o),
 func (p *pair) readI32(x twin) (ocl, cpu []int32)   { return p.ocl.ReadI32(x.o), p.cpu.ReadI32(x.c) }
 
 // The kernels made only of IEEE additions and products (and data movement)
-// give the CPU device's bits: the same order, no fused multiply-add. The rest
-// use the device's exp, sin and cos and agree within tolerance.
+// give the CPU device's bits: the same order, and a fused multiply-add per
+// term in the float32 and bf16 matmuls as on the CPU device (fma() is
+// correctly rounded). The rest use the device's exp, sin and cos and agree
+// within tolerance.
 func TestCPUParity(t *testing.T) {
 	p := newPair(t)
 	r := rand.New(rand.NewPCG(21, 22))
