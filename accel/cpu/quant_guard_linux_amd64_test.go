@@ -11,6 +11,22 @@ import (
 	"unsafe"
 )
 
+// guardedBytes is n zeroed bytes ending where a page that cannot be read
+// begins.
+func guardedBytes(t *testing.T, n int) []byte {
+	page := syscall.Getpagesize()
+	size := (n + page - 1) / page * page
+	mem, err := syscall.Mmap(-1, 0, size+page, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE)
+	if err != nil {
+		t.Skip("mmap:", err)
+	}
+	t.Cleanup(func() { syscall.Munmap(mem) })
+	if err := syscall.Mprotect(mem[size:], syscall.PROT_NONE); err != nil {
+		t.Skip("mprotect:", err)
+	}
+	return mem[size-n : size : size]
+}
+
 // TestQuantKernelsStayInActs: the vector kernels read nothing of x's
 // quantized rows past the capacity quantizeActs gave them. A fresh piece's
 // rows are a fresh allocation, which may end where the heap's mapped
@@ -23,19 +39,9 @@ func TestQuantKernelsStayInActs(t *testing.T) {
 	if !quantVecBuilt {
 		t.Skip("no quantized vector kernels here")
 	}
-	page := syscall.Getpagesize()
-	// guarded is n bytes ending where a page that cannot be read begins.
 	guarded := func(t *testing.T, n int) []int8 {
-		size := (n + page - 1) / page * page
-		mem, err := syscall.Mmap(-1, 0, size+page, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE)
-		if err != nil {
-			t.Skip("mmap:", err)
-		}
-		t.Cleanup(func() { syscall.Munmap(mem) })
-		if err := syscall.Mprotect(mem[size:], syscall.PROT_NONE); err != nil {
-			t.Skip("mprotect:", err)
-		}
-		return unsafe.Slice((*int8)(unsafe.Pointer(&mem[size-n])), n)
+		g := guardedBytes(t, n)
+		return unsafe.Slice((*int8)(unsafe.Pointer(&g[0])), n)
 	}
 	old := quantVec.Load()
 	quantVec.Store(true)
@@ -74,6 +80,60 @@ func TestQuantKernelsStayInActs(t *testing.T) {
 						}
 					}()
 					runMatMulQuantVec(c, &k.qa, p, 0, 1, 0, T, k)
+				}()
+				if i, ok := bitsEqual(c.o[0].f32(), want); !ok {
+					t.Fatalf("differs at %d: %g, in ordinary memory %g", i, c.o[0].f32()[i], want[i])
+				}
+			})
+		}
+	}
+}
+
+// TestQuantKernelsStayInPanels: the vector kernels read nothing past the
+// end of W's packed panels. The last panel's end is moved to a page that
+// cannot be read, so that a read past it (a read-ahead into the next
+// super-block or panel, as mmQ6_K's once did into slack the pack no longer
+// allocates) faults instead of passing unseen, on every kernel: one-row,
+// two- and three-row, widened (whose widening reads the panel), and a
+// partial last panel (24 outputs). The results must be those of the panels
+// in ordinary memory.
+func TestQuantKernelsStayInPanels(t *testing.T) {
+	if !quantVecBuilt {
+		t.Skip("no quantized vector kernels here")
+	}
+	old := quantVec.Load()
+	quantVec.Store(true)
+	defer quantVec.Store(old)
+	r := rand.New(rand.NewPCG(17, 18))
+	const out, in = 24, 256
+	for _, dt := range quantDTypes {
+		for _, T := range []int{1, 2, 3, 5, quantWideMin, quantWideMin + 1} {
+			t.Run(fmt.Sprintf("%s/T%d", dt, T), func(t *testing.T) {
+				c, _, _ := quantCall(t, r, dt, T, out, in)
+				p := packWeights(c.o[2])
+				k := &kctx{}
+				run := func() {
+					quantizeActs(&k.qa, c.o[1].f32(), in, 0, T, kBlocks(dt))
+					if !runMatMulQuantVec(c, &k.qa, p, 0, p.panels, 0, T, k) {
+						t.Fatal("no vector kernel")
+					}
+				}
+				run()
+				want := append([]float32(nil), c.o[0].f32()...)
+				// (Panels are multiples of 64 bytes, so the copy keeps the
+				// pack's 64-byte alignment.)
+				g := guardedBytes(t, len(p.data))
+				copy(g, p.data)
+				p.data = g
+				clear(c.o[0].f32())
+				func() {
+					defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+					defer func() {
+						if e := recover(); e != nil {
+							t.Fatalf("a kernel read past the %d packed bytes: %v", len(p.data), e)
+						}
+					}()
+					run()
 				}()
 				if i, ok := bitsEqual(c.o[0].f32(), want); !ok {
 					t.Fatalf("differs at %d: %g, in ordinary memory %g", i, c.o[0].f32()[i], want[i])
