@@ -314,10 +314,11 @@ func kEnd(p func(string, ...any), R int, regA bool) {
 }
 
 // genQ6_K writes mmQ6_Kx<R>: R rows by one whole Q6_K panel (both halves
-// at once). mmQ6_K's A for a super-block is Σ_s scale_s·(Σ_16 q·x -
-// 32·Σx_s) over its sixteen sub-blocks s; integer and exact (the bounds:
-// |A| < 2^28), so it may be taken in any order, and here it is Σ_s
-// scale_s·(Σ q·x) less 32·Σ_s scale_s·Σx_s. The sub-block's scale is
+// at once). A super-block's A is Σ_s scale_s·(Σ_16 (q-32)·x) over its
+// sixteen sub-blocks s (quant.go); integer and exact (the bounds: |A| <
+// 2^28), so it may be taken in any order, and with the packed values q' =
+// 63-q (quant_pack.go) here it is 31·B less A' = Σ_s scale_s·(Σ q'·x),
+// B = Σ_s scale_s·Σx_s. The sub-block's scale is
 // applied in the fold of the int16 pair sums to int32 (VPMADDWD against
 // (scale, scale) int16 pairs, made once per super-block into scp, instead
 // of a fold by ones and an int32 multiply), group pair by group pair
@@ -325,10 +326,10 @@ func kEnd(p func(string, ...any), R int, regA bool) {
 // memory at R = 3 (a: its stores fence the next pair; in registers, the
 // six sums of A and six of the pair spilled), in registers at R = 2
 // (regA: fenced by a store of one at each pair). Each group's 6-bit values
-// are made from the packed bytes where they are used (q6Group), one vector
-// per half, serving the R rows. Then B = Σ_s scale_s·Σx_s (Σx_s fits
-// int16, so a VPMADDWD against (Σx_s, 0) too) and (d·dx)·(A - 32·B) added
-// to y: the one-row kernel's float32 operations, in its order.
+// are made from the packed bytes where they are used (q6Values), one
+// vector per half, serving the R rows. Then B (Σx_s fits int16, so a
+// VPMADDWD against (Σx_s, 0) too) and (d·dx)·(32·B - B - A') added to y:
+// the one-row kernel's float32 operations, in its order.
 //
 // With wide, mmQ6_KWx<R> on a widened panel (genWidenQ6_K): the values
 // and the scale pairs loaded as they are.
@@ -519,8 +520,8 @@ func genScalePairs(p func(string, ...any), dst func(s int) string) {
 
 // genWidenQ6_K writes widenQ6_K: nb super-blocks of a packed Q6_K panel
 // (quant_pack.go) into the widened layout (q6WideBlock), each group's
-// values made as the many-row kernels made them where they were used
-// (q6Group), once for every row of x.
+// values made as the many-row kernels make them where they are used
+// (q6Values), once for every row of x.
 func genWidenQ6_K(p func(string, ...any)) {
 	p("// widenQ6_K: nb super-blocks of the packed Q6_K panel at w into the\n")
 	p("// widened layout at dst (quant_rows_amd64.go's q6WideBlock).\n")

@@ -629,5 +629,6 @@ var q6Masks = [4][32]uint8{
 }
 
 // q6Dup repeats each of the first eight bytes (a half-panel's scales) in
-// two bytes, for sc16's sign extension to 16 bits (VPSHUFB, VPMOVSXBW).
+// two bytes, for mmQ6_K's sign extension of its (scale, scale) pairs to
+// 16 bits (VPSHUFB, VPMOVSXBW).
 var q6Dup = [16]int8{0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7}
