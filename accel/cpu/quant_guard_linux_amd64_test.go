@@ -34,7 +34,8 @@ func guardedBytes(t *testing.T, n int) []byte {
 // so a read past them faults (a panic, with SetPanicOnFault) instead of
 // passing unseen. The results must also be those of the rows in ordinary
 // memory. Rows cover the one-row, two- and three-row and widened kernels;
-// x spread for the one-row kernels (spreadRow) is held the same way.
+// x spread for the one-row kernels (spreadRow) and Q6_K's sums (q6Pairs)
+// are held the same way.
 func TestQuantKernelsStayInActs(t *testing.T) {
 	if !quantVecBuilt {
 		t.Skip("no quantized vector kernels here")
@@ -70,13 +71,16 @@ func TestQuantKernelsStayInActs(t *testing.T) {
 				if sb := spreadBytes(dt, in); sb > 0 {
 					k.qa.xs = guarded(t, sb)
 				}
+				// Q6_K's one-row kernel reads x's sums as q6Pairs, held the same way.
+				cp := guardedBytes(t, 4*T*in/16)
+				k.qa.cp = unsafe.Slice((*int32)(unsafe.Pointer(&cp[0])), T*in/16)
 				clear(c.o[0].f32())
 				func() {
 					// (Per goroutine: this subtest's.)
 					defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 					defer func() {
 						if e := recover(); e != nil {
-							t.Fatalf("a kernel read past x's %d quantized bytes: %v", n, e)
+							t.Fatalf("a kernel read past x's %d quantized bytes (or x spread, or Q6_K's sums): %v", n, e)
 						}
 					}()
 					runMatMulQuantVec(c, &k.qa, p, 0, 1, 0, T, k)
