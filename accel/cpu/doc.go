@@ -81,10 +81,12 @@
 //     kernel set (vector or plain Go), or eager against replay.
 //   - Kernels reproduce the arithmetic of the llama2.c reference
 //     implementation in float32 (sequential dot products, transcendental
-//     functions in float64 rounded once), except that the float32 and bf16
-//     matmuls fuse each multiply with its add (one rounding per term, as
-//     the FMA instructions do; the plain-Go kernels through fma32), where
-//     llama2.c rounds the product first: greedy generation on stories260K
+//     functions in float64 rounded once), except that in builds with the
+//     vector kernels (GOEXPERIMENT=simd, amd64: fusedMatMul) the float32
+//     and bf16 matmuls fuse each multiply with its add (one rounding per
+//     term, as the FMA instructions do; that build's plain-Go kernels
+//     through fma32), where llama2.c rounds the product first; builds
+//     without them round it first as llama2.c does (fma32.go says why): greedy generation on stories260K
 //     still matches the reference byte for byte (its tests). Every other
 //     product (attention, norms, elementwise ops) is rounded before it is
 //     added. bf16 weights are exact with respect to their rounded

@@ -18,6 +18,15 @@ import "math"
 // fraction bits 1<<28) or in float32's subnormal range (whose midpoints lie
 // lower) does fma32Near redo the sum, which is rare in a matmul's sums, so
 // the test is a predictable branch.
+//
+// Only builds with the vector kernels (GOEXPERIMENT=simd on amd64,
+// fusedMatMul) fuse: there the hardware's FMA makes the float32 matmul about
+// 1.5x faster (docs/BENCH.md), and fma32 is the plain-Go kernels' way to the
+// same bits. Builds without them round each product first, as they did
+// before: fma32 costs the plain-Go matmul about 3.8x its time, which the
+// portable build (and its test suite under -race) cannot afford. Within a
+// build every kernel set gives the same bits; across the two kinds of build
+// the matmuls differ by rounding.
 func fma32(a, b, c float32) float32 {
 	s := fmaSum(a, b, c)
 	if u := math.Float64bits(s); rareSum(u) {
@@ -80,3 +89,19 @@ func fma32Near(p, z, s float64) float32 {
 	}
 	return float32(s)
 }
+
+// madd is one term of a float32 matmul chain in this build's rounding:
+// fused (fma32) where fusedMatMul, else the product rounded first.
+func madd(a, b, c float32) float32 {
+	if fusedMatMul {
+		return fma32(a, b, c)
+	}
+	return c + float32(a*b)
+}
+
+// FusedMatMul reports whether this build's float32 and bf16 matmuls fuse
+// each product with its add (one rounding per term): builds with the
+// vector kernels (GOEXPERIMENT=simd on amd64) do, on every kernel set;
+// others round each product first. Other devices that want the CPU
+// device's bits (the OpenCL parity test) ask it.
+func FusedMatMul() bool { return fusedMatMul }

@@ -484,6 +484,16 @@ func runMatMulRows(c *rcall, lo, hi, t0, t1 int) {
 //go:norace
 func dot4(x, w []float32) (s0, s1, s2, s3 float32) {
 	n := len(x)
+	if !fusedMatMul {
+		w0, w1, w2, w3 := w[:n], w[n:2*n], w[2*n:3*n], w[3*n:4*n]
+		for i, v := range x {
+			s0 += float32(v * w0[i])
+			s1 += float32(v * w1[i])
+			s2 += float32(v * w2[i])
+			s3 += float32(v * w3[i])
+		}
+		return
+	}
 	x, w0, w1, w2, w3 := x[:n], w[:n], w[n:2*n], w[2*n:3*n], w[3*n:4*n]
 	for i := 0; i < n; i++ {
 		for ; i < n; i++ {
@@ -505,6 +515,16 @@ func dot4(x, w []float32) (s0, s1, s2, s3 float32) {
 //go:norace
 func dot4BF16(x []float32, w []uint16) (s0, s1, s2, s3 float32) {
 	n := len(x)
+	if !fusedMatMul {
+		w0, w1, w2, w3 := w[:n], w[n:2*n], w[2*n:3*n], w[3*n:4*n]
+		for i, v := range x {
+			s0 += float32(v * bf16(w0[i]))
+			s1 += float32(v * bf16(w1[i]))
+			s2 += float32(v * bf16(w2[i]))
+			s3 += float32(v * bf16(w3[i]))
+		}
+		return
+	}
 	x, w0, w1, w2, w3 := x[:n], w[:n], w[n:2*n], w[2*n:3*n], w[3*n:4*n]
 	for i := 0; i < n; i++ {
 		for ; i < n; i++ {
@@ -531,7 +551,7 @@ func dot(x, w []float32) float32 {
 	w = w[:len(x)]
 	var s float32
 	for i, v := range x {
-		s = fma32(v, w[i], s)
+		s = madd(v, w[i], s)
 	}
 	return s
 }
@@ -541,7 +561,7 @@ func dotBF16(x []float32, w []uint16) float32 {
 	w = w[:len(x)]
 	var s float32
 	for i, v := range x {
-		s = fma32(v, bf16(w[i]), s)
+		s = madd(v, bf16(w[i]), s)
 	}
 	return s
 }

@@ -114,7 +114,7 @@ func runMatMulPackedGo(c *rcall, p *packed, lo, hi, t0, t1 int) {
 					row := w[(i/2)*panelWidth : (i/2+1)*panelWidth]
 					sh := 16 * uint(1-i&1)
 					for j := range s {
-						s[j] = fma32(v, bf16(uint16((row[j]<<sh)>>16)), s[j])
+						s[j] = madd(v, bf16(uint16((row[j]<<sh)>>16)), s[j])
 					}
 				}
 			} else {
@@ -122,7 +122,7 @@ func runMatMulPackedGo(c *rcall, p *packed, lo, hi, t0, t1 int) {
 				for i, v := range xr {
 					row := w[i*panelWidth : (i+1)*panelWidth]
 					for j := range s {
-						s[j] = fma32(v, row[j], s[j])
+						s[j] = madd(v, row[j], s[j])
 					}
 				}
 			}

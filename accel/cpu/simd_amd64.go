@@ -11,6 +11,11 @@ import (
 
 //go:generate go run gen_simd.go
 
+// fusedMatMul: the float32 and bf16 matmuls fuse each product with its
+// add, one rounding per term, on every kernel set of this build (the
+// vector kernels' VFMADD, the plain-Go kernels' fma32; see fma32.go).
+const fusedMatMul = true
+
 // The archsimd kernels. Each vector kernel (a function that holds archsimd
 // values) is //go:noinline, holds no scalar float arithmetic (a scalar float
 // enters only as the argument of a broadcast), and calls ClearAVXUpperBits
