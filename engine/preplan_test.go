@@ -201,8 +201,14 @@ func TestPrePlanUsesDeclareRows(t *testing.T) {
 		if err := e.OnLoop(ctx, func() { ids, shared = e.PrePlanRows() }); err != nil {
 			t.Fatal(err)
 		}
+		want := []int64{hs[0].ID(), hs[1].ID(), hs[2].ID()}
+		if n := len(ids); n > 0 && n < 3 && slices.Equal(ids, want[:n]) {
+			// The loop stepped before the last Submit arrived: a pre-plan
+			// of the requests so far, in a bucket without padding. Wait
+			// for the step that holds all three.
+			ids = nil
+		}
 		if ids != nil {
-			want := []int64{hs[0].ID(), hs[1].ID(), hs[2].ID()}
 			if len(ids) != 4 || !slices.Equal(ids[:3], want) || ids[3] >= -1 {
 				t.Fatalf("pre-plan rows %v, want %v then one padding row", ids, want)
 			}
