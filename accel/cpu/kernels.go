@@ -485,14 +485,7 @@ func runMatMulRows(c *rcall, lo, hi, t0, t1 int) {
 func dot4(x, w []float32) (s0, s1, s2, s3 float32) {
 	n := len(x)
 	if !fusedMatMul {
-		w0, w1, w2, w3 := w[:n], w[n:2*n], w[2*n:3*n], w[3*n:4*n]
-		for i, v := range x {
-			s0 += float32(v * w0[i])
-			s1 += float32(v * w1[i])
-			s2 += float32(v * w2[i])
-			s3 += float32(v * w3[i])
-		}
-		return
+		return dot4Rows(x, w[:n], w[n:2*n], w[2*n:3*n], w[3*n:4*n])
 	}
 	x, w0, w1, w2, w3 := x[:n], w[:n], w[n:2*n], w[2*n:3*n], w[3*n:4*n]
 	for i := 0; i < n; i++ {
