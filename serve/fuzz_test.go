@@ -23,6 +23,7 @@ func FuzzStopper(f *testing.F) {
 	f.Add("aaab", "aab", "b", []byte{1, 1, 1})
 	f.Add("line\n\nmore", "\n\n", "e\n", []byte{5})
 	f.Add("héllo wörld", "ö", "llo w", []byte{2, 1, 1, 1})
+	f.Add("héllo wöro wld", " ", "llo w", []byte{6, 1})
 	f.Fuzz(func(t *testing.T, text, s1, s2 string, cuts []byte) {
 		var stops []string
 		for _, s := range []string{s1, s2} {
@@ -31,10 +32,12 @@ func FuzzStopper(f *testing.F) {
 			}
 		}
 		want, wantMatch := text, false
-		at := -1
+		// The first stop to complete (the smallest end, then the earliest
+		// start): a generation stops there.
+		at, end := -1, 0
 		for _, s := range stops {
-			if i := strings.Index(text, s); i >= 0 && (at < 0 || i < at) {
-				at = i
+			if i := strings.Index(text, s); i >= 0 && (at < 0 || i+len(s) < end || i+len(s) == end && i < at) {
+				at, end = i, i+len(s)
 			}
 		}
 		if at >= 0 {

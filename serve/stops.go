@@ -42,13 +42,19 @@ func (s *stopper) add(piece []byte) (string, bool) {
 		s.sent = max(s.sent, end)
 		return out, false
 	}
-	// Everything before sent is known to start no stop sequence, so the
-	// earliest match is at or after it.
+	// Everything before sent is known to start no stop sequence, so every
+	// match is at or after it. The stop that matches is the first to
+	// complete (the smallest end; of those ending together, the earliest
+	// start), as a generation that stops at its first match would see it:
+	// a longer stop that began earlier but ends later never completes. That
+	// choice does not depend on how the text was split into pieces (the
+	// earliest start would: in "abcd" with stops "bcd" and "c", "c" ends
+	// first whenever "d" arrives in a later piece).
 	rest := s.text[s.sent:]
-	at := -1
+	at, end := -1, 0
 	for _, x := range s.stops {
-		if i := bytes.Index(rest, []byte(x)); i >= 0 && (at < 0 || i < at) {
-			at = i
+		if i := bytes.Index(rest, []byte(x)); i >= 0 && (at < 0 || i+len(x) < end || i+len(x) == end && i < at) {
+			at, end = i, i+len(x)
 		}
 	}
 	if at >= 0 {

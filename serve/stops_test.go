@@ -6,7 +6,9 @@ import (
 )
 
 // A stopper releases text as soon as it cannot start a stop sequence, cuts
-// at the earliest match, and its released text always joins to its result.
+// at the first match to complete (the earliest start of those ending
+// together), however the text is split, and its released text always joins
+// to its result.
 func TestStopper(t *testing.T) {
 	for _, tc := range []struct {
 		stops   []string
@@ -19,6 +21,10 @@ func TestStopper(t *testing.T) {
 		{[]string{"cd"}, []string{"a", "bc", "x", "cd"}, "abcx", true},
 		{[]string{"xyz", "c"}, []string{"ab", "xy", "c"}, "abxy", true},
 		{[]string{"bcd", "cd"}, []string{"abcd"}, "a", true},
+		{[]string{"bcd", "c"}, []string{"abcd"}, "ab", true},
+		{[]string{"bcd", "c"}, []string{"a", "bc", "d"}, "ab", true},
+		{[]string{" ", "llo w"}, []string{"héllo ", "wöro wld"}, "héllo", true},
+		{[]string{" ", "llo w"}, []string{"héllo wöro wld"}, "héllo", true},
 		{[]string{"aaa"}, []string{"a", "a", "b", "a", "a", "a"}, "aab", true},
 		{[]string{"aab"}, []string{"a", "a", "a", "b"}, "a", true},
 		{[]string{"long stop"}, []string{"long", " st", "ory"}, "long story", false},
