@@ -417,8 +417,9 @@ func matUnits(c *rcall, lo, hi int) (p0, p1, t0, t1 int) {
 }
 
 // runMatMul computes y = x·Wᵀ for output panels [lo, hi). Each output is a
-// sequential float32 sum over the input dimension, each term a fused
-// multiply-add (fma32, the vector kernels' VFMADD), whatever the batch: on the packed vector kernels (one lane per
+// sequential float32 sum over the input dimension, each term in this
+// build's rounding (fused where fusedMatMul: fma32, the vector kernels'
+// VFMADD; else the product rounded first), whatever the batch: on the packed vector kernels (one lane per
 // output) where W has a packed copy, else on the row-major scalar kernels.
 //
 //go:norace
@@ -476,7 +477,8 @@ func runMatMulRows(c *rcall, lo, hi, t0, t1 int) {
 }
 
 // dot4 is four sequential float32 dot products of x with the four rows of
-// w, a fused multiply-add per term: fma32's float64 sums inline in a loop
+// w in this build's rounding (madd): unfused, dot4Rows; fused, fma32's
+// float64 sums inline in a loop
 // without calls, tested together (rareSums4), which leaves it at a rare
 // step for fma32 on all four chains and then goes on (a call inside the
 // loop would spill its values on every step).
@@ -505,6 +507,8 @@ func dot4(x, w []float32) (s0, s1, s2, s3 float32) {
 	return
 }
 
+// dot4BF16 is dot4 with bf16 rows.
+//
 //go:norace
 func dot4BF16(x []float32, w []uint16) (s0, s1, s2, s3 float32) {
 	n := len(x)
@@ -537,7 +541,7 @@ func dot4BF16(x []float32, w []uint16) (s0, s1, s2, s3 float32) {
 }
 
 // dot and dotBF16 are one sequential dot product of x with a row of w
-// (len(x) long), a fused multiply-add per term (fma32).
+// (len(x) long), each term in this build's rounding (madd).
 //
 //go:norace
 func dot(x, w []float32) float32 {
