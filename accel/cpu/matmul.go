@@ -1,6 +1,7 @@
 package cpu
 
 import (
+	"fmt"
 	"sync/atomic"
 	"unsafe"
 
@@ -52,6 +53,9 @@ func runMatMulPacked(c *rcall, p *packed, lo, hi, t0, t1 int, k *kctx) {
 		}
 		return
 	}
+	if err := kernelSpan(y, x, p, hi, t1); err != nil {
+		panic(err)
+	}
 	ys, xs := uintptr(out)*4, uintptr(in)*4
 	yp, xp := unsafe.Pointer(&y.b[0]), unsafe.Pointer(&x.b[0])
 	full := hi
@@ -90,6 +94,25 @@ func runMatMulPacked(c *rcall, p *packed, lo, hi, t0, t1 int, k *kctx) {
 			t += nr
 		}
 	}
+}
+
+// kernelSpan checks that the operands hold what the packed kernels will
+// touch through raw pointers for output panels [.., hi) of rows [.., t1):
+// t1 rows of x and y, and hi panels of W packed for x's input count. The
+// operands come from validated tensors, so this fails only on a bug; it
+// makes that bug a panic (which a stream reports as its error), as the
+// plain-Go kernels' slicing does, not a read or write past the operands.
+func kernelSpan(y, x operand, p *packed, hi, t1 int) error {
+	in, out := x.cols, y.cols
+	if len(x.b) < t1*in*4 || len(y.b) < t1*out*4 {
+		return fmt.Errorf("cpu: matmul of %d rows: x holds %d bytes of [%d, %d] float32, y %d of [%d, %d]",
+			t1, len(x.b), x.rows, in, len(y.b), y.rows, out)
+	}
+	if p.in != in || p.out != out || p.ps != packedPanelBytes(p.dt, in) || hi > p.panels || uintptr(len(p.data)) < uintptr(hi)*p.ps {
+		return fmt.Errorf("cpu: matmul x [%d, %d] · Wᵀ [%d, %d]: W packed as [%d, %d] in %d panels of %d bytes (%d bytes), %d panels wanted",
+			x.rows, in, out, in, p.out, p.in, p.panels, p.ps, len(p.data), hi)
+	}
+	return nil
 }
 
 // runMatMulPackedGo is the plain-Go kernel over packed panels (used where
