@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -62,6 +63,117 @@ func TestMatMulPackedChecksOperands(t *testing.T) {
 						}
 					}()
 					runMatMulPacked(c, p, 0, out/panelWidth, 0, T, &kctx{})
+				})
+			}
+		}
+	}
+}
+
+// TestMatMulFusedChains: every matmul kernel (row-major plain Go, the
+// plain-Go panel kernel, each vector set on each register block) gives
+// each output the chain of this build's rounding over its inputs in order:
+// where fusedMatMul, one exactly rounded multiply-add per term (fmaExact,
+// big.Float), else the product rounded before it is added. The inputs make
+// every output's chain meet a term whose float64 sum lands on a float32
+// midpoint while the exact sum does not (so float32(math.FMA) in float64
+// rounds twice and is wrong), at a different step in each of four
+// neighbouring outputs (the plain-Go kernel leaves its loop for fma32 on
+// one chain's rare step while the others are ordinary), at scales 2^-75 to
+// 2^125, in every sign, with float32 and bf16 weights (the weights are
+// exact in bf16) and an odd input count. The vector and plain-Go kernels
+// are held to an exact reference here, not only to each other.
+func TestMatMulFusedChains(t *testing.T) {
+	// |a0·b| is half an ulp of c less 2^-30 of it: the float64 sum rounds
+	// onto the midpoint c ± ulp/2, and c's odd last bit sends a tie to
+	// even away from the exact sum. a0·w = 2·(1-2^-30) for w = 217/128
+	// (a0 = 9896238·2^-23, 217·9896238 = 2^31-2).
+	a0 := float32(math.Ldexp(9896238, -23))
+	exps := []int{-100, -40, -3, 0, 17, 60, 100}
+	J := len(exps)
+	const T, out = 5, 37
+	in := 2*J + 1
+	r := rand.New(rand.NewPCG(41, 42))
+	sign := func() float32 { return float32(1 - 2*r.IntN(2)) }
+	x := make([]float32, T*in)
+	for t := range T {
+		for j, m := range exps {
+			odd := float64(2*r.IntN(1<<22) + 1)
+			x[t*in+2*j] = sign() * float32(math.Ldexp(1+math.Ldexp(odd, -23), m+25))
+			x[t*in+2*j+1] = sign() * a0
+		}
+		x[t*in+2*J] = float32(r.NormFloat64())
+	}
+	// Output o takes c from x's pair j = o mod J (weight 1), then a0·w.
+	w := make([]float32, out*in)
+	for o := range out {
+		j := o % J
+		w[o*in+2*j] = 1
+		w[o*in+2*j+1] = sign() * float32(math.Ldexp(217.0/128, exps[j]))
+	}
+	chain := func(term func(a, b, c float32) float32) []float32 {
+		y := make([]float32, T*out)
+		for t := range T {
+			for o := range out {
+				var s float32
+				for i := range in {
+					s = term(x[t*in+i], w[o*in+i], s)
+				}
+				y[t*out+o] = s
+			}
+		}
+		return y
+	}
+	fused := chain(fmaExact)
+	unfused := chain(func(a, b, c float32) float32 { return c + float32(a*b) })
+	twice := chain(func(a, b, c float32) float32 { return float32(math.FMA(float64(a), float64(b), float64(c))) })
+	for i := range fused {
+		if sameFloat32(fused[i], twice[i]) || sameFloat32(fused[i], unfused[i]) {
+			t.Fatalf("y[%d]: the exact chain %g is also the twice-rounded %g or the unfused %g: the case tests nothing", i, fused[i], twice[i], unfused[i])
+		}
+	}
+	want, rounding := unfused, "unfused"
+	if fusedMatMul {
+		want, rounding = fused, "fused"
+	}
+	old := vec.Load()
+	defer vec.Store(old)
+	for _, dt := range []accel.DType{accel.F32, accel.BF16} {
+		c := &rcall{op: accel.OpMatMul}
+		c.o[0] = operand{b: make([]byte, 4*T*out), rows: T, cols: out, dt: accel.F32}
+		c.o[1] = operand{b: accel.F32Bytes(x), rows: T, cols: in, dt: accel.F32}
+		c.o[2] = operand{b: accel.F32Bytes(w), rows: out, cols: in, dt: accel.F32}
+		if dt == accel.BF16 {
+			c.o[2] = operand{b: bf16Bytes(w), rows: out, cols: in, dt: accel.BF16}
+		}
+		p := packWeights(c.o[2])
+		check := func(name string, run func(c *rcall, lo, hi int)) {
+			t.Helper()
+			got := runRef(c, run)
+			for i := range want {
+				if !sameFloat32(got[i], want[i]) {
+					t.Fatalf("%s/%s: y[%d] = %g (%#08x), want the %s chain's %g (%#08x)", dt, name, i,
+						got[i], math.Float32bits(got[i]), rounding, want[i], math.Float32bits(want[i]))
+				}
+			}
+		}
+		check("rows", func(c *rcall, lo, hi int) { p0, p1, t0, t1 := matUnits(c, lo, hi); runMatMulRows(c, p0, p1, t0, t1) })
+		check("panels", func(c *rcall, lo, hi int) {
+			p0, p1, t0, t1 := matUnits(c, lo, hi)
+			runMatMulPackedGo(c, p, p0, p1, t0, t1)
+		})
+		for _, set := range vecSets() {
+			if !set.hasMM() {
+				continue
+			}
+			for _, blk := range [][2]int{{0, 0}, {1, 1}, {1, 2}, {1, 3}, {1, 4}, {2, 1}, {2, 2}, {2, 3}, {3, 1}, {3, 2}} {
+				ops := *set
+				if blk[0] > 0 { // {0, 0}: the set's own blocks
+					ops.blocks = mmBlocks{f32: blk, bf16: blk, f32Row: [2]int{1, blk[1]}, bf16Row: [2]int{1, blk[1]}}
+				}
+				vec.Store(&ops)
+				check(fmt.Sprintf("%s/R%dP%d", set.name, blk[0], blk[1]), func(c *rcall, lo, hi int) {
+					p0, p1, t0, t1 := matUnits(c, lo, hi)
+					runMatMulPacked(c, p, p0, p1, t0, t1, &kctx{})
 				})
 			}
 		}
