@@ -65,7 +65,34 @@ func fmaMidpoints() [][3]float32 {
 	return cs
 }
 
+// fmaEdges are double roundings at the ends of float32's range, where the
+// midpoint a float64 sum lands on is not one fmaMidpoints makes: c an odd
+// subnormal (0x00400001, its ulp 2^-149) plus just under half its ulp
+// (a·b = 2^-150(1-2^-46)), which rounds up instead of staying at c; and
+// ±MaxFloat32 plus just under half its ulp (2^103(1-2^-46)), whose float64
+// sum is the overflow threshold 2^128-2^103, where a tie goes to the even
+// 2^128, infinity, instead of staying finite.
+func fmaEdges() [][3]float32 {
+	l := func(m float64, e int) float32 { return float32(math.Ldexp(m, e)) }
+	sub := math.Float32frombits(0x00400001)
+	return [][3]float32{
+		{l(1+0x1p-23, -75), l(1-0x1p-23, -75), sub},
+		{l(-(1 + 0x1p-23), -75), l(1-0x1p-23, -75), -sub},
+		{l(1+0x1p-23, 52), l(1-0x1p-23, 51), math.MaxFloat32},
+		{l(1+0x1p-23, 52), l(-(1 - 0x1p-23), 51), -math.MaxFloat32},
+	}
+}
+
 func TestFMA32Midpoints(t *testing.T) {
+	for _, x := range fmaEdges() {
+		want := fmaExact(x[0], x[1], x[2])
+		if got := fma32(x[0], x[1], x[2]); !sameFloat32(got, want) {
+			t.Fatalf("fma32(%g, %g, %g) = %g (%#08x), want %g (%#08x)", x[0], x[1], x[2], got, math.Float32bits(got), want, math.Float32bits(want))
+		}
+		if twice := float32(math.FMA(float64(x[0]), float64(x[1]), float64(x[2]))); sameFloat32(twice, want) {
+			t.Fatalf("fma32(%g, %g, %g): float32(math.FMA) is right too (%#08x): the case tests nothing", x[0], x[1], x[2], math.Float32bits(want))
+		}
+	}
 	cases := fmaMidpoints()
 	naiveWrong := 0
 	for _, x := range cases {
@@ -126,7 +153,7 @@ func TestFMA32(t *testing.T) {
 
 // FuzzFMA32: fma32 equals the exact reference on any bits.
 func FuzzFMA32(f *testing.F) {
-	for _, x := range fmaMidpoints()[:20] {
+	for _, x := range append(fmaMidpoints()[:20], fmaEdges()...) {
 		f.Add(math.Float32bits(x[0]), math.Float32bits(x[1]), math.Float32bits(x[2]))
 	}
 	f.Add(uint32(0x80000000), uint32(0x3f800000), uint32(0x80000000))
