@@ -11,8 +11,9 @@ import (
 // Built with GOEXPERIMENT=simd on amd64, the device has kernels on the
 // simd/archsimd package (simd_amd64.go, simd_gen_amd64.go), used when the
 // CPU has AVX-512 (F, CD, BW, DQ, VL), and 256-bit ones (simd_avx2_amd64.go,
-// and simd_gen_avx2_amd64.go for the float32 and bf16 matmuls) where it has
-// AVX2 and FMA but not AVX-512; every other build and machine runs the
+// simd_gen_avx2_amd64.go for the bf16 matmuls and the Go assembly of
+// simd_avx2fma_amd64.s, gen_avx2fma.go's, for the float32 ones) where it
+// has AVX2 and FMA but not AVX-512; every other build and machine runs the
 // plain-Go kernels. All give the same bits: the vector kernels keep the
 // reference's order of every float32 operation and vectorise only across
 // independent chains (outputs of a matmul, elements of an axpy or of an
@@ -30,7 +31,9 @@ import (
 //     encoding: every vector kernel is its own //go:noinline function that
 //     calls archsimd.ClearAVXUpperBits before it returns, holds no scalar
 //     float code (scalars enter only as broadcasts), and its callers hold no
-//     vector values. hazard_test.go checks this structure on the source.
+//     vector values. hazard_test.go checks this structure on the source;
+//     the assembly kernels execute VZEROUPPER before every RET and no
+//     legacy-SSE instruction (asm_hazard_test.go).
 //   - Asynchronous preemption saves and restores vector registers without
 //     clearing them, which with GOAMD64=v3 made scalar code after a vector
 //     kernel 500x slower: the vector kernels stay off in GOAMD64=v3 (and
