@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/reprise-ml/reprise/accel"
+	"github.com/reprise-ml/reprise/accel/acceltest"
 )
 
 // TestMatMulPackedChecksOperands: the packed vector kernels (the AVX2
@@ -73,43 +74,18 @@ func TestMatMulPackedChecksOperands(t *testing.T) {
 // plain-Go panel kernel, each vector set on each register block) gives
 // each output the chain of this build's rounding over its inputs in order:
 // where fusedMatMul, one exactly rounded multiply-add per term (fmaExact,
-// big.Float), else the product rounded before it is added. The inputs make
-// every output's chain meet a term whose float64 sum lands on a float32
-// midpoint while the exact sum does not (so float32(math.FMA) in float64
-// rounds twice and is wrong), at a different step in each of four
-// neighbouring outputs (the plain-Go kernel leaves its loop for fma32 on
-// one chain's rare step while the others are ordinary), at scales 2^-75 to
-// 2^125, in every sign, with float32 and bf16 weights (the weights are
-// exact in bf16) and an odd input count. The vector and plain-Go kernels
-// are held to an exact reference here, not only to each other.
+// big.Float), else the product rounded before it is added. The inputs
+// (acceltest.FMAChains) make every output's chain meet a term that
+// float32(math.FMA) in float64 rounds twice wrongly, at a different step
+// in each of four neighbouring outputs (the plain-Go kernel leaves its
+// loop for fma32 on one chain's rare step while the others are ordinary),
+// at scales 2^-75 to 2^125, in every sign, with float32 and bf16 weights
+// and an odd input count. The vector and plain-Go kernels are held to an
+// exact reference here, not only to each other.
 func TestMatMulFusedChains(t *testing.T) {
-	// |a0·b| is half an ulp of c less 2^-30 of it: the float64 sum rounds
-	// onto the midpoint c ± ulp/2, and c's odd last bit sends a tie to
-	// even away from the exact sum. a0·w = 2·(1-2^-30) for w = 217/128
-	// (a0 = 9896238·2^-23, 217·9896238 = 2^31-2).
-	a0 := float32(math.Ldexp(9896238, -23))
-	exps := []int{-100, -40, -3, 0, 17, 60, 100}
-	J := len(exps)
 	const T, out = 5, 37
-	in := 2*J + 1
-	r := rand.New(rand.NewPCG(41, 42))
-	sign := func() float32 { return float32(1 - 2*r.IntN(2)) }
-	x := make([]float32, T*in)
-	for t := range T {
-		for j, m := range exps {
-			odd := float64(2*r.IntN(1<<22) + 1)
-			x[t*in+2*j] = sign() * float32(math.Ldexp(1+math.Ldexp(odd, -23), m+25))
-			x[t*in+2*j+1] = sign() * a0
-		}
-		x[t*in+2*J] = float32(r.NormFloat64())
-	}
-	// Output o takes c from x's pair j = o mod J (weight 1), then a0·w.
-	w := make([]float32, out*in)
-	for o := range out {
-		j := o % J
-		w[o*in+2*j] = 1
-		w[o*in+2*j+1] = sign() * float32(math.Ldexp(217.0/128, exps[j]))
-	}
+	fc := acceltest.NewFMAChains(rand.New(rand.NewPCG(41, 42)), T, out)
+	x, w, in := fc.X, fc.W, fc.In
 	chain := func(term func(a, b, c float32) float32) []float32 {
 		y := make([]float32, T*out)
 		for t := range T {
@@ -127,6 +103,9 @@ func TestMatMulFusedChains(t *testing.T) {
 	unfused := chain(func(a, b, c float32) float32 { return c + float32(a*b) })
 	twice := chain(func(a, b, c float32) float32 { return float32(math.FMA(float64(a), float64(b), float64(c))) })
 	for i := range fused {
+		if !sameFloat32(fused[i], fc.Fused[i]) {
+			t.Fatalf("y[%d]: the exact chain %g, FMAChains says %g", i, fused[i], fc.Fused[i])
+		}
 		if sameFloat32(fused[i], twice[i]) || sameFloat32(fused[i], unfused[i]) {
 			t.Fatalf("y[%d]: the exact chain %g is also the twice-rounded %g or the unfused %g: the case tests nothing", i, fused[i], twice[i], unfused[i])
 		}
