@@ -185,6 +185,7 @@ func (m *decoder) forward(l *accel.Launcher) error {
 	xb := l.Alloc(accel.F32, T, sh.dim)
 	xb2 := l.Alloc(accel.F32, T, sh.dim)
 	q := l.Alloc(accel.F32, T, sh.dim)
+	att := l.Alloc(accel.F32, T, sh.dim) // not xb: as model/llama, no barrier before attention
 	k := l.Alloc(accel.F32, T, kvd)
 	v := l.Alloc(accel.F32, T, kvd)
 	hb := l.Alloc(accel.F32, T, sh.hidden)
@@ -197,8 +198,8 @@ func (m *decoder) forward(l *accel.Launcher) error {
 		l.MatMul(v, xb, ly.wv)
 		l.RoPE(q, k, m.pos, hd, 10000)
 		l.KVWrite(m.kc[i], m.vc[i], k, v, m.slots)
-		l.Attention(xb, q, m.kc[i], m.vc[i], m.rows, m.pos, m.pages, as)
-		l.MatMul(xb2, xb, ly.wo)
+		l.Attention(att, q, m.kc[i], m.vc[i], m.rows, m.pos, m.pages, as)
+		l.MatMul(xb2, att, ly.wo)
 		l.Add(x, x, xb2)
 		l.RMSNorm(xb, x, ly.rmsF, 1e-5)
 		l.MatMul(hb, xb, ly.w1)
@@ -207,13 +208,15 @@ func (m *decoder) forward(l *accel.Launcher) error {
 		l.MatMul(xb, hb, ly.w2)
 		l.Add(x, x, xb)
 	}
-	l.Free(xb, xb2, q, k, v, hb, hb2)
-	l.RMSNorm(x, x, m.final, 1e-5)
+	l.Free(xb, xb2, q, att, k, v, hb, hb2)
+	// The sampled rows, then their norm (as model/llama).
+	lh := l.Alloc(accel.F32, R, sh.dim)
+	l.GatherRows(lh, x, m.last)
 	lx := l.Alloc(accel.F32, R, sh.dim)
-	l.GatherRows(lx, x, m.last)
+	l.RMSNorm(lx, lh, m.final, 1e-5)
 	l.MatMul(m.logits, lx, m.cls)
 	l.Argmax(m.next, m.logits)
-	l.Free(x, lx)
+	l.Free(x, lh, lx)
 	return l.Err()
 }
 

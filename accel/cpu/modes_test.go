@@ -125,20 +125,24 @@ func TestModesAgree(t *testing.T) {
 
 // TestScheduleBarriers: the stories260K decode step's schedule over two
 // workers needs a few barriers per layer, not one per kernel: with one row,
-// five (the projections, rotations, cache writes and attention of a head
-// stay with one worker; the one-row RMSNorms are replicated); with 64 rows,
-// two (everything but the attention splits by rows).
+// four (the projections, rotations, cache writes and attention of a head
+// stay with one worker, the attention writing a buffer of its own; the
+// one-row RMSNorms are replicated; the output projection, the FFN's input
+// and its output each read what both workers wrote); with 64 rows, two
+// (everything but the attention splits by rows).
 func TestScheduleBarriers(t *testing.T) {
 	e := acceltest.Open(t, "cpu", accel.Options{Threads: 2})
-	for _, c := range []struct{ T, perLayer, replicated int }{{1, 5, 2}, {64, 2, 0}} {
+	for _, c := range []struct{ T, perLayer, replicated int }{{1, 4, 2}, {64, 2, 0}} {
 		d := newDecoder(t, e, shapeStories, accel.F32, c.T, c.T, 20)
 		ex := d.capture(t)
 		st := ex.(*exec).Schedule()
 		t.Logf("%d rows: %+v\n%s", c.T, st, ex.(*exec).cur.Load().sched)
 		L := d.sh.layers
-		if st.Workers != 2 || st.Barriers > c.perLayer*L+3 || st.Replicated < c.replicated*L {
+		// One more: the classifier (after the gather and norm of the
+		// sampled rows, replicated at one row) before the argmax.
+		if st.Workers != 2 || st.Barriers > c.perLayer*L+1 || st.Replicated < c.replicated*L {
 			t.Fatalf("%d rows: schedule %+v: want 2 workers, at most %d barriers, at least %d replicated kernels",
-				c.T, st, c.perLayer*L+3, c.replicated*L)
+				c.T, st, c.perLayer*L+1, c.replicated*L)
 		}
 	}
 }

@@ -11,7 +11,8 @@ import (
 )
 
 // TestScheduleTrace: with EnvScheduleTrace=2 a replayed decode step logs
-// its phase times every second replay, by kind of phase, for each worker;
+// its phase times every second replay, by kind of phase (named by its
+// matmuls, else by its first kernel: the argmax), for each worker;
 // a value that is not a count is an error naming the variable.
 func TestScheduleTrace(t *testing.T) {
 	t.Setenv(EnvScheduleTrace, "x")
@@ -35,7 +36,7 @@ func TestScheduleTrace(t *testing.T) {
 	if n := strings.Count(out, "replay schedule phase times"); n != 2 {
 		t.Fatalf("4 replays logged %d reports, want 2:\n%s", n, out)
 	}
-	for _, want := range []string{"all phases", "| attention", "w1 items", "matmul 172x64 f32"} {
+	for _, want := range []string{"all phases", "| argmax", "w1 items", "matmul 172x64 f32"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("report lacks %q:\n%s", want, out)
 		}

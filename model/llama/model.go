@@ -525,12 +525,19 @@ func (m *Model) Forward(l *accel.Launcher, b *engine.Batch) (map[string]accel.Te
 		m.blocks(l, x, rows, b)
 		h = x
 	}
-	lx := l.Alloc(accel.F32, R, c.Dim)
-	l.RMSNorm(x, h, m.final, float32(c.NormEps))
+	// The last tokens' rows first, then their norm (a row's norm depends
+	// on that row alone): a prefill normalizes only the rows it samples,
+	// and in a replayed decode step both run on every worker (neither
+	// writes what it reads), where a norm in place over h ran on one
+	// worker with a barrier after it.
+	lh := l.Alloc(accel.F32, R, c.Dim)
+	l.GatherRows(lh, h, last)
 	if region != nil {
 		region.Release(l)
 	}
-	l.GatherRows(lx, x, last)
+	lx := l.Alloc(accel.F32, R, c.Dim)
+	l.RMSNorm(lx, lh, m.final, float32(c.NormEps))
+	l.Free(lh)
 	logits := l.Alloc(accel.F32, R, c.Vocab)
 	l.MatMul(logits, lx, m.cls)
 	next := l.Alloc(accel.I32, 1, R)
@@ -595,12 +602,13 @@ func (m *Model) blocks(l *accel.Launcher, x, rows accel.Tensor, b *engine.Batch)
 	xb := l.Alloc(accel.F32, T, d)
 	xb2 := l.Alloc(accel.F32, T, d)
 	q := l.Alloc(accel.F32, T, qd)
-	// The attention's output has the queries' width; with head_dim ×
-	// heads = dim it shares xb.
-	att := xb
-	if qd != d {
-		att = l.Alloc(accel.F32, T, qd)
-	}
+	// The attention's output has a buffer of its own, though with
+	// head_dim × heads = dim it could share xb: in a replayed step each
+	// worker attends with the heads whose q, k and v it projected, and
+	// writing those heads' outputs into xb while the other worker still
+	// reads xb for its projections would need a barrier between the two
+	// (accel/cpu's static schedule), one per layer.
+	att := l.Alloc(accel.F32, T, qd)
 	k := l.Alloc(accel.F32, T, kvd)
 	v := l.Alloc(accel.F32, T, kvd)
 	hb := l.Alloc(accel.F32, T, c.Hidden)
@@ -636,10 +644,7 @@ func (m *Model) blocks(l *accel.Launcher, x, rows accel.Tensor, b *engine.Batch)
 		l.MatMul(xb, hb, ly.w2)
 		l.Add(x, x, xb)
 	}
-	if qd != d {
-		l.Free(att)
-	}
-	l.Free(xb, xb2, q, k, v, hb, hb2)
+	l.Free(xb, xb2, q, att, k, v, hb, hb2)
 }
 
 // BF16Bytes rounds float32s to bfloat16 (to nearest, ties to even) and
