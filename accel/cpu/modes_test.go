@@ -246,6 +246,52 @@ func TestScheduleQuantOnePanel(t *testing.T) {
 	}
 }
 
+// TestScheduleSmallAfterOne: a small kernel or copy reading what one worker
+// alone wrote in the phase (the copy of the token a one-unit sampler picked)
+// runs on that worker, with no barrier, rather than on every worker after
+// one; and the replay gives the eager bits.
+func TestScheduleSmallAfterOne(t *testing.T) {
+	e := acceltest.Open(t, "cpu", accel.Options{Threads: 2})
+	r := rand.New(rand.NewPCG(5, 6))
+	const vocab = 2 * replicateMax // an argmax of one row too big to replicate
+	logits := e.F32(acceltest.Rand(r, vocab, 1), 1, vocab)
+	next, out := e.Zeros(accel.I32, 1, 1), e.Zeros(accel.I32, 1, 1)
+	fwd := func(l *accel.Launcher) error {
+		l.Argmax(next, logits)
+		l.Copy(out, next)
+		return l.Err()
+	}
+	if err := fwd(accel.On(e.S)); err != nil {
+		t.Fatal(err)
+	}
+	want := e.ReadI32(out)
+	pool, err := e.Dev.NewPool()
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := accel.Capture(e.S, pool, func() error { return fwd(accel.On(e.S)) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	ex, err := g.Instantiate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ex.Destroy(); g.Destroy(); pool.Release() })
+	if st := ex.(*exec).Schedule(); st.Workers != 2 || st.Barriers != 0 {
+		t.Errorf("schedule %+v: want 2 workers and no barrier", st)
+	}
+	for rep := 0; rep < 3; rep++ {
+		e.Zero(out)
+		if err := ex.Launch(e.S); err != nil {
+			t.Fatal(err)
+		}
+		if got := e.ReadI32(out); got[0] != want[0] {
+			t.Fatalf("replay %d: %d, want %d", rep, got[0], want[0])
+		}
+	}
+}
+
 // TestReplayAllocs: a replay allocates nothing, on the host or on the
 // device's goroutines (after the first, which packs the weights).
 func TestReplayAllocs(t *testing.T) {

@@ -613,15 +613,30 @@ func (b *builder) single(kind itemKind, c *rcall, f *footprint, cost int, t *tas
 	if t != nil {
 		it.dst, it.src, it.dm, it.doff = t.dst, t.src, t.dm, t.doff
 	}
+	best := -1
+	for w := 0; w < b.W; w++ {
+		if !b.conflicts(w, f) && (best < 0 || b.cost[w] < b.cost[best]) {
+			best = w
+		}
+	}
 	if cost <= replicateMax && !anyOverlap(f.w, f.r) && replicable(c) {
-		it.rep = true
 		conflict := anyOverlap(f.w, b.rep)
 		for v := 0; v < b.W && !conflict; v++ {
 			conflict = anyOverlap(f.r, b.written[v]) || anyOverlap(f.w, b.written[v]) || anyOverlap(f.w, b.read[v])
 		}
+		if conflict && best >= 0 {
+			// Replicated, it would wait for the other workers; on a
+			// worker that can run it now it waits for nobody (the
+			// copy of a token that worker sampled), and a consumer on
+			// another worker needs at most the one barrier that
+			// replicating would have taken here.
+			b.add(best, it, f, cost)
+			return
+		}
 		if conflict {
 			b.barrier()
 		}
+		it.rep = true
 		for w := 0; w < b.W; w++ {
 			b.s.parts[w] = append(b.s.parts[w], it)
 			b.read[w] = append(b.read[w], f.r...)
@@ -631,12 +646,6 @@ func (b *builder) single(kind itemKind, c *rcall, f *footprint, cost int, t *tas
 		b.empty = false
 		b.s.stats.Replicated++
 		return
-	}
-	best := -1
-	for w := 0; w < b.W; w++ {
-		if !b.conflicts(w, f) && (best < 0 || b.cost[w] < b.cost[best]) {
-			best = w
-		}
 	}
 	if best < 0 {
 		b.barrier()
