@@ -92,6 +92,12 @@ type kctx struct {
 	qw      []byte    // quantized matmul: a panel widened for many rows (quant_rows_amd64.go)
 	lpMarks []uint64  // log probabilities: the vector top k's marks (logprobs.go)
 	zeros   []float32 // penalties: an all-zero bias row, never written (penalties.go)
+
+	// reuseActs: the schedule item running says that the item before it
+	// on this goroutine was a quantized matmul reading the same rows of
+	// the same x, which nothing has written since: qa's quantization of
+	// them still holds (schedule.go's reusesActs).
+	reuseActs bool
 }
 
 // splitMin is the work (in multiply-adds) below which an eager kernel runs on

@@ -27,8 +27,9 @@ import (
 // read ggml's blocks as they are) and the vector kernels (which read packed
 // panels, quant_amd64.go): the same bits either way, and a row's result
 // depends only on that row. Quantizing x costs a pass over it per kernel
-// piece, small beside the product; it is why this is faster than widening
-// the weights to float32 (docs/BENCH.md has the figures).
+// piece (in a replay, per run of pieces on one x: q, k and v share one, as
+// do w1 and w3), small beside the product; it is why this is faster than
+// widening the weights to float32 (docs/BENCH.md has the figures).
 
 // qacts is one piece's quantized rows of x: qx the 8-bit values (row-major,
 // in per row), dx each block's scale, sx the integer sum of each block's
@@ -52,7 +53,23 @@ type qacts struct {
 	// cp is each row's -31·Σx per 16 in two int16 halves, as the one-row
 	// Q6_K kernel reads them (quant_amd64.go's q6Pairs).
 	cp []int32
+	// held is what qx, dx and sx hold (ok false: nothing known), and
+	// xsFor the type xs is spread for (0: none), for a schedule's matmul
+	// marked to reuse them (kctx.reuseActs).
+	held  actsKey
+	xsFor accel.DType
 }
+
+// actsKey names a quantization of x: its rows [t0, t1) of in columns at
+// x, in Q8_K numerics or not.
+type actsKey struct {
+	x          *byte
+	in, t0, t1 int
+	k, ok      bool
+}
+
+// forget says a holds nothing known.
+func (a *qacts) forget() { a.held.ok, a.xsFor = false, 0 }
 
 // quantRowSplitMin is the number of rows from which a Q8_0 or Q4_0 MatMul
 // is split by rows whatever the size of W. Every piece quantizes its own
@@ -93,6 +110,7 @@ func kBlocks(dt accel.DType) bool { return dt == accel.Q4_K || dt == accel.Q6_K 
 //
 //go:norace
 func quantizeActs(a *qacts, x []float32, in, t0, t1 int, k bool) {
+	a.forget()
 	n := t1 - t0
 	bl := quant.QK
 	if k {
@@ -197,7 +215,14 @@ func runMatMulQuant(c *rcall, lo, hi, t0, t1 int, k *kctx) {
 	if k != nil {
 		a = &k.qa
 	}
-	quantizeActs(a, x.f32(), in, t0, t1, kBlocks(w.dt))
+	// A replay's matmul right after another on the same x (q, k and v;
+	// w1 and w3) reuses its quantization (schedule.go's reuseActs): the
+	// same function of the same values, so the same bits.
+	key := actsKey{x: &x.b[0], in: in, t0: t0, t1: t1, k: kBlocks(w.dt), ok: true}
+	if k == nil || !k.reuseActs || a.held != key {
+		quantizeActs(a, x.f32(), in, t0, t1, key.k)
+		a.held = key
+	}
 	if quantVec.Load() && quantPacks(w.dt) && k != nil && k.d != nil {
 		if p := k.d.packFor(c); p != nil && runMatMulQuantVec(c, a, p, lo, hi, t0, t1, k) {
 			return

@@ -72,7 +72,10 @@ func runMatMulQuantVec(c *rcall, a *qacts, p *packed, lo, hi, t0, t1 int, k *kct
 		kern4, kern2, rows = wideKernels(p.dt)
 	}
 	sb := spreadBytes(p.dt, in)
-	if sb > 0 {
+	if sb > 0 && !(k.reuseActs && a.xsFor == p.dt) {
+		// (Kept for a next matmul of this type that reuses this
+		// quantization: runMatMulQuant.)
+		a.xsFor = p.dt
 		// The one-row kernel reads x spread (spreadRow): those rows that
 		// it runs, the j-th of them at j·sb.
 		n1 := 0

@@ -48,3 +48,30 @@ func TestQuantWideThreads(t *testing.T) {
 		})
 	}
 }
+
+// TestScheduleReusesActs: in a replayed step on two workers, the k and v
+// projections and w3 reuse the quantized x of the matmul before them on
+// each worker (q's, w1's), and the logits are the eager launch's, bit for
+// bit, for one row (the one-row kernels on spread x) and three (the
+// many-row kernels).
+func TestScheduleReusesActs(t *testing.T) {
+	e := acceltest.Open(t, "cpu", accel.Options{Threads: 2})
+	for _, dt := range []accel.DType{accel.Q8_0, accel.Q4_0, accel.Q4_K} {
+		for _, T := range []int{1, 3} {
+			d := newDecoder(t, e, shapeWide, dt, T, T, 20)
+			d.eager(t)
+			want := e.ReadF32(d.logits)
+			ex := d.capture(t)
+			if st, min := ex.(*exec).Schedule(), 3*d.sh.layers*2; st.ReusedActs < min {
+				t.Errorf("%s, %d rows: schedule %+v: want at least %d pieces reusing x", dt, T, st, min)
+			}
+			for rep := 0; rep < 2; rep++ {
+				e.Zero(d.logits)
+				d.replay(t, ex)
+				if i, ok := bitsEqual(e.ReadF32(d.logits), want); !ok {
+					t.Fatalf("%s, %d rows, replay %d: logit %d = %v, eager %v", dt, T, rep, i, e.ReadF32(d.logits)[i], want[i])
+				}
+			}
+		}
+	}
+}

@@ -55,6 +55,10 @@ type item struct {
 	doff   int64
 	rep    bool  // run by every worker
 	t      *task // itemSerial
+	// reuse: a quantized matmul whose slot runs, just before it, one on
+	// the same rows of the same x (builder.reusesActs): it takes that
+	// one's quantization of x instead of making its own.
+	reuse bool
 }
 
 type schedule struct {
@@ -86,6 +90,7 @@ type ScheduleStats struct {
 	Nodes      int // nodes scheduled
 	Barriers   int // barriers per replay (phases less one)
 	Replicated int // single-unit kernels every worker runs
+	ReusedActs int // quantized matmul pieces that reuse the piece before's quantized x
 }
 
 // replay runs an executable's nodes: on its static schedule across the pool
@@ -196,7 +201,14 @@ func (s *schedule) runItems(j *job, items []item, k *kctx) {
 		switch it.kind {
 		case itemKernel:
 			d.noteWrites(it.c)
+			if !it.reuse {
+				// What k holds was made before this slot or by an
+				// item that a later one may not trust.
+				k.qa.forget()
+			}
+			k.reuseActs = it.reuse
 			kernels[it.c.op].run(it.c, it.lo, it.hi, k)
+			k.reuseActs = false
 		case itemCopy:
 			d.packs.written(it.dm, it.doff, int64(len(it.dst)))
 			if it.rep {
@@ -562,6 +574,10 @@ func (b *builder) conflicts(w int, f *footprint) bool {
 }
 
 func (b *builder) add(w int, it item, f *footprint, cost int) {
+	if it.kind == itemKernel && b.reusesActs(w, &it) {
+		it.reuse = true
+		b.s.stats.ReusedActs++
+	}
 	b.s.parts[w] = append(b.s.parts[w], it)
 	b.read[w] = append(b.read[w], f.r...)
 	b.written[w] = append(b.written[w], f.w...)
@@ -603,6 +619,43 @@ func (b *builder) kernel(c *rcall) {
 			b.add(w, item{kind: itemKernel, c: c, lo: lo, hi: hi}, &b.parts[w], (hi-lo)*cost)
 		}
 	}
+}
+
+// reusesActs reports whether the kernel piece it, next in worker w's slot of
+// the current phase, may reuse the quantization of x that the piece before
+// it there made: both are quantized matmuls over the same rows of the same
+// x in the same numerics (Q8_K or Q8_0), and the one before does not write
+// x. A slot runs its pieces in order on one goroutine, and within a phase
+// no other worker writes what this one reads (a barrier would have come
+// between), so x holds the same values for both.
+func (b *builder) reusesActs(w int, it *item) bool {
+	start := 0
+	if e := b.s.ends[w]; len(e) > 0 {
+		start = e[len(e)-1]
+	}
+	p := b.s.parts[w]
+	if len(p) <= start {
+		return false
+	}
+	prev := &p[len(p)-1]
+	if prev.kind != itemKernel || prev.rep || it.rep || !quantMatMul(prev.c) || !quantMatMul(it.c) {
+		return false
+	}
+	x, px := &it.c.o[1], &prev.c.o[1]
+	if len(x.b) == 0 || len(px.b) == 0 || &x.b[0] != &px.b[0] || x.rows != px.rows || x.cols != px.cols ||
+		kBlocks(it.c.o[2].dt) != kBlocks(prev.c.o[2].dt) {
+		return false
+	}
+	_, _, t0, t1 := matUnits(it.c, it.lo, it.hi)
+	_, _, pt0, pt1 := matUnits(prev.c, prev.lo, prev.hi)
+	xr, _ := rowsOf(x, 0, x.rows)
+	yr, ok := rowsOf(&prev.c.o[0], 0, prev.c.o[0].rows)
+	return t0 == pt0 && t1 == pt1 && !(ok && yr.overlaps(xr))
+}
+
+// quantMatMul reports whether c is a MatMul of quantized weights.
+func quantMatMul(c *rcall) bool {
+	return c != nil && c.op == accel.OpMatMul && c.o[2].dt.BlockSize() > 1
 }
 
 // single places a one-unit piece: on every worker when it is small and its
