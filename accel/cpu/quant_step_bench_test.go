@@ -77,3 +77,43 @@ func BenchmarkStep110MBatch64(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkStep110MWork times the work of the replayed batch-1 step's
+// two-worker schedule run by one goroutine (it claims both workers' slots
+// in turn, as when the other worker is descheduled), so that the figure is
+// the schedule's own work, each worker's share of it included (a matmul's
+// quantization of x is made by both), with no wait at a barrier: cpu-ms/step
+// is the process CPU time per step, steadier than any wall time on a shared
+// machine. `GOEXPERIMENT=simd go test -run XXX -bench Step110MWork ./accel/cpu`
+func BenchmarkStep110MWork(b *testing.B) {
+	for _, wdt := range []accel.DType{accel.Q8_0, accel.Q4_0, accel.Q4_K} {
+		b.Run(fmt.Sprintf("%s/%s", shape110M.name, wdt), func(b *testing.B) {
+			e := acceltest.Open(b, "cpu", accel.Options{Threads: 2})
+			d := newDecoder(b, e, shape110M, wdt, 1, 1, 64)
+			ex := d.capture(b)
+			d.replay(b, ex) // packs the weights
+			s := ex.(*exec).cur.Load().sched
+			if s == nil {
+				b.Fatal("no schedule on two threads")
+			}
+			dev := e.Dev.(*Device)
+			k := &kctx{d: dev}
+			run := func() {
+				dev.work.busy.Lock() // no published job: the pool stays out
+				s.job.epoch.Store(s.runs)
+				s.runAll(&s.job, 0, k)
+				s.runs++
+				dev.work.busy.Unlock()
+			}
+			run()
+			b.ResetTimer()
+			cpu0 := processCPU()
+			for i := 0; i < b.N; i++ {
+				run()
+			}
+			if c := processCPU() - cpu0; c > 0 {
+				b.ReportMetric(c.Seconds()/float64(b.N)*1e3, "cpu-ms/step")
+			}
+		})
+	}
+}
