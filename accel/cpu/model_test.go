@@ -231,12 +231,17 @@ func (m *decoder) eager(tb testing.TB) {
 }
 
 // capture records one step as an executable.
-func (m *decoder) capture(tb testing.TB) accel.Exec {
-	pool, err := m.e.Dev.NewPool()
+func (m *decoder) capture(tb testing.TB) accel.Exec { return captureExec(tb, m.e, m.forward) }
+
+// captureExec records fwd's launches on e's stream as an executable,
+// destroyed when the test ends.
+func captureExec(tb testing.TB, e *acceltest.Env, fwd func(l *accel.Launcher) error) accel.Exec {
+	tb.Helper()
+	pool, err := e.Dev.NewPool()
 	if err != nil {
 		tb.Fatal(err)
 	}
-	g, err := accel.Capture(m.e.S, pool, func() error { return m.forward(accel.On(m.e.S)) })
+	g, err := accel.Capture(e.S, pool, func() error { return fwd(accel.On(e.S)) })
 	if err != nil {
 		tb.Fatal(err)
 	}

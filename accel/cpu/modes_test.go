@@ -172,11 +172,7 @@ func TestScheduleSteal(t *testing.T) {
 			if err := e.S.Synchronize(); err != nil {
 				t.Fatal(err)
 			}
-			dev.work.busy.Lock() // no published job: worker 1 never runs
-			s.job.epoch.Store(s.runs)
-			s.runAll(&s.job, 0, &kctx{d: dev})
-			s.runs++
-			dev.work.busy.Unlock()
+			runAlone(dev, s, &kctx{d: dev})
 			if f := s.job.fault.Load(); f != nil {
 				t.Fatal(f.v)
 			}
@@ -190,6 +186,16 @@ func TestScheduleSteal(t *testing.T) {
 			}
 		}
 	}
+}
+
+// runAlone runs schedule s once on the calling goroutine alone: with no job
+// published, the pool's workers never join, and it claims every slot.
+func runAlone(dev *Device, s *schedule, k *kctx) {
+	dev.work.busy.Lock()
+	s.job.epoch.Store(s.runs)
+	s.runAll(&s.job, 0, k)
+	s.runs++
+	dev.work.busy.Unlock()
 }
 
 // TestScheduleQuantOnePanel: a quantized matmul of one panel is not
@@ -265,19 +271,7 @@ func TestScheduleSmallAfterOne(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := e.ReadI32(out)
-	pool, err := e.Dev.NewPool()
-	if err != nil {
-		t.Fatal(err)
-	}
-	g, err := accel.Capture(e.S, pool, func() error { return fwd(accel.On(e.S)) })
-	if err != nil {
-		t.Fatal(err)
-	}
-	ex, err := g.Instantiate()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ex.Destroy(); g.Destroy(); pool.Release() })
+	ex := captureExec(t, e, fwd)
 	if st := ex.(*exec).Schedule(); st.Workers != 2 || st.Barriers != 0 {
 		t.Errorf("schedule %+v: want 2 workers and no barrier", st)
 	}

@@ -70,9 +70,7 @@ func BenchmarkStep110MBatch64(b *testing.B) {
 			for i := 0; i < b.N; i++ {
 				d.replay(b, ex)
 			}
-			if c := processCPU() - cpu0; c > 0 {
-				b.ReportMetric(c.Seconds()/float64(b.N)*1e3, "cpu-ms/step")
-			}
+			reportCPUPerStep(b, cpu0)
 			b.ReportMetric(float64(d.R)*float64(b.N)/b.Elapsed().Seconds(), "tok/s")
 		})
 	}
@@ -98,22 +96,21 @@ func BenchmarkStep110MWork(b *testing.B) {
 			}
 			dev := e.Dev.(*Device)
 			k := &kctx{d: dev}
-			run := func() {
-				dev.work.busy.Lock() // no published job: the pool stays out
-				s.job.epoch.Store(s.runs)
-				s.runAll(&s.job, 0, k)
-				s.runs++
-				dev.work.busy.Unlock()
-			}
-			run()
+			runAlone(dev, s, k)
 			b.ResetTimer()
 			cpu0 := processCPU()
 			for i := 0; i < b.N; i++ {
-				run()
+				runAlone(dev, s, k)
 			}
-			if c := processCPU() - cpu0; c > 0 {
-				b.ReportMetric(c.Seconds()/float64(b.N)*1e3, "cpu-ms/step")
-			}
+			reportCPUPerStep(b, cpu0)
 		})
+	}
+}
+
+// reportCPUPerStep reports the process CPU time since cpu0 per iteration as
+// cpu-ms/step.
+func reportCPUPerStep(b *testing.B, cpu0 time.Duration) {
+	if c := processCPU() - cpu0; c > 0 {
+		b.ReportMetric(c.Seconds()/float64(b.N)*1e3, "cpu-ms/step")
 	}
 }
