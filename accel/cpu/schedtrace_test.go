@@ -36,7 +36,7 @@ func TestScheduleTrace(t *testing.T) {
 	if n := strings.Count(out, "replay schedule phase times"); n != 2 {
 		t.Fatalf("4 replays logged %d reports, want 2:\n%s", n, out)
 	}
-	for _, want := range []string{"all phases", "| argmax", "w1 items", "matmul 172x64 f32"} {
+	for _, want := range []string{"all phases", "| argmax", "w1 items", "(cpu ", "crit cpu", "matmul 172x64 f32"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("report lacks %q:\n%s", want, out)
 		}

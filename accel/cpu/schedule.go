@@ -9,6 +9,7 @@ import (
 	"unsafe"
 
 	"github.com/reprise-ml/reprise/accel"
+	"github.com/reprise-ml/reprise/internal/cputime"
 )
 
 // Static schedules.
@@ -144,13 +145,19 @@ func (d *Device) runNodeSerial(t *task, k *kctx) {
 func (s *schedule) runAll(j *job, self int, k *kctx) {
 	r := j.epoch.Load()
 	tr := s.trace
+	if tr != nil {
+		// Each phase's items are timed in this thread's CPU time.
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+	}
 	for ph := 0; ph < s.np; ph++ {
 		if s.busy[ph] == 0 {
 			continue
 		}
 		var t0, t1 time.Time
+		var c0, c1 time.Duration
 		if tr != nil {
-			t0 = time.Now()
+			t0, c0 = time.Now(), cputime.Thread()
 		}
 		for i := 0; i < s.W; i++ {
 			w := self + i
@@ -175,7 +182,7 @@ func (s *schedule) runAll(j *job, self int, k *kctx) {
 			s.done[ph].n.Add(1)
 		}
 		if tr != nil {
-			t1 = time.Now()
+			t1, c1 = time.Now(), cputime.Thread()
 		}
 		target := (r + 1) * s.busy[ph]
 		for spins := 0; s.done[ph].n.Load() < target; spins++ {
@@ -184,7 +191,7 @@ func (s *schedule) runAll(j *job, self int, k *kctx) {
 			}
 		}
 		if tr != nil {
-			tr.note(self, ph, t0, t1, time.Now())
+			tr.note(self, ph, t0, t1, time.Now(), c1-c0)
 		}
 	}
 }
