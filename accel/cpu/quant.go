@@ -84,11 +84,25 @@ func (a *qacts) forget() { a.held.ok, a.xsFor = false, 0 }
 // by rows in two runs of docs/BENCH.md's comparison).
 const quantRowSplitMin = 32
 
-// quantRowSplit reports whether c is a Q8_0 or Q4_0 MatMul split by rows
+// kRowSplitMax is the most rows of x for which a K-quant MatMul (from
+// quantRowSplitMin rows) splits by rows too: a decode step of many
+// sequences. Split by panels, its nine phases per layer (a barrier after
+// each matmul and each elementwise kernel between) left the workers
+// uneven by 22 ms of CPU time in a 151 ms 110M Q4_K_M step at 64 rows
+// (REPRISE_CPU_SCHEDULE_TRACE's crit cpu against each worker's), more than
+// each worker widening every panel for its 32 rows costs (split by rows:
+// two phases per layer, crit cpu 9% less in three alternating pairs); a
+// prefill's many rows keep the panel split.
+const kRowSplitMax = 64
+
+// quantRowSplit reports whether c is a quantized MatMul split by rows
 // whatever the size of W.
 func quantRowSplit(c *rcall) bool {
-	dt := c.o[2].dt
-	return (dt == accel.Q8_0 || dt == accel.Q4_0) && c.o[1].rows >= quantRowSplitMin
+	dt, T := c.o[2].dt, c.o[1].rows
+	if kBlocks(dt) {
+		return T >= quantRowSplitMin && T <= kRowSplitMax
+	}
+	return (dt == accel.Q8_0 || dt == accel.Q4_0) && T >= quantRowSplitMin
 }
 
 // quantVec: the quantized matmul's vector kernels are on (quant_amd64.go

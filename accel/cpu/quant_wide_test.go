@@ -75,3 +75,37 @@ func TestScheduleReusesActs(t *testing.T) {
 		}
 	}
 }
+
+// shapeKRows' feed-forward matrices are K-quant sized and, at 295 KB of
+// Q4_K, over matRowSplitMax: they split by rows only as quantRowSplit
+// lets them (a decode step of at most kRowSplitMax rows).
+var shapeKRows = modelShape{"krows", 256, 2048, 1, 4, 4, 512}
+
+// TestQuantKRowSplit: a 32-row Q4_K decode step over two workers splits
+// every matmul by rows (barriers only around the attention, as the f32
+// step's: TestScheduleBarriers), and its replays give the eager launch's
+// logits bit for bit (16-row widened pieces against its four-row
+// unwidened chunks).
+// (The vector kernels' build only: 5-8 s under -race with them, twice
+// that on the plain-Go kernels, whose one path the other tests cover.)
+func TestQuantKRowSplit(t *testing.T) {
+	if !quantVecBuilt {
+		t.Skip("no quantized vector kernels here: one path only")
+	}
+	const T = quantRowSplitMin
+	e := acceltest.Open(t, "cpu", accel.Options{Threads: 2})
+	d := newDecoder(t, e, shapeKRows, accel.Q4_K, T, T, 20)
+	d.eager(t)
+	want := e.ReadF32(d.logits)
+	ex := d.capture(t)
+	if st := ex.(*exec).Schedule(); st.Barriers > 2*d.sh.layers+2 {
+		t.Errorf("%d rows: schedule %+v: want at most %d barriers\n%s", T, st, 2*d.sh.layers+2, ex.(*exec).cur.Load().sched)
+	}
+	for rep := 0; rep < 2; rep++ { // the first prepares the executable
+		e.Zero(d.logits)
+		d.replay(t, ex)
+		if i, ok := bitsEqual(e.ReadF32(d.logits), want); !ok {
+			t.Fatalf("replay %d: logit %d = %v, eager %v", rep, i, e.ReadF32(d.logits)[i], want[i])
+		}
+	}
+}
