@@ -53,14 +53,55 @@ func BenchmarkQuantMatMulRowSet(b *testing.B) {
 		p := packWeights(c.o[2])
 		for _, n := range []int{1, 8, 16, 24, 32, 48} {
 			b.Run(fmt.Sprintf("%s/%dx%d/n%d", dt, in, out, n), func(b *testing.B) {
-				ps := []*packed{p}
-				for len(ps) < n {
-					q := *p
-					q.data = alignedBytes(len(p.data))
-					copy(q.data, p.data)
-					ps = append(ps, &q)
-				}
+				ps := packCopies(p, n)
 				timeRowPasses(b, c, ps)
+			})
+		}
+	}
+}
+
+// packCopies is p and n-1 copies of it, each in its own memory.
+func packCopies(p *packed, n int) []*packed {
+	ps := []*packed{p}
+	for len(ps) < n {
+		q := *p
+		q.data = alignedBytes(len(p.data))
+		copy(q.data, p.data)
+		ps = append(ps, &q)
+	}
+	return ps
+}
+
+// BenchmarkQuantRowsSet times the many-row kernels as one worker's part of
+// a 64-sequence decode step runs them: 32 rows of x (already quantized) by a
+// 768x2048 matrix, over a working set of n packed copies of it one after
+// another, on one thread. At n 1 the matrix (1.6 MB of Q8_0) stays in L2/L3
+// between passes; 16 copies (27 MB) are about this machine's 32 MB L3, 64
+// (107 MB) stream from memory as the 110M model's 205 MB do every step.
+// GMAC/cpu-s as in BenchmarkQuantRows: where it falls with n, the kernels
+// in the step wait for the weights rather than computing.
+// `GOEXPERIMENT=simd go test -run XXX -bench QuantRowsSet ./accel/cpu`
+func BenchmarkQuantRowsSet(b *testing.B) {
+	if !quantVecBuilt {
+		b.Skip("no quantized vector kernels here")
+	}
+	r := rand.New(rand.NewPCG(5, 6))
+	const T, out, in = 32, 2048, 768
+	for _, dt := range quantDTypes[:2] {
+		c, _, _ := quantCall(b, r, dt, T, out, in)
+		p := packWeights(c.o[2])
+		k := &kctx{}
+		quantizeActs(&k.qa, c.o[1].f32(), in, 0, T, kBlocks(dt))
+		for _, n := range []int{1, 16, 64} {
+			ps := packCopies(p, n)
+			b.Run(fmt.Sprintf("%s/n%d", dt, n), func(b *testing.B) {
+				cpu0 := processCPU()
+				for i := 0; i < b.N; i++ {
+					runMatMulQuantVec(c, &k.qa, ps[i%n], 0, out/panelWidth, 0, T, k)
+				}
+				if c := processCPU() - cpu0; c > 0 {
+					b.ReportMetric(float64(T*in*out)*float64(b.N)/c.Seconds()/1e9, "GMAC/cpu-s")
+				}
 			})
 		}
 	}
