@@ -75,6 +75,16 @@ func genHead(p func(string, ...any), name, typ string, R int, decl ...string) {
 	}
 }
 
+// genScales writes name0 and name1: the 16 float16 scales at wb+off (in
+// f16Pos order) widened to float32 (quant_amd64.go's f16Hi says how),
+// outputs 0..7 and 8..15.
+func genScales(p func(string, ...any), name string, off int) {
+	p("%ss := archsimd.LoadInt16x16((*[16]int16)(unsafe.Add(wb, %d)))\n", name, off)
+	p("%sh, %sl := %ss.ShiftAllRight(3).And(archsimd.LoadInt16x16(&f16Hi)), %ss.ShiftAllLeft(13)\n", name, name, name, name)
+	p("%s0 := %sl.InterleaveLoGrouped(%sh).AsFloat32x8().Mul(archsimd.LoadFloat32x8(&f16Scale))\n", name, name, name)
+	p("%s1 := %sl.InterleaveHiGrouped(%sh).AsFloat32x8().Mul(archsimd.LoadFloat32x8(&f16Scale))\n", name, name, name)
+}
+
 // genQ8_0 writes mmQ8_0x<R>: R rows by one whole Q8_0 panel (both
 // 8-output halves at once, so that each broadcast of x serves two weight
 // vectors), each block's eight groups written out, with the sign trick
@@ -137,14 +147,14 @@ func genQ4_0(p func(string, ...any), R int) {
 	genHead(p, fmt.Sprintf("mmQ4_0x%d", R), "Q4_0", R, fmt.Sprintf("var fence [%d][16]int16", 4*R+1))
 	p("d0, sp := dx, sx\n")
 	p("wb := w\n")
-	p("we := unsafe.Add(wb, uintptr(nb)*(64+4*64))\n")
-	p("for ; wb != we; wb = unsafe.Add(wb, 64+4*64) {\n")
+	p("we := unsafe.Add(wb, uintptr(nb)*(32+4*64))\n")
+	p("for ; wb != we; wb = unsafe.Add(wb, 32+4*64) {\n")
 	f := 0
 	for v := 0; v < 4; v++ {
 		p("// Vectors %d: inputs %d..%d (low nibbles) and %d..%d (high).\n", v, 4*v, 4*v+3, 16+4*v, 16+4*v+3)
 		p("m0f%d := archsimd.LoadUint8x32(&q8Low)\n", v)
 		for n := 0; n < 2; n++ {
-			p("u%d%d := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, %d)))\n", v, n, 64+64*v+32*n)
+			p("u%d%d := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, %d)))\n", v, n, 32+64*v+32*n)
 			p("lo%d%d := u%d%d.And(m0f%d)\n", v, n, v, n, v)
 			p("hi%d%d := u%d%d.AsInt16x16().ShiftAllRight(4).AsUint8x32().And(m0f%d)\n", v, n, v, n, v)
 		}
@@ -164,8 +174,7 @@ func genQ4_0(p func(string, ...any), R int) {
 		}
 	}
 	p("ones := archsimd.LoadInt16x16(&q16Ones)\n")
-	p("dw0 := archsimd.LoadFloat32x8((*[8]float32)(wb))\n")
-	p("dw1 := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(wb, 32)))\n")
+	genScales(p, "dw", 0)
 	for r := 0; r < R; r++ {
 		p("dx%d := archsimd.BroadcastFloat32x8(*(*float32)(unsafe.Add(d0, %d*ds)))\n", r, r)
 		p("off%d := archsimd.BroadcastInt32x8(8 * *(*int32)(unsafe.Add(sp, %d*ss)))\n", r, r)

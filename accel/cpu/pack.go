@@ -137,7 +137,11 @@ type packEntry struct {
 	p      *packed
 	bytes  int64 // charged to the arena
 	uses   int   // placeholder: uses since the last write (under mu)
-	dead   atomic.Bool
+	// never: a placeholder for weights the panels cannot hold (a quantized
+	// block's infinite or NaN scale, quantPackable): the row-major kernels
+	// read them until a write to the range (under mu).
+	never bool
+	dead  atomic.Bool
 }
 
 // packTable is the device's cache of packed weights.
@@ -168,6 +172,9 @@ func (t *packTable) lookup(w *operand) *packEntry {
 		return e
 	}
 	if e != nil {
+		if e.never {
+			return nil
+		}
 		if e.uses++; e.uses < volatileUses {
 			return nil
 		}
@@ -177,7 +184,14 @@ func (t *packTable) lookup(w *operand) *packEntry {
 	return e
 }
 
+// makeLocked packs w, or (nil, nil) records that it cannot be packed.
 func (t *packTable) makeLocked(key packKey, w *operand) (*packEntry, error) {
+	if w.dt.BlockSize() > 1 && !quantPackable(*w) {
+		e := &packEntry{key: key, lo: w.off, hi: w.off + int64(len(w.b)), never: true}
+		t.addToMem(e)
+		t.byKey[key] = e
+		return nil, nil
+	}
 	size := int64(uintptr((w.rows+panelWidth-1)/panelWidth) * packedPanelBytes(w.dt, w.cols))
 	if err := t.d.budget.Charge(size); err != nil {
 		return nil, err
@@ -265,7 +279,7 @@ func (t *packTable) written(m *mem, off, n int64) {
 			continue
 		}
 		if e.p == nil {
-			e.uses = 0
+			e.uses, e.never = 0, false
 			continue
 		}
 		t.removeLocked(e)

@@ -31,6 +31,30 @@ func init() { quantVec.Store(quantVecBuilt) }
 // float32 at y.
 type qKernel func(y, qx, dx, sx, w unsafe.Pointer, nb int)
 
+// The panels hold the blocks' scales as the file's float16 (quant_pack.go),
+// and the kernels widen them in registers (archsimd has no VCVTPH2PS), all
+// sixteen of a panel's at once, exactly: the float32 whose bits are sign |
+// (h&0x7fff)<<13 is h's value times 2^-112 for every finite float16 h (a
+// float16 subnormal's mantissa becomes a float32 subnormal's), and its high
+// 16 bits are h shifted right by 3 (arithmetically, VPSRAW) with bits 14..12
+// cleared (f16Hi), its low 16 bits h shifted left by 13 (VPSLLW): VPUNPCKLWD
+// and VPUNPCKHWD of the two give outputs 0..7 and 8..15, each 128-bit half
+// of them from its own half of the sixteen (f16Pos, the order the pack
+// stores them in). Then times 2^112 (f16Scale), or, in the Q8_0 and Q4_0
+// one-row kernels, x's scale times 2^112: exact either way (x's Q8_0 scale is
+// a float16's, at most 65504, so the product is finite), and d·dx is the
+// same product rounded once. An infinite or NaN h would come out finite:
+// packQuant packs no such scale (quantPackable). Six instructions per
+// sixteen scales, where float32 scales were two loads.
+
+// f16Hi keeps the sign and bits 11..0 of a float16 shifted right by 3
+// (0x8fff in every 16-bit lane).
+var f16Hi = [16]int16{-0x7001, -0x7001, -0x7001, -0x7001, -0x7001, -0x7001, -0x7001, -0x7001, -0x7001, -0x7001, -0x7001, -0x7001, -0x7001, -0x7001, -0x7001, -0x7001}
+
+// f16Scale is 2^112 in every lane: a float16 exponent's bias (15) from a
+// float32's (127).
+var f16Scale = [8]float32{0x1p112, 0x1p112, 0x1p112, 0x1p112, 0x1p112, 0x1p112, 0x1p112, 0x1p112}
+
 // runMatMulQuantVec runs the vector kernels on W's packed panels, reporting
 // false (nothing written) where this type or build has none.
 //
@@ -168,14 +192,14 @@ func mmQ4_0(y, qx, dx, sx, w unsafe.Pointer, nb int) {
 	wb, xb := w, qx
 	for b := 0; b < nb; b++ {
 		// The first vector starts the sums.
-		u0 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 64)))
-		u1 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 96)))
+		u0 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 32)))
+		u1 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 64)))
 		xl := archsimd.LoadInt8x32((*[32]int8)(xb))
 		xh := archsimd.LoadInt8x32((*[32]int8)(unsafe.Add(xb, 128)))
 		s0 := u0.And(m0f).DotProductPairsSaturated(xl).Add(u0.AsInt16x16().ShiftAllRight(4).AsUint8x32().And(m0f).DotProductPairsSaturated(xh))
 		s1 := u1.And(m0f).DotProductPairsSaturated(xl).Add(u1.AsInt16x16().ShiftAllRight(4).AsUint8x32().And(m0f).DotProductPairsSaturated(xh))
 		px := unsafe.Add(xb, 32)
-		for wv, we := unsafe.Add(wb, 128), unsafe.Add(wb, 64+4*64); wv != we; wv = unsafe.Add(wv, 64) {
+		for wv, we := unsafe.Add(wb, 96), unsafe.Add(wb, 32+4*64); wv != we; wv = unsafe.Add(wv, 64) {
 			u0 := archsimd.LoadUint8x32((*[32]uint8)(wv))
 			u1 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wv, 32)))
 			xl := archsimd.LoadInt8x32((*[32]int8)(px))
@@ -187,12 +211,15 @@ func mmQ4_0(y, qx, dx, sx, w unsafe.Pointer, nb int) {
 			px = unsafe.Add(px, 32)
 		}
 		off := archsimd.BroadcastInt32x8(8 * *(*int32)(unsafe.Add(sx, uintptr(b)*4)))
-		dxv := archsimd.BroadcastFloat32x8(*(*float32)(unsafe.Add(dx, uintptr(b)*4)))
-		d0 := archsimd.LoadFloat32x8((*[8]float32)(wb)).Mul(dxv)
-		d1 := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(wb, 32))).Mul(dxv)
+		// The float16 scales widened, times dx·2^112 (f16Hi).
+		dxv := archsimd.BroadcastFloat32x8(*(*float32)(unsafe.Add(dx, uintptr(b)*4))).Mul(archsimd.LoadFloat32x8(&f16Scale))
+		sc := archsimd.LoadInt16x16((*[16]int16)(wb))
+		sh, sl := sc.ShiftAllRight(3).And(archsimd.LoadInt16x16(&f16Hi)), sc.ShiftAllLeft(13)
+		d0 := sl.InterleaveLoGrouped(sh).AsFloat32x8().Mul(dxv)
+		d1 := sl.InterleaveHiGrouped(sh).AsFloat32x8().Mul(dxv)
 		acc0 = acc0.Add(d0.Mul(s0.DotProductPairs(ones).Sub(off).ConvertToFloat32()))
 		acc1 = acc1.Add(d1.Mul(s1.DotProductPairs(ones).Sub(off).ConvertToFloat32()))
-		wb = unsafe.Add(wb, 64+4*64)
+		wb = unsafe.Add(wb, 32+4*64)
 		xb = unsafe.Add(xb, 256)
 	}
 	acc0.Store((*[8]float32)(y))

@@ -30,13 +30,15 @@ func mmQ4_0Widen(y, x, w unsafe.Pointer, nb int) {
 		shifts[k] = archsimd.BroadcastUint32x8(uint32(8*(k%4) + 4*(k/4)))
 	}
 	for b := 0; b < nb; b++ {
-		wb := unsafe.Add(w, uintptr(b)*(64+4*64))
+		wb := unsafe.Add(w, uintptr(b)*(32+4*64))
 		xb := unsafe.Add(x, uintptr(b)*128)
-		d0 := archsimd.LoadFloat32x8((*[8]float32)(wb))
-		d1 := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(wb, 32)))
+		sc := archsimd.LoadInt16x16((*[16]int16)(wb))
+		sh, sl := sc.ShiftAllRight(3).And(archsimd.LoadInt16x16(&f16Hi)), sc.ShiftAllLeft(13)
+		d0 := sl.InterleaveLoGrouped(sh).AsFloat32x8().Mul(archsimd.LoadFloat32x8(&f16Scale))
+		d1 := sl.InterleaveHiGrouped(sh).AsFloat32x8().Mul(archsimd.LoadFloat32x8(&f16Scale))
 		for v := uintptr(0); v < 4; v++ {
-			u0 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 64+v*64))).AsUint32x8()
-			u1 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 96+v*64))).AsUint32x8()
+			u0 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 32+v*64))).AsUint32x8()
+			u1 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 64+v*64))).AsUint32x8()
 			for k := 0; k < 8; k++ {
 				// byte k%4, low (k < 4: input 4v+k) or high nibble (input 4(v+4)+k-4)
 				sh := shifts[k]

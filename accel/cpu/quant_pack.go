@@ -13,16 +13,22 @@ func putF32(b []byte, v float32) { binary.LittleEndian.PutUint32(b, math.Float32
 // Packed quantized panels (read by the vector kernels, quant_amd64.go).
 //
 // A panel is 16 consecutive outputs; for each block of 32 inputs it holds
-// the 16 outputs' scales as float32 (64 bytes), then the values laid
-// across outputs: 32-bit lane o of a 64-byte vector holds four consecutive
-// inputs of output o, one per byte, so that a broadcast of four bytes of x
-// and one VPMADDUBSW/VPMADDWD pair give each output's four-input sum in its
-// own lane.
-//   - Q4_0: 4 vectors; vector v's low nibbles are inputs 4v..4v+3 of the
-//     block, its high nibbles inputs 4(v+4)..4(v+4)+3, as ggml's unsigned
-//     values (the -8 is taken out with the sum of x).
-//   - Q8_0: 8 vectors of the values plus 128 (unsigned bytes; the +128 is
-//     taken out with the sum of x), vector g holding inputs 4g..4g+3.
+// the 16 outputs' scales, then the values laid across outputs: 32-bit lane
+// o of a 64-byte vector holds four consecutive inputs of output o, one per
+// byte, so that a broadcast of four bytes of x and one VPMADDUBSW/VPMADDWD
+// pair give each output's four-input sum in its own lane. A scale is the
+// file's float16 where the layout says so (output o's at 2·f16Pos(o)), which the
+// kernels widen to float32 exactly (quant_amd64.go's f16Hi): at batch 1
+// the kernels read the panels from memory, and float32 scales were 11%
+// more bytes than ggml's blocks for Q4_0 (quantPackable says which files
+// cannot be packed so).
+//   - Q4_0: the scales as float16 (32 bytes), then 4 vectors; vector v's
+//     low nibbles are inputs 4v..4v+3 of the block, its high nibbles inputs
+//     4(v+4)..4(v+4)+3, as ggml's unsigned values (the -8 is taken out with
+//     the sum of x). 144 bytes per output and 256 inputs, as ggml's.
+//   - Q8_0: the scales as float32 (64 bytes), then 8 vectors of the values
+//     plus 128 (unsigned bytes; the +128 is taken out with the sum of x),
+//     vector g holding inputs 4g..4g+3.
 //
 // The K-quants' blocks are super-blocks of 256 inputs:
 //   - Q4_K: d and dmin (16 float32 each), the eight 6-bit scales and mins
@@ -44,6 +50,40 @@ func putF32(b []byte, v float32) { binary.LittleEndian.PutUint32(b, math.Float32
 //
 // A partial last panel's missing outputs are zero scales and values.
 
+// quantPackable reports whether W's blocks fit dt's panels: every float16
+// scale finite, as the kernels' widening needs (quant_amd64.go's f16Hi).
+// A file with an infinite or NaN scale (none that a quantizer writes) is
+// read by the row-major kernels, with the same bits.
+func quantPackable(w operand) bool {
+	var offs []int // the scales' offsets in a block
+	switch w.dt {
+	case accel.Q4_0, accel.Q8_0:
+		offs = []int{0}
+	case accel.Q4_K:
+		offs = []int{0, 2}
+	case accel.Q6_K:
+		offs = []int{208}
+	default:
+		return true
+	}
+	bs := int(w.dt.RowBytes(w.dt.BlockSize()))
+	for b := 0; b+bs <= len(w.b); b += bs {
+		for _, o := range offs {
+			if binary.LittleEndian.Uint16(w.b[b+o:])&0x7c00 == 0x7c00 {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// f16Pos is where among a panel's sixteen float16 scales output o's is: the
+// kernels widen them by VPUNPCKLWD, which makes outputs 0..7 of words 0..3
+// and 8..11 (the low four of each 128-bit half), and VPUNPCKHWD, outputs
+// 8..15 of words 4..7 and 12..15 (quant_amd64.go), so outputs 4..7 are
+// held at 8..11 and 8..11 at 4..7.
+func f16Pos(o int) int { return o&3 | (o&4)<<1 | (o&8)>>1 }
+
 // quantPacks reports whether dt has packed panels (and vector kernels).
 func quantPacks(dt accel.DType) bool { return quantBlockBytes(dt) > 0 }
 
@@ -51,7 +91,7 @@ func quantPacks(dt accel.DType) bool { return quantBlockBytes(dt) > 0 }
 func quantBlockBytes(dt accel.DType) uintptr {
 	switch dt {
 	case accel.Q4_0:
-		return 64 + 4*64
+		return 32 + 4*64
 	case accel.Q8_0:
 		return 64 + 8*64
 	case accel.Q4_K:
@@ -83,13 +123,13 @@ func packQuant(w operand, p *packed) {
 			switch w.dt {
 			case accel.Q4_0:
 				blk := row[b*18 : b*18+18]
-				putF32(dst[4*lane:], f16at(blk))
+				copy(dst[2*f16Pos(lane):], blk[:2])
 				for j := 0; j < 16; j++ {
 					v[j], v[j+16] = blk[2+j]&0xf, blk[2+j]>>4
 				}
 				for vec := 0; vec < 4; vec++ {
 					for kk := 0; kk < 4; kk++ {
-						dst[64+64*vec+4*lane+kk] = v[4*vec+kk] | v[4*(vec+4)+kk]<<4
+						dst[32+64*vec+4*lane+kk] = v[4*vec+kk] | v[4*(vec+4)+kk]<<4
 					}
 				}
 			case accel.Q8_0:

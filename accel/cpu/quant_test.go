@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/reprise-ml/reprise/accel"
+	"github.com/reprise-ml/reprise/accel/acceltest"
 	"github.com/reprise-ml/reprise/quant"
 )
 
@@ -258,9 +259,12 @@ func TestQuantMatMulRows(t *testing.T) {
 
 // TestQuantMatMulRowsExtremes: the vector kernels give the plain-Go bits on
 // weights of random bytes (every value a file may hold: Q8_0's -128, every
-// nibble and 6-bit value, every scale and min byte), only the float16
-// scales kept finite, against rows of x whose quantized values are mostly
-// ±127 (the integer sums' largest pair sums and totals).
+// nibble and 6-bit value, every scale and min byte), the float16 scales
+// finite, of either sign, zeros and subnormals among them (the panels hold
+// them as float16, which the kernels widen: quant_amd64.go), and below 2^6
+// (so that no sum overflows, whose infinities the kernels might add in
+// another order), against rows of x whose quantized values are mostly ±127
+// (the integer sums' largest pair sums and totals).
 func TestQuantMatMulRowsExtremes(t *testing.T) {
 	if !quantVecBuilt {
 		t.Skip("no quantized vector kernels here")
@@ -268,7 +272,16 @@ func TestQuantMatMulRowsExtremes(t *testing.T) {
 	r := rand.New(rand.NewPCG(11, 12))
 	const out, in = 40, 512
 	half := func(b []byte) {
-		binary.LittleEndian.PutUint16(b, quant.FloatToHalf(float32(r.Float64()*0.02+0.001)))
+		h := quant.FloatToHalf(float32(r.Float64()*0.02 + 0.001))
+		switch r.IntN(4) {
+		case 0: // any exponent up to 2^5 (0: zero or subnormal), either sign
+			h = uint16(r.IntN(21)<<10 | r.IntN(1<<10) | r.IntN(2)<<15)
+		case 1: // ±0, or a subnormal
+			h = uint16(r.IntN(2)<<15) | uint16(r.IntN(2)*r.IntN(1<<10))
+		case 2:
+			h |= 0x8000
+		}
+		binary.LittleEndian.PutUint16(b, h)
 	}
 	for _, dt := range quantDTypes {
 		for _, T := range []int{1, 4, 5, 9, 13, 64} {
@@ -297,8 +310,86 @@ func TestQuantMatMulRowsExtremes(t *testing.T) {
 					if r.IntN(16) == 0 {
 						x[i] *= float32(r.Float64())
 					}
+					if (i/in)%2 == 0 {
+						// x's scales half float16's largest (Q8_0
+						// numerics: the Q8_0 and Q4_0 one-row kernels
+						// multiply them by 2^112).
+						x[i] *= 0x1p22
+					}
 				}
 				vecEqualsPlain(t, c)
+			})
+		}
+	}
+}
+
+// TestQuantUnpackable: weights with an infinite or NaN float16 scale, which
+// the panels' widening cannot hold (quantPackable), are not packed: the
+// MatMul reads them row-major, with the plain-Go bits, and packs them once
+// they have been rewritten with finite scales.
+func TestQuantUnpackable(t *testing.T) {
+	if !quantVecBuilt {
+		t.Skip("no quantized vector kernels here")
+	}
+	old := quantVec.Load()
+	quantVec.Store(true)
+	defer quantVec.Store(old)
+	r := rand.New(rand.NewPCG(19, 20))
+	const T, out, in = 2, 24, 512
+	for _, dt := range quantDTypes {
+		for _, bad := range []uint16{0x7c00, 0xfc00, 0x7e01} {
+			t.Run(fmt.Sprintf("%s/%#x", dt, bad), func(t *testing.T) {
+				e := acceltest.Open(t, "cpu", accel.Options{Threads: 1})
+				dev := e.Dev.(*Device)
+				c, xv, _ := quantCall(t, r, dt, T, out, in)
+				finite := append([]byte(nil), c.o[2].b...)
+				off := map[accel.DType]int{accel.Q8_0: 0, accel.Q4_0: 0, accel.Q4_K: 2, accel.Q6_K: 208}[dt]
+				bs := int(dt.RowBytes(dt.BlockSize()))
+				binary.LittleEndian.PutUint16(c.o[2].b[3*bs+off:], bad)
+				if quantPackable(c.o[2]) {
+					t.Fatal("quantPackable: true")
+				}
+				plain := func(c *rcall) []float32 {
+					quantVec.Store(false)
+					defer quantVec.Store(true)
+					k := &kctx{}
+					return runRef(c, func(c *rcall, lo, hi int) { runMatMul(c, lo, hi, k) })
+				}
+				wb, err := e.Dev.Alloc(int64(len(finite)))
+				if err != nil {
+					t.Fatal(err)
+				}
+				w := accel.Tensor{Buf: wb, DType: dt, Rows: out, Cols: in}
+				x, y := e.F32(xv, T, in), e.Zeros(accel.F32, T, out)
+				matmul := func(wv []byte, uses int) {
+					t.Helper()
+					if err := accel.Upload(e.S, wb, wv); err != nil {
+						t.Fatal(err)
+					}
+					c.o[2].b = wv
+					want := plain(c)
+					for i := 0; i < uses; i++ {
+						l := accel.On(e.S)
+						l.MatMul(y, x, w)
+						if err := l.Err(); err != nil {
+							t.Fatal(err)
+						}
+						if j, ok := bitsEqual(e.ReadF32(y), want); !ok {
+							t.Fatalf("use %d: y[%d] = %g, plain Go %g", i, j, e.ReadF32(y)[j], want[j])
+						}
+					}
+				}
+				matmul(c.o[2].b, 3)
+				if err := dev.PackWeights(w); err != nil {
+					t.Fatal(err)
+				}
+				if n := dev.PackedBytes(); n != 0 {
+					t.Fatalf("%d bytes packed from weights with a scale %#x", n, bad)
+				}
+				matmul(finite, volatileUses+1)
+				if dev.PackedBytes() == 0 {
+					t.Fatal("rewritten with finite scales, the weights were not packed")
+				}
 			})
 		}
 	}
