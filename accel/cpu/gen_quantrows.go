@@ -96,8 +96,8 @@ func genQ8_0(p func(string, ...any), R int) {
 	genHead(p, fmt.Sprintf("mmQ8_0x%d", R), "Q8_0", R, "var fence [8][8]int32")
 	p("d0 := dx\n")
 	p("wb := w\n")
-	p("we := unsafe.Add(wb, uintptr(nb)*(64+8*64))\n")
-	p("for ; wb != we; wb = unsafe.Add(wb, 64+8*64) {\n")
+	p("we := unsafe.Add(wb, uintptr(nb)*(32+8*64))\n")
+	p("for ; wb != we; wb = unsafe.Add(wb, 32+8*64) {\n")
 	for g := 0; g < 8; g++ {
 		p("// Group %d: inputs %d..%d of the block.\n", g, 4*g, 4*g+3)
 		if g > 0 {
@@ -106,7 +106,7 @@ func genQ8_0(p func(string, ...any), R int) {
 		p("m80_%d := archsimd.LoadUint8x32(&q8Flip)\n", g)
 		p("ones%d := archsimd.LoadInt16x16(&q16Ones)\n", g)
 		for n := 0; n < 2; n++ {
-			p("w%d%d := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, %d))).Xor(m80_%d).AsInt8x32()\n", g, n, 64+64*g+32*n, g)
+			p("w%d%d := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, %d))).Xor(m80_%d).AsInt8x32()\n", g, n, 32+64*g+32*n, g)
 			p("a%d%d := w%d%d.Abs().AsUint8x32()\n", g, n, g, n)
 		}
 		for r := 0; r < R; r++ {
@@ -122,8 +122,7 @@ func genQ8_0(p func(string, ...any), R int) {
 		}
 	}
 	p("c%d1.Store(&fence[7])\n", R-1)
-	p("dw0 := archsimd.LoadFloat32x8((*[8]float32)(wb))\n")
-	p("dw1 := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(wb, 32)))\n")
+	genScales(p, "dw", 0)
 	for r := 0; r < R; r++ {
 		p("dx%d := archsimd.BroadcastFloat32x8(*(*float32)(unsafe.Add(d0, %d*ds)))\n", r, r)
 		p("archsimd.LoadFloat32x8((*[8]float32)(y%d)).Add(dw0.Mul(dx%d).Mul(c%d0.ConvertToFloat32())).Store((*[8]float32)(y%d))\n", r, r, r, r)

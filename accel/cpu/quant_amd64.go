@@ -253,8 +253,8 @@ func mmQ8_0(y, qx, dx, sx, w unsafe.Pointer, nb int) {
 	wb, px := w, qx
 	for b := 0; b < nb; b++ {
 		// Groups 0-3: the first starts the sums.
-		u0 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 64)))
-		u1 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 96)))
+		u0 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 32)))
+		u1 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 64)))
 		xl := archsimd.LoadInt8x32((*[32]int8)(px))
 		xh := archsimd.LoadInt8x32((*[32]int8)(unsafe.Add(px, 32)))
 		l0 := u0.DotProductPairsSaturated(xl)
@@ -262,7 +262,7 @@ func mmQ8_0(y, qx, dx, sx, w unsafe.Pointer, nb int) {
 		l1 := u1.DotProductPairsSaturated(xl)
 		h1 := u1.DotProductPairsSaturated(xh)
 		px = unsafe.Add(px, 64)
-		for wv, we := unsafe.Add(wb, 128), unsafe.Add(wb, 64+4*64); wv != we; wv = unsafe.Add(wv, 64) {
+		for wv, we := unsafe.Add(wb, 96), unsafe.Add(wb, 32+4*64); wv != we; wv = unsafe.Add(wv, 64) {
 			u0 := archsimd.LoadUint8x32((*[32]uint8)(wv))
 			u1 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wv, 32)))
 			xl := archsimd.LoadInt8x32((*[32]int8)(px))
@@ -278,8 +278,8 @@ func mmQ8_0(y, qx, dx, sx, w unsafe.Pointer, nb int) {
 		// Groups 4-7: xl's sums start again. (The two loops folded into
 		// one over the halves, with zeroed sums, reloaded two spilled
 		// vectors on every group.)
-		u0 = archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 64+4*64)))
-		u1 = archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 96+4*64)))
+		u0 = archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 32+4*64)))
+		u1 = archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 64+4*64)))
 		xl = archsimd.LoadInt8x32((*[32]int8)(px))
 		xh = archsimd.LoadInt8x32((*[32]int8)(unsafe.Add(px, 32)))
 		l0 = u0.DotProductPairsSaturated(xl)
@@ -287,7 +287,7 @@ func mmQ8_0(y, qx, dx, sx, w unsafe.Pointer, nb int) {
 		l1 = u1.DotProductPairsSaturated(xl)
 		h1 = h1.Add(u1.DotProductPairsSaturated(xh))
 		px = unsafe.Add(px, 64)
-		for wv, we := unsafe.Add(wb, 128+4*64), unsafe.Add(wb, 64+8*64); wv != we; wv = unsafe.Add(wv, 64) {
+		for wv, we := unsafe.Add(wb, 96+4*64), unsafe.Add(wb, 32+8*64); wv != we; wv = unsafe.Add(wv, 64) {
 			u0 := archsimd.LoadUint8x32((*[32]uint8)(wv))
 			u1 := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wv, 32)))
 			xl := archsimd.LoadInt8x32((*[32]int8)(px))
@@ -299,14 +299,17 @@ func mmQ8_0(y, qx, dx, sx, w unsafe.Pointer, nb int) {
 			px = unsafe.Add(px, 64)
 		}
 		off := archsimd.BroadcastInt32x8(128 * *(*int32)(unsafe.Add(sx, uintptr(b)*4)))
-		dxv := archsimd.BroadcastFloat32x8(*(*float32)(unsafe.Add(dx, uintptr(b)*4)))
-		d0 := archsimd.LoadFloat32x8((*[8]float32)(wb)).Mul(dxv)
-		d1 := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(wb, 32))).Mul(dxv)
+		// The float16 scales widened, times dx·2^112 (f16Hi).
+		dxv := archsimd.BroadcastFloat32x8(*(*float32)(unsafe.Add(dx, uintptr(b)*4))).Mul(archsimd.LoadFloat32x8(&f16Scale))
+		sc := archsimd.LoadInt16x16((*[16]int16)(wb))
+		sh, sl := sc.ShiftAllRight(3).And(archsimd.LoadInt16x16(&f16Hi)), sc.ShiftAllLeft(13)
+		d0 := sl.InterleaveLoGrouped(sh).AsFloat32x8().Mul(dxv)
+		d1 := sl.InterleaveHiGrouped(sh).AsFloat32x8().Mul(dxv)
 		i0 = i0.Add(l0.DotProductPairs(ones)).Add(h0.DotProductPairs(sixteens)).Sub(off)
 		i1 = i1.Add(l1.DotProductPairs(ones)).Add(h1.DotProductPairs(sixteens)).Sub(off)
 		acc0 = acc0.Add(d0.Mul(i0.ConvertToFloat32()))
 		acc1 = acc1.Add(d1.Mul(i1.ConvertToFloat32()))
-		wb = unsafe.Add(wb, 64+8*64)
+		wb = unsafe.Add(wb, 32+8*64)
 	}
 	acc0.Store((*[8]float32)(y))
 	acc1.Store((*[8]float32)(unsafe.Add(y, 32)))

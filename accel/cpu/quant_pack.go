@@ -26,9 +26,10 @@ func putF32(b []byte, v float32) { binary.LittleEndian.PutUint32(b, math.Float32
 //     low nibbles are inputs 4v..4v+3 of the block, its high nibbles inputs
 //     4(v+4)..4(v+4)+3, as ggml's unsigned values (the -8 is taken out with
 //     the sum of x). 144 bytes per output and 256 inputs, as ggml's.
-//   - Q8_0: the scales as float32 (64 bytes), then 8 vectors of the values
+//   - Q8_0: the scales as float16 (32 bytes), then 8 vectors of the values
 //     plus 128 (unsigned bytes; the +128 is taken out with the sum of x),
-//     vector g holding inputs 4g..4g+3.
+//     vector g holding inputs 4g..4g+3. 272 bytes per output and 256
+//     inputs, as ggml's.
 //
 // The K-quants' blocks are super-blocks of 256 inputs:
 //   - Q4_K: d and dmin (16 float32 each), the eight 6-bit scales and mins
@@ -93,7 +94,7 @@ func quantBlockBytes(dt accel.DType) uintptr {
 	case accel.Q4_0:
 		return 32 + 4*64
 	case accel.Q8_0:
-		return 64 + 8*64
+		return 32 + 8*64
 	case accel.Q4_K:
 		return 2*64 + 2*8*16 + 32*64
 	case accel.Q6_K:
@@ -134,10 +135,10 @@ func packQuant(w operand, p *packed) {
 				}
 			case accel.Q8_0:
 				blk := row[b*34 : b*34+34]
-				putF32(dst[4*lane:], f16at(blk))
+				copy(dst[2*f16Pos(lane):], blk[:2])
 				for g := 0; g < 8; g++ {
 					for kk := 0; kk < 4; kk++ {
-						dst[64+64*g+4*lane+kk] = blk[2+4*g+kk] ^ 0x80
+						dst[32+64*g+4*lane+kk] = blk[2+4*g+kk] ^ 0x80
 					}
 				}
 			case accel.Q4_K:
