@@ -201,9 +201,11 @@ func genQ4_0(p func(string, ...any), R int) {
 // loaded as bytes; with regA, A in registers (fenced by a store of one at
 // each sub-block).
 func genQ4_K(p func(string, ...any), R int, wide, regA bool) {
-	name, typ, blk := fmt.Sprintf("mmQ4_Kx%d", R), "Q4_K", 2432
+	// The scales' and the mins' bytes, and the values: where a packed
+	// super-block holds them (quant_pack.go), or a widened one.
+	name, typ, blk, sco, mno, vo := fmt.Sprintf("mmQ4_Kx%d", R), "Q4_K", 2368, 64, 192, 320
 	if wide {
-		name, typ, blk = fmt.Sprintf("mmQ4_KWx%d", R), "widened Q4_K", q4kWideBlock
+		name, typ, blk, sco, mno, vo = fmt.Sprintf("mmQ4_KWx%d", R), "widened Q4_K", q4kWideBlock, 128, 256, 384
 	}
 	decl := []string{"var fence [8][16]int16", "var fenceB [8][8]int32"}
 	if regA {
@@ -238,11 +240,11 @@ func genQ4_K(p func(string, ...any), R int, wide, regA bool) {
 			}
 			for n := 0; n < 2; n++ {
 				if wide {
-					p("v%d%d := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, %d)))\n", g, n, 384+64*(8*sb+g)+32*n)
+					p("v%d%d := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, %d)))\n", g, n, vo+64*(8*sb+g)+32*n)
 				} else if hi == 0 {
-					p("v%d%d := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, %d))).And(m0f)\n", g, n, 384+64*(8*c+g)+32*n)
+					p("v%d%d := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, %d))).And(m0f)\n", g, n, vo+64*(8*c+g)+32*n)
 				} else {
-					p("v%d%d := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, %d))).AsInt16x16().ShiftAllRight(4).AsUint8x32().And(m0f)\n", g, n, 384+64*(8*c+g)+32*n)
+					p("v%d%d := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, %d))).AsInt16x16().ShiftAllRight(4).AsUint8x32().And(m0f)\n", g, n, vo+64*(8*c+g)+32*n)
 				}
 			}
 			for r := 0; r < R; r++ {
@@ -259,7 +261,7 @@ func genQ4_K(p func(string, ...any), R int, wide, regA bool) {
 		}
 		p("ones := archsimd.LoadInt16x16(&q16Ones)\n")
 		for n := 0; n < 2; n++ {
-			p("sc%d := archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(wb, %d))).ExtendLo8ToInt32()\n", n, 128+16*sb+8*n)
+			p("sc%d := archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(wb, %d))).ExtendLo8ToInt32()\n", n, sco+16*sb+8*n)
 		}
 		for r := 0; r < R; r++ {
 			for n := 0; n < 2; n++ {
@@ -280,15 +282,21 @@ func genQ4_K(p func(string, ...any), R int, wide, regA bool) {
 	p("// B: the mins times each row's sums of 32 (fenced as the groups are).\n")
 	genB(p, R, 8, "mv",
 		func(sb, n int) string {
-			return fmt.Sprintf("archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(wb, %d))).ExtendLo8ToInt32()", 256+16*sb+8*n)
+			return fmt.Sprintf("archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(wb, %d))).ExtendLo8ToInt32()", mno+16*sb+8*n)
 		},
 		func(r, sb int) string {
 			return fmt.Sprintf("archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, %d*ss+%d)) + *(*int32)(unsafe.Add(sp, %d*ss+%d)))", r, 8*sb, r, 8*sb+4)
 		}, "Mul")
-	p("dw0 := archsimd.LoadFloat32x8((*[8]float32)(wb))\n")
-	p("dw1 := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(wb, 32)))\n")
-	p("dm0 := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(wb, 64)))\n")
-	p("dm1 := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(wb, 96)))\n")
+	if wide {
+		// (Widened to float32 by widenQ4_K.)
+		p("dw0 := archsimd.LoadFloat32x8((*[8]float32)(wb))\n")
+		p("dw1 := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(wb, 32)))\n")
+		p("dm0 := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(wb, 64)))\n")
+		p("dm1 := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(wb, 96)))\n")
+	} else {
+		genScales(p, "dw", 0)
+		genScales(p, "dm", 32)
+	}
 	acc := func(r, n int) string {
 		if regA {
 			return fmt.Sprintf("A%d%d", r, n)
@@ -555,24 +563,30 @@ func genWidenQ6_K(p func(string, ...any)) {
 const q4kWideBlock = 384 + 4096
 
 // genWidenQ4_K writes widenQ4_K: nb super-blocks of a packed Q4_K panel
-// into the widened layout (q4kWideBlock): the header (d, dmin, scales and
-// mins) as it is, then each group's nibbles as bytes.
+// into the widened layout (q4kWideBlock): d and dmin widened to float32 (in
+// output order), the scales and mins as they are, then each group's
+// nibbles as bytes.
 func genWidenQ4_K(p func(string, ...any)) {
 	p("// widenQ4_K: nb super-blocks of the packed Q4_K panel at w into the\n")
 	p("// widened layout at dst (quant_rows_amd64.go's q4kWideBlock).\n")
 	p("//\n//go:noinline\n//go:norace\n//go:nocheckptr\n")
 	p("func widenQ4_K(dst, w unsafe.Pointer, nb int) {\n")
 	p("for b := 0; b < nb; b++ {\n")
-	p("wb := unsafe.Add(w, uintptr(b)*2432)\n")
+	p("wb := unsafe.Add(w, uintptr(b)*2368)\n")
 	p("db := unsafe.Add(dst, uintptr(b)*%d)\n", q4kWideBlock)
-	for o := 0; o < 384; o += 32 {
-		p("archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, %d))).Store((*[32]uint8)(unsafe.Add(db, %d)))\n", o, o)
+	genScales(p, "dw", 0)
+	genScales(p, "dm", 32)
+	for i, v := range []string{"dw0", "dw1", "dm0", "dm1"} {
+		p("%s.Store((*[8]float32)(unsafe.Add(db, %d)))\n", v, 32*i)
+	}
+	for o := 64; o < 320; o += 32 {
+		p("archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, %d))).Store((*[32]uint8)(unsafe.Add(db, %d)))\n", o, o+64)
 	}
 	for c := 0; c < 4; c++ {
 		for g := 0; g < 8; g++ {
 			p("{\nm0f := archsimd.LoadUint8x32(&q8Low)\n")
 			for n := 0; n < 2; n++ {
-				p("u%d := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, %d)))\n", n, 384+64*(8*c+g)+32*n)
+				p("u%d := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, %d)))\n", n, 320+64*(8*c+g)+32*n)
 				p("u%d.And(m0f).Store((*[32]uint8)(unsafe.Add(db, %d)))\n", n, 384+64*(8*(2*c)+g)+32*n)
 				p("u%d.AsInt16x16().ShiftAllRight(4).AsUint8x32().And(m0f).Store((*[32]uint8)(unsafe.Add(db, %d)))\n", n, 384+64*(8*(2*c+1)+g)+32*n)
 			}

@@ -421,13 +421,13 @@ func mmQ4_K(y, qx, dx, sx, w unsafe.Pointer, nb int) {
 	var acc [16]float32
 	ya := unsafe.Pointer(&acc[0])
 	for b := 0; b < nb; b++ {
-		wb := unsafe.Add(w, uintptr(b)*2432)
+		wb := unsafe.Add(w, uintptr(b)*2368)
 		m0f := archsimd.BroadcastUint8x32(0x0f)
 		A0 := archsimd.BroadcastInt32x8(0)
 		A1 := A0
-		pv := unsafe.Add(wb, 384)
+		pv := unsafe.Add(wb, 320)
 		px := unsafe.Add(qx, uintptr(b)*2048)
-		ps := unsafe.Add(wb, 128) // sub-block s's scales at 16s, one byte per output
+		ps := unsafe.Add(wb, 64) // sub-block s's scales at 16s, one byte per output
 		for c := 0; c < 4; c++ {
 			// The first group starts the sums.
 			u0 := archsimd.LoadUint8x32((*[32]uint8)(pv))
@@ -465,17 +465,24 @@ func mmQ4_K(y, qx, dx, sx, w unsafe.Pointer, nb int) {
 		var b0, b1 archsimd.Int32x8
 		for s := uintptr(0); s < 8; s++ {
 			bs := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sb, 8*s)) + *(*int32)(unsafe.Add(sb, 8*s+4)))
-			ml := unsafe.Add(wb, 256+16*s)
+			ml := unsafe.Add(wb, 192+16*s)
 			b0 = b0.Add(archsimd.LoadInt8x16((*[16]int8)(ml)).ExtendLo8ToInt32().Mul(bs))
 			b1 = b1.Add(archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(ml, 8))).ExtendLo8ToInt32().Mul(bs))
 		}
+		// d and dmin widened (f16Hi), then times dx (x's Q8_K scale
+		// may be too large to take 2^112).
 		dxv := archsimd.BroadcastFloat32x8(*(*float32)(unsafe.Add(dx, uintptr(b)*4)))
-		d0 := archsimd.LoadFloat32x8((*[8]float32)(wb)).Mul(dxv)
-		n0 := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(wb, 64))).Mul(dxv)
+		p16 := archsimd.LoadFloat32x8(&f16Scale)
+		sc := archsimd.LoadInt16x16((*[16]int16)(wb))
+		sh, sl := sc.ShiftAllRight(3).And(archsimd.LoadInt16x16(&f16Hi)), sc.ShiftAllLeft(13)
+		sc = archsimd.LoadInt16x16((*[16]int16)(unsafe.Add(wb, 32)))
+		nh, nl := sc.ShiftAllRight(3).And(archsimd.LoadInt16x16(&f16Hi)), sc.ShiftAllLeft(13)
+		d0 := sl.InterleaveLoGrouped(sh).AsFloat32x8().Mul(p16).Mul(dxv)
+		n0 := nl.InterleaveLoGrouped(nh).AsFloat32x8().Mul(p16).Mul(dxv)
 		y0 := (*[8]float32)(ya)
 		archsimd.LoadFloat32x8(y0).Add(d0.Mul(A0.ConvertToFloat32()).Sub(n0.Mul(b0.ConvertToFloat32()))).Store(y0)
-		d1 := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(wb, 32))).Mul(dxv)
-		n1 := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(wb, 96))).Mul(dxv)
+		d1 := sl.InterleaveHiGrouped(sh).AsFloat32x8().Mul(p16).Mul(dxv)
+		n1 := nl.InterleaveHiGrouped(nh).AsFloat32x8().Mul(p16).Mul(dxv)
 		y1 := (*[8]float32)(unsafe.Add(ya, 32))
 		archsimd.LoadFloat32x8(y1).Add(d1.Mul(A1.ConvertToFloat32()).Sub(n1.Mul(b1.ConvertToFloat32()))).Store(y1)
 	}

@@ -8,8 +8,6 @@ import (
 	"github.com/reprise-ml/reprise/quant"
 )
 
-func putF32(b []byte, v float32) { binary.LittleEndian.PutUint32(b, math.Float32bits(v)) }
-
 // Packed quantized panels (read by the vector kernels, quant_amd64.go).
 //
 // A panel is 16 consecutive outputs; for each block of 32 inputs it holds
@@ -32,9 +30,10 @@ func putF32(b []byte, v float32) { binary.LittleEndian.PutUint32(b, math.Float32
 //     inputs, as ggml's.
 //
 // The K-quants' blocks are super-blocks of 256 inputs:
-//   - Q4_K: d and dmin (16 float32 each), the eight 6-bit scales and mins
-//     as bytes (sub-block s: 16 each, one per output; 152 bytes per output
-//     and super-block, ggml 144), then for each pair of
+//   - Q4_K: d and dmin (16 float16 each), the eight 6-bit scales and mins
+//     as bytes (sub-block s: 16 each, one per output; 148 bytes per output
+//     and super-block, ggml 144, whose scales and mins are 12 bytes of six
+//     bits each), then for each pair of
 //     sub-blocks (2c, 2c+1) 8 vectors: vector g's low nibbles are inputs
 //     4g..4g+3 of sub-block 2c, its high nibbles those of sub-block 2c+1.
 //   - Q6_K: d (16 float32), the sixteen int8 scales (16 bytes per
@@ -78,6 +77,9 @@ func quantPackable(w operand) bool {
 	return true
 }
 
+// putF32 writes v little-endian (Q6_K's scales, still float32).
+func putF32(b []byte, v float32) { binary.LittleEndian.PutUint32(b, math.Float32bits(v)) }
+
 // f16Pos is where among a panel's sixteen float16 scales output o's is: the
 // kernels widen them by VPUNPCKLWD, which makes outputs 0..7 of words 0..3
 // and 8..11 (the low four of each 128-bit half), and VPUNPCKHWD, outputs
@@ -96,7 +98,7 @@ func quantBlockBytes(dt accel.DType) uintptr {
 	case accel.Q8_0:
 		return 32 + 8*64
 	case accel.Q4_K:
-		return 2*64 + 2*8*16 + 32*64
+		return 2*32 + 2*8*16 + 32*64
 	case accel.Q6_K:
 		return 64 + 16*16 + 32*64 + 16*64
 	}
@@ -143,11 +145,11 @@ func packQuant(w operand, p *packed) {
 				}
 			case accel.Q4_K:
 				blk := row[b*144 : b*144+144]
-				putF32(dst[4*lane:], f16at(blk))
-				putF32(dst[64+4*lane:], f16at(blk[2:]))
+				copy(dst[2*f16Pos(lane):], blk[:2])
+				copy(dst[32+2*f16Pos(lane):], blk[2:4])
 				for sb := 0; sb < 8; sb++ {
 					sc, m := quant.ScaleMinK4(sb, blk[4:16])
-					dst[128+16*sb+lane], dst[256+16*sb+lane] = sc, m
+					dst[64+16*sb+lane], dst[192+16*sb+lane] = sc, m
 				}
 				q := blk[16:144]
 				for c := 0; c < 4; c++ {
@@ -155,7 +157,7 @@ func packQuant(w operand, p *packed) {
 						for kk := 0; kk < 4; kk++ {
 							// ggml: byte 32c+l holds input l of sub-block 2c (low
 							// nibble) and of 2c+1 (high): the same pairing.
-							dst[384+64*(8*c+g)+4*lane+kk] = q[32*c+4*g+kk]
+							dst[320+64*(8*c+g)+4*lane+kk] = q[32*c+4*g+kk]
 						}
 					}
 				}

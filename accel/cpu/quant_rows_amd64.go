@@ -114,9 +114,10 @@ var q32Low16 = [8]int32{0xffff, 0xffff, 0xffff, 0xffff, 0xffff, 0xffff, 0xffff, 
 const q6WideBlock = 64 + 1024 + 4096
 
 // q4kWideBlock is the bytes of one super-block of a widened Q4_K panel:
-// the packed super-block's header as it is (d, dmin, scales and mins: 384
-// bytes), then each group of four inputs' nibbles as bytes (0..15), in
-// input order (64 groups of two 32-byte halves).
+// d and dmin as float32 (16 each, in output order: the packed ones widened
+// once), the packed scales and mins as they are (256 bytes), then each
+// group of four inputs' nibbles as bytes (0..15), in input order (64 groups
+// of two 32-byte halves).
 const q4kWideBlock = 384 + 4096
 
 // quantWideMin is the rows of x from which a panel is widened first: the
