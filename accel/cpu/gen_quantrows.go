@@ -351,7 +351,7 @@ func kEnd(p func(string, ...any), R int, regA bool) {
 // and the scale pairs loaded as they are.
 func genQ6_K(p func(string, ...any), R int, regA, wide bool) {
 	decl := []string{"var fence [32][16]int16", "var fenceB [16][8]int32"}
-	name, typ, blk := fmt.Sprintf("mmQ6_Kx%d", R), "Q6_K", 3392
+	name, typ, blk := fmt.Sprintf("mmQ6_Kx%d", R), "Q6_K", 3360
 	// scale is where sub-block s's scale pairs for half n are.
 	scale := func(s, n int) string { return fmt.Sprintf("&scp[%d][%d]", s, n) }
 	if wide {
@@ -449,8 +449,13 @@ func genQ6_K(p func(string, ...any), R int, regA, wide bool) {
 		func(r, s int) string {
 			return fmt.Sprintf("archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, %d*ss+%d)) & 0xffff).AsInt16x16()", r, 4*s)
 		}, "DotProductPairs")
-	p("dw0 := archsimd.LoadFloat32x8((*[8]float32)(wb))\n")
-	p("dw1 := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(wb, 32)))\n")
+	if wide {
+		// (Widened to float32 by widenQ6_K.)
+		p("dw0 := archsimd.LoadFloat32x8((*[8]float32)(wb))\n")
+		p("dw1 := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(wb, 32)))\n")
+	} else {
+		genScales(p, "dw", 0)
+	}
 	acc := func(r, n int) string {
 		if regA {
 			return fmt.Sprintf("A%d%d", r, n)
@@ -512,7 +517,7 @@ const q6WideBlock = 64 + 1024 + 4096
 func q6Values(G, n int) string {
 	s, j := G/4, G%4
 	ld := func(jj int) string {
-		return fmt.Sprintf("archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, %d)))", 320+64*(3*s+jj)+32*n)
+		return fmt.Sprintf("archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, %d)))", 288+64*(3*s+jj)+32*n)
 	}
 	mask := func(k int) string { return fmt.Sprintf("archsimd.LoadUint8x32(&q6Masks[%d])", k) }
 	if j < 3 {
@@ -529,7 +534,7 @@ func q6Values(G, n int) string {
 // each stored at dst(s).
 func genScalePairs(p func(string, ...any), dst func(s int) string) {
 	for s := 0; s < 32; s++ {
-		p("sc%d := archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(wb, %d))).ExtendLo8ToInt32()\n", s, 64+8*s)
+		p("sc%d := archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(wb, %d))).ExtendLo8ToInt32()\n", s, 32+8*s)
 		p("sc%d.ShiftAllLeft(16).Or(sc%d.And(archsimd.LoadInt32x8(&q32Low16))).Store(%s)\n", s, s, dst(s))
 	}
 }
@@ -544,10 +549,11 @@ func genWidenQ6_K(p func(string, ...any)) {
 	p("//\n//go:noinline\n//go:norace\n//go:nocheckptr\n")
 	p("func widenQ6_K(dst, w unsafe.Pointer, nb int) {\n")
 	p("for b := 0; b < nb; b++ {\n")
-	p("wb := unsafe.Add(w, uintptr(b)*3392)\n")
+	p("wb := unsafe.Add(w, uintptr(b)*3360)\n")
 	p("db := unsafe.Add(dst, uintptr(b)*%d)\n", q6WideBlock)
-	p("archsimd.LoadFloat32x8((*[8]float32)(wb)).Store((*[8]float32)(db))\n")
-	p("archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(wb, 32))).Store((*[8]float32)(unsafe.Add(db, 32)))\n")
+	genScales(p, "dw", 0)
+	p("dw0.Store((*[8]float32)(db))\n")
+	p("dw1.Store((*[8]float32)(unsafe.Add(db, 32)))\n")
 	genScalePairs(p, func(s int) string { return fmt.Sprintf("(*[8]int32)(unsafe.Add(db, %d))", 64+32*s) })
 	for G := 0; G < 64; G++ {
 		for n := 0; n < 2; n++ {

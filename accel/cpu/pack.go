@@ -49,7 +49,7 @@ type packed struct {
 	in     int     // columns of W
 	panels int     // ceil(out/16)
 	ps     uintptr // bytes per panel
-	data   []byte  // panels*ps bytes, 64-byte aligned
+	data   []byte  // panels*ps bytes, 64-byte aligned (ps a multiple of 32)
 }
 
 func packedPanelBytes(dt accel.DType, in int) uintptr {

@@ -522,7 +522,7 @@ func mmQ6_K(y, qx, dx, cp, w unsafe.Pointer, nb int) {
 	var fence [4][8]int32
 	m := archsimd.BroadcastUint8x32(0x3f)
 	for b := 0; b < nb; b++ {
-		wb := unsafe.Add(w, uintptr(b)*3392)
+		wb := unsafe.Add(w, uintptr(b)*3360)
 		// (No software read-ahead: the panel is one stream in memory
 		// order, which the hardware prefetchers follow. The read-ahead the
 		// old layout's three streams needed, one word of each line of
@@ -530,10 +530,10 @@ func mmQ6_K(y, qx, dx, cp, w unsafe.Pointer, nb int) {
 		// 1.4x from cache: docs/BENCH.md.)
 		A0 := archsimd.BroadcastInt32x8(0)
 		A1 := A0
-		pv := unsafe.Add(wb, 320)
+		pv := unsafe.Add(wb, 288)
 		px := unsafe.Add(qx, uintptr(b)*256)
 		pc := unsafe.Add(cp, uintptr(b)*64)
-		psc := unsafe.Add(wb, 64)
+		psc := unsafe.Add(wb, 32)
 		for pe := unsafe.Add(pv, 16*192); pv != pe; pv = unsafe.Add(pv, 2*192) {
 			xp := archsimd.LoadInt32x8((*[8]int32)(px))
 			{
@@ -630,12 +630,16 @@ func mmQ6_K(y, qx, dx, cp, w unsafe.Pointer, nb int) {
 			pc = unsafe.Add(pc, 8)
 			psc = unsafe.Add(psc, 32)
 		}
+		// d widened (f16Hi), then times dx (x's Q8_K scale may be too
+		// large to take 2^112).
 		dxv := archsimd.BroadcastFloat32x8(*(*float32)(unsafe.Add(dx, uintptr(b)*4)))
 		zero := archsimd.BroadcastInt32x8(0)
-		d0 := archsimd.LoadFloat32x8((*[8]float32)(wb)).Mul(dxv)
+		sc := archsimd.LoadInt16x16((*[16]int16)(wb))
+		sh, sl := sc.ShiftAllRight(3).And(archsimd.LoadInt16x16(&f16Hi)), sc.ShiftAllLeft(13)
+		d0 := sl.InterleaveLoGrouped(sh).AsFloat32x8().Mul(archsimd.LoadFloat32x8(&f16Scale)).Mul(dxv)
 		y0 := (*[8]float32)(ya)
 		archsimd.LoadFloat32x8(y0).Add(d0.Mul(zero.Sub(A0).ConvertToFloat32())).Store(y0)
-		d1 := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(wb, 32))).Mul(dxv)
+		d1 := sl.InterleaveHiGrouped(sh).AsFloat32x8().Mul(archsimd.LoadFloat32x8(&f16Scale)).Mul(dxv)
 		y1 := (*[8]float32)(unsafe.Add(ya, 32))
 		archsimd.LoadFloat32x8(y1).Add(d1.Mul(zero.Sub(A1).ConvertToFloat32())).Store(y1)
 	}

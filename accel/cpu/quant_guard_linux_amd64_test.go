@@ -124,8 +124,9 @@ func TestQuantKernelsStayInPanels(t *testing.T) {
 				}
 				run()
 				want := append([]float32(nil), c.o[0].f32()...)
-				// (Panels are multiples of 64 bytes, so the copy keeps the
-				// pack's 64-byte alignment.)
+				// (Panels are multiples of 32 bytes, so the copy keeps
+				// every vector the kernels load 32-byte aligned, as the
+				// pack does.)
 				g := guardedBytes(t, len(p.data))
 				copy(g, p.data)
 				p.data = g

@@ -2,7 +2,6 @@ package cpu
 
 import (
 	"encoding/binary"
-	"math"
 
 	"github.com/reprise-ml/reprise/accel"
 	"github.com/reprise-ml/reprise/quant"
@@ -14,12 +13,13 @@ import (
 // the 16 outputs' scales, then the values laid across outputs: 32-bit lane
 // o of a 64-byte vector holds four consecutive inputs of output o, one per
 // byte, so that a broadcast of four bytes of x and one VPMADDUBSW/VPMADDWD
-// pair give each output's four-input sum in its own lane. A scale is the
-// file's float16 where the layout says so (output o's at 2·f16Pos(o)), which the
-// kernels widen to float32 exactly (quant_amd64.go's f16Hi): at batch 1
-// the kernels read the panels from memory, and float32 scales were 11%
-// more bytes than ggml's blocks for Q4_0 (quantPackable says which files
-// cannot be packed so).
+// pair give each output's four-input sum in its own lane. The scales are
+// the file's float16 (a panel's sixteen in 32 bytes, output o's at
+// 2·f16Pos(o)), which the kernels widen to float32 exactly (quant_amd64.go's
+// f16Hi): a batch-1 step reads the panels from memory where the model
+// outgrows the cache, and float32 scales were 5-11% more bytes than ggml's
+// blocks (Q4_0 160 bytes per output and 256 inputs, Q8_0 288, Q4_K 152,
+// Q6_K 212). quantPackable says which files cannot be packed so.
 //   - Q4_0: the scales as float16 (32 bytes), then 4 vectors; vector v's
 //     low nibbles are inputs 4v..4v+3 of the block, its high nibbles inputs
 //     4(v+4)..4(v+4)+3, as ggml's unsigned values (the -8 is taken out with
@@ -36,7 +36,7 @@ import (
 //     bits each), then for each pair of
 //     sub-blocks (2c, 2c+1) 8 vectors: vector g's low nibbles are inputs
 //     4g..4g+3 of sub-block 2c, its high nibbles those of sub-block 2c+1.
-//   - Q6_K: d (16 float32), the sixteen int8 scales (16 bytes per
+//   - Q6_K: d (16 float16), the sixteen int8 scales (16 bytes per
 //     sub-block of 16 inputs, one per output), then the 6-bit values
 //     inverted, q' = 63-q (0..63; the kernels take the 31 of 63-q-32 out with
 //     the sums of x), three vectors per sub-block s: vector 3s+j (j = 0..2)
@@ -46,7 +46,8 @@ import (
 //     AND each for three of them and three shifts, three ANDs and two ORs
 //     for the fourth: eleven for four, where ggml's four low bits and two
 //     high ones, as this layout kept them before, took seventeen (five
-//     shifts, eight ANDs, four ORs; docs/BENCH.md). 212 bytes per output and super-block (ggml: 210).
+//     shifts, eight ANDs, four ORs; docs/BENCH.md). 210 bytes per output
+//     and super-block, as ggml's.
 //
 // A partial last panel's missing outputs are zero scales and values.
 
@@ -77,9 +78,6 @@ func quantPackable(w operand) bool {
 	return true
 }
 
-// putF32 writes v little-endian (Q6_K's scales, still float32).
-func putF32(b []byte, v float32) { binary.LittleEndian.PutUint32(b, math.Float32bits(v)) }
-
 // f16Pos is where among a panel's sixteen float16 scales output o's is: the
 // kernels widen them by VPUNPCKLWD, which makes outputs 0..7 of words 0..3
 // and 8..11 (the low four of each 128-bit half), and VPUNPCKHWD, outputs
@@ -100,7 +98,7 @@ func quantBlockBytes(dt accel.DType) uintptr {
 	case accel.Q4_K:
 		return 2*32 + 2*8*16 + 32*64
 	case accel.Q6_K:
-		return 64 + 16*16 + 32*64 + 16*64
+		return 32 + 16*16 + 32*64 + 16*64
 	}
 	return 0
 }
@@ -163,9 +161,9 @@ func packQuant(w operand, p *packed) {
 				}
 			case accel.Q6_K:
 				blk := row[b*210 : b*210+210]
-				putF32(dst[4*lane:], f16at(blk[208:]))
+				copy(dst[2*f16Pos(lane):], blk[208:210])
 				for sb := 0; sb < 16; sb++ {
-					dst[64+16*sb+lane] = blk[192+sb]
+					dst[32+16*sb+lane] = blk[192+sb]
 				}
 				// The values inverted (q' = 63-q, see the layout above), then
 				// laid out per sub-block.
@@ -182,7 +180,7 @@ func packQuant(w operand, p *packed) {
 				for s := 0; s < 16; s++ {
 					for j := 0; j < 3; j++ {
 						for kk := 0; kk < 4; kk++ {
-							dst[320+64*(3*s+j)+4*lane+kk] = q[16*s+4*j+kk] | (q[16*s+12+kk]>>(2*j)&3)<<6
+							dst[288+64*(3*s+j)+4*lane+kk] = q[16*s+4*j+kk] | (q[16*s+12+kk]>>(2*j)&3)<<6
 						}
 					}
 				}

@@ -107,7 +107,8 @@ var q32Low16 = [8]int32{0xffff, 0xffff, 0xffff, 0xffff, 0xffff, 0xffff, 0xffff, 
 // are not.
 
 // q6WideBlock is the bytes of one super-block of a widened Q6_K panel:
-// d (16 float32), the scales as (scale, scale) int16 pairs per sub-block
+// d (16 float32, in output order: the packed float16 widened once), the
+// scales as (scale, scale) int16 pairs per sub-block
 // and half (16·2·32 bytes), then the 6-bit values q' = 63-q (0..63) one
 // per byte, group by group of four inputs in input order (64 groups of two
 // 32-byte halves, each as gen_quantrows.go's q6Values makes it).
