@@ -32,7 +32,10 @@ func openCPU(t testing.TB) accel.Device {
 }
 
 // testModel captures fewer prefill buckets than the default, to keep the
-// race-instrumented suite quick; TestReferenceOutputs keeps the defaults.
+// race-instrumented suite quick. Its buckets hold every step of the
+// reference prompts (a prefill of at most 16 tokens, decodes of one row);
+// cmd/reprise's TestGenerateMatchesReference and TestPlanJSON capture the
+// defaults.
 var testModel = llama.Options{PrefillLengths: []int{16, 32, 64}, PrefillBatchSizes: []int{1, 8}}
 
 type setup struct {
@@ -96,9 +99,13 @@ func (s *setup) generate(t testing.TB, prompt string, steps int) string {
 	return stories260k.Printed(s.tok.SafePiece, toks, gen)
 }
 
+// The two reference prompts' 256 positions equal the llama2.c program's,
+// eager and replayed. The default buckets (five prefill lengths up to 256 by
+// four batch sizes) would take most of this test's time to capture in the
+// plain-Go build and hold no step of it that testModel's do not.
 func TestReferenceOutputs(t *testing.T) {
 	for _, graphs := range []bool{false, true} {
-		s := start(t, graphs, engine.Options{}, llama.Options{})
+		s := start(t, graphs, engine.Options{}, testModel)
 		for _, c := range []struct{ prompt, file string }{
 			{"Once upon a time", "Once_upon_a_time.txt"},
 			{"The little dog", "The_little_dog.txt"},
