@@ -27,6 +27,11 @@ var (
 	// shapeMixed has matrices on both sides of matRowSplitMax: with many
 	// rows, some matmuls split by rows and others by panels.
 	shapeMixed = modelShape{"mixed", 192, 688, 1, 3, 1, 512}
+	// shapeQuant is the smallest shape whose quantized decoder has every
+	// kind of matrix 25M's has (block-quantized projections, a Q6_K
+	// classifier: widths that are multiples of 256) at a sixteenth of
+	// its values, which the race detector makes slow to generate.
+	shapeQuant = modelShape{"quant", 256, 768, 2, 4, 2, 512}
 )
 
 const testPage = 16
