@@ -7,7 +7,10 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -137,18 +140,52 @@ var prompts = []string{
 	"The cat sat on the mat and looked at the moon",
 }
 
-// Any prompt matches the reference implementation, graphs on and off, with
-// every request batched with the others.
-func TestAnyPromptMatchesReference(t *testing.T) {
-	const steps = 120
-	ck, tok, err := llama.Default()
+// anyPromptSteps is the positions of TestAnyPromptMatchesReference's
+// generations.
+const anyPromptSteps = 120
+
+// anyPromptFile holds llama2c.Generate's text of each of prompts at
+// anyPromptSteps positions, a line of two quoted strings each (the prompt,
+// the text): TestAnyPromptReference checks it, in the build without the
+// vector kernels, and rewrites it with -rewrite.
+const anyPromptFile = "any_prompt_reference.txt"
+
+// readAnyPrompt reads anyPromptFile: each prompt's reference text.
+func readAnyPrompt(t *testing.T) map[string]string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("testdata", anyPromptFile))
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := map[string]string{}
-	for _, p := range prompts {
-		want[p] = llama2c.Generate(ck, tok, p, steps)
+	for i, line := range strings.Split(strings.TrimSuffix(string(data), "\n"), "\n")[1:] {
+		qp, err := strconv.QuotedPrefix(line)
+		if err != nil {
+			t.Fatalf("%s line %d: %v", anyPromptFile, i+2, err)
+		}
+		p, _ := strconv.Unquote(qp)
+		text, err := strconv.Unquote(strings.TrimPrefix(line[len(qp):], " "))
+		if err != nil {
+			t.Fatalf("%s line %d: %v", anyPromptFile, i+2, err)
+		}
+		want[p] = text
 	}
+	for _, p := range prompts {
+		if _, ok := want[p]; !ok {
+			t.Fatalf("%s has no text for prompt %q (go test ./engine -run TestAnyPromptReference -rewrite)", anyPromptFile, p)
+		}
+	}
+	return want
+}
+
+// Any prompt matches the reference implementation, graphs on and off, with
+// every request batched with the others. The reference's texts are
+// anyPromptFile's: making them took a third of this test's -race time, the
+// same in both of CI's passes (llama2c.Generate is plain Go whatever the
+// build), so TestAnyPromptReference makes them in one.
+func TestAnyPromptMatchesReference(t *testing.T) {
+	const steps = anyPromptSteps
+	want := readAnyPrompt(t)
 	for _, graphs := range []bool{false, true} {
 		s := start(t, graphs, engine.Options{}, testModel)
 		got := make([]string, len(prompts))
