@@ -131,10 +131,12 @@ func TestTightPlanKeepsFloorFree(t *testing.T) {
 	}
 
 	// Every request submitted together: they run one at a time, each
-	// decode a replay of the one-request bucket.
+	// decode a replay of the one-request bucket. Four tokens each (three
+	// decodes) are enough for that; twelve took most of the test's -race
+	// time, a 65536-wide classifier per token.
 	reqs := make([]engine.Request, 64)
 	for i := range reqs {
-		reqs[i] = engine.Request{Prompt: []int32{1, int32(100 + 37*i), int32(5000 + 11*i)}, MaxTokens: 12}
+		reqs[i] = engine.Request{Prompt: []int32{1, int32(100 + 37*i), int32(5000 + 11*i)}, MaxTokens: 4}
 	}
 	eager, _ := startWide(t, 1<<30, false)
 	want := submitTogether(t, eager, reqs)
