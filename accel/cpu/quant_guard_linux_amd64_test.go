@@ -102,12 +102,7 @@ func TestQuantKernelsStayInActs(t *testing.T) {
 // partial last panel (24 outputs). The results must be those of the panels
 // in ordinary memory.
 func TestQuantKernelsStayInPanels(t *testing.T) {
-	if !quantVecBuilt {
-		t.Skip("no quantized vector kernels here")
-	}
-	old := quantVec.Load()
-	quantVec.Store(true)
-	defer quantVec.Store(old)
+	useQuantVec(t)
 	r := rand.New(rand.NewPCG(17, 18))
 	const out, in = 24, 256
 	for _, dt := range quantDTypes {

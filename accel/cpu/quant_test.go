@@ -323,17 +323,24 @@ func TestQuantMatMulRowsExtremes(t *testing.T) {
 	}
 }
 
-// TestQuantUnpackable: weights with an infinite or NaN float16 scale, which
-// the panels' widening cannot hold (quantPackable), are not packed: the
-// MatMul reads them row-major, with the plain-Go bits, and packs them once
-// they have been rewritten with finite scales.
-func TestQuantUnpackable(t *testing.T) {
+// useQuantVec makes the test run the quantized vector kernels, restoring
+// the switch after it, and skips it in builds that have none.
+func useQuantVec(t *testing.T) {
+	t.Helper()
 	if !quantVecBuilt {
 		t.Skip("no quantized vector kernels here")
 	}
 	old := quantVec.Load()
 	quantVec.Store(true)
-	defer quantVec.Store(old)
+	t.Cleanup(func() { quantVec.Store(old) })
+}
+
+// TestQuantUnpackable: weights with an infinite or NaN float16 scale, which
+// the panels' widening cannot hold (quantPackable), are not packed: the
+// MatMul reads them row-major, with the plain-Go bits, and packs them once
+// they have been rewritten with finite scales.
+func TestQuantUnpackable(t *testing.T) {
+	useQuantVec(t)
 	r := rand.New(rand.NewPCG(19, 20))
 	const T, out, in = 2, 24, 512
 	for _, dt := range quantDTypes {
