@@ -38,32 +38,8 @@ func main() {
 	p("package cpu\n\n")
 	p("import (\n\t\"simd/archsimd\"\n\t\"unsafe\"\n)\n\n")
 	p("// simdF32Kernels and simdBF16Kernels index the kernels by [R-1][P-1].\n")
-	p("var simdF32Kernels = [3][4]mmKernel{\n")
-	for r := 1; r <= 3; r++ {
-		p("\t{")
-		for q := 1; q <= 4; q++ {
-			if has(r, q) {
-				p("mmF32R%dP%d, ", r, q)
-			} else {
-				p("nil, ")
-			}
-		}
-		p("},\n")
-	}
-	p("}\n\n")
-	p("var simdBF16Kernels = [3][4]mmKernel{\n")
-	for r := 1; r <= 3; r++ {
-		p("\t{")
-		for q := 1; q <= 4; q++ {
-			if has(r, q) {
-				p("mmBF16R%dP%d, ", r, q)
-			} else {
-				p("nil, ")
-			}
-		}
-		p("},\n")
-	}
-	p("}\n\n")
+	kernelTable(p, "simdF32Kernels", "mmF32")
+	kernelTable(p, "simdBF16Kernels", "mmBF16")
 	for _, s := range shapes {
 		genF32(p, s[0], s[1])
 		genBF16(p, s[0], s[1])
@@ -78,6 +54,24 @@ func main() {
 	if err := os.WriteFile(*outFile, src, 0o644); err != nil {
 		log.Fatal(err)
 	}
+}
+
+// kernelTable writes the table var name = [3][4]mmKernel of the kernels
+// prefixRxPy by [R-1][P-1], nil where the block shape has no kernel.
+func kernelTable(p func(string, ...any), name, prefix string) {
+	p("var %s = [3][4]mmKernel{\n", name)
+	for r := 1; r <= 3; r++ {
+		p("\t{")
+		for q := 1; q <= 4; q++ {
+			if has(r, q) {
+				p("%sR%dP%d, ", prefix, r, q)
+			} else {
+				p("nil, ")
+			}
+		}
+		p("},\n")
+	}
+	p("}\n\n")
 }
 
 func has(r, q int) bool {
