@@ -443,12 +443,25 @@ func genQ6_K(p func(string, ...any), R int, regA, wide bool) {
 		}
 		p("}\n")
 	}
-	p("// B: the scales times each row's sums of 16 (fenced as the groups are).\n")
-	genB(p, R, 16, "sv",
-		func(s, n int) string { return fmt.Sprintf("archsimd.LoadInt32x8(%s).AsInt16x16()", scale(s, n)) },
-		func(r, s int) string {
-			return fmt.Sprintf("archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, %d*ss+%d)) & 0xffff).AsInt16x16()", r, 4*s)
-		}, "DotProductPairs")
+	if wide {
+		p("// B: the scales of sub-blocks 2k and 2k+1 as int16 pairs (widenQ6_K)\n")
+		p("// times each row's sums of 16 of the same two as int16 pairs, one\n")
+		p("// VPMADDWD per two sub-blocks (fenced as the groups are).\n")
+		genB(p, R, 8, "sv",
+			func(k, n int) string {
+				return fmt.Sprintf("archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, %d))).AsInt16x16()", q6WideBPairs+64*k+32*n)
+			},
+			func(r, k int) string {
+				return fmt.Sprintf("archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, %d*ss+%d))&0xffff | *(*int32)(unsafe.Add(sp, %d*ss+%d))<<16).AsInt16x16()", r, 8*k, r, 8*k+4)
+			}, "DotProductPairs")
+	} else {
+		p("// B: the scales times each row's sums of 16 (fenced as the groups are).\n")
+		genB(p, R, 16, "sv",
+			func(s, n int) string { return fmt.Sprintf("archsimd.LoadInt32x8(%s).AsInt16x16()", scale(s, n)) },
+			func(r, s int) string {
+				return fmt.Sprintf("archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, %d*ss+%d)) & 0xffff).AsInt16x16()", r, 4*s)
+			}, "DotProductPairs")
+	}
 	if wide {
 		// (Widened to float32 by widenQ6_K.)
 		p("dw0 := archsimd.LoadFloat32x8((*[8]float32)(wb))\n")
@@ -507,7 +520,11 @@ func genB(p func(string, ...any), R, count int, name string, vec func(i, n int) 
 
 // q6WideBlock is the bytes of one super-block of a widened Q6_K panel
 // (quant_rows_amd64.go says its layout).
-const q6WideBlock = 64 + 1024 + 4096
+const q6WideBlock = 64 + 1024 + 4096 + 512
+
+// q6WideBPairs is where a widened Q6_K super-block's B pairs are
+// (quant_rows_amd64.go says their layout).
+const q6WideBPairs = 64 + 1024 + 4096
 
 // q6Values is the expression of group G's half n of 6-bit values q' =
 // 63-q from a packed Q6_K super-block at wb (quant_pack.go): group 4s+j of
@@ -555,6 +572,14 @@ func genWidenQ6_K(p func(string, ...any)) {
 	p("dw0.Store((*[8]float32)(db))\n")
 	p("dw1.Store((*[8]float32)(unsafe.Add(db, 32)))\n")
 	genScalePairs(p, func(s int) string { return fmt.Sprintf("(*[8]int32)(unsafe.Add(db, %d))", 64+32*s) })
+	for k := 0; k < 8; k++ {
+		for n := 0; n < 2; n++ {
+			// Scale vector 2t+n is sub-block t's, half n (genScalePairs).
+			p("{\nlo := archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(wb, %d))).ExtendLo8ToInt32()\n", 32+8*(4*k+n))
+			p("hi := archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(wb, %d))).ExtendLo8ToInt32()\n", 32+8*(4*k+2+n))
+			p("hi.ShiftAllLeft(16).Or(lo.And(archsimd.LoadInt32x8(&q32Low16))).Store((*[8]int32)(unsafe.Add(db, %d)))\n}\n", q6WideBPairs+64*k+32*n)
+		}
+	}
 	for G := 0; G < 64; G++ {
 		for n := 0; n < 2; n++ {
 			p("%s.Store((*[32]uint8)(unsafe.Add(db, %d)))\n", q6Values(G, n), 1088+64*G+32*n)

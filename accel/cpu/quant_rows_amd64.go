@@ -111,8 +111,16 @@ var q32Low16 = [8]int32{0xffff, 0xffff, 0xffff, 0xffff, 0xffff, 0xffff, 0xffff, 
 // scales as (scale, scale) int16 pairs per sub-block
 // and half (16·2·32 bytes), then the 6-bit values q' = 63-q (0..63) one
 // per byte, group by group of four inputs in input order (64 groups of two
-// 32-byte halves, each as gen_quantrows.go's q6Values makes it).
-const q6WideBlock = 64 + 1024 + 4096
+// 32-byte halves, each as gen_quantrows.go's q6Values makes it), then the
+// scales of each two sub-blocks 2k and 2k+1 as int16 pairs per half (8·2·32
+// bytes, at q6WideBPairs), for the kernel's B = Σ_s scale_s·Σx_s: one
+// VPMADDWD per two sub-blocks against the row's two sums as a pair.
+const q6WideBlock = 64 + 1024 + 4096 + 512
+
+// q6WideBPairs is where a widened Q6_K super-block's B pairs are: for
+// sub-blocks 2k and 2k+1 and half n, at 64k + 32n, output o's two scales
+// as one int32 lane's two int16 halves (sub-block 2k's low).
+const q6WideBPairs = 64 + 1024 + 4096
 
 // q4kWideBlock is the bytes of one super-block of a widened Q4_K panel:
 // d and dmin as float32 (16 each, in output order: the packed ones widened

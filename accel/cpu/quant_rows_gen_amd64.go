@@ -6296,7 +6296,7 @@ func mmQ4_KWx2(y unsafe.Pointer, ys uintptr, qx unsafe.Pointer, xs uintptr, dx, 
 func widenQ6_K(dst, w unsafe.Pointer, nb int) {
 	for b := 0; b < nb; b++ {
 		wb := unsafe.Add(w, uintptr(b)*3360)
-		db := unsafe.Add(dst, uintptr(b)*5184)
+		db := unsafe.Add(dst, uintptr(b)*5696)
 		dws := archsimd.LoadInt16x16((*[16]int16)(unsafe.Add(wb, 0)))
 		dwh, dwl := dws.ShiftAllRight(3).And(archsimd.LoadInt16x16(&f16Hi)), dws.ShiftAllLeft(13)
 		dw0 := dwl.InterleaveLoGrouped(dwh).AsFloat32x8().Mul(archsimd.LoadFloat32x8(&f16Scale))
@@ -6367,6 +6367,86 @@ func widenQ6_K(dst, w unsafe.Pointer, nb int) {
 		sc30.ShiftAllLeft(16).Or(sc30.And(archsimd.LoadInt32x8(&q32Low16))).Store((*[8]int32)(unsafe.Add(db, 1024)))
 		sc31 := archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(wb, 280))).ExtendLo8ToInt32()
 		sc31.ShiftAllLeft(16).Or(sc31.And(archsimd.LoadInt32x8(&q32Low16))).Store((*[8]int32)(unsafe.Add(db, 1056)))
+		{
+			lo := archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(wb, 32))).ExtendLo8ToInt32()
+			hi := archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(wb, 48))).ExtendLo8ToInt32()
+			hi.ShiftAllLeft(16).Or(lo.And(archsimd.LoadInt32x8(&q32Low16))).Store((*[8]int32)(unsafe.Add(db, 5184)))
+		}
+		{
+			lo := archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(wb, 40))).ExtendLo8ToInt32()
+			hi := archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(wb, 56))).ExtendLo8ToInt32()
+			hi.ShiftAllLeft(16).Or(lo.And(archsimd.LoadInt32x8(&q32Low16))).Store((*[8]int32)(unsafe.Add(db, 5216)))
+		}
+		{
+			lo := archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(wb, 64))).ExtendLo8ToInt32()
+			hi := archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(wb, 80))).ExtendLo8ToInt32()
+			hi.ShiftAllLeft(16).Or(lo.And(archsimd.LoadInt32x8(&q32Low16))).Store((*[8]int32)(unsafe.Add(db, 5248)))
+		}
+		{
+			lo := archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(wb, 72))).ExtendLo8ToInt32()
+			hi := archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(wb, 88))).ExtendLo8ToInt32()
+			hi.ShiftAllLeft(16).Or(lo.And(archsimd.LoadInt32x8(&q32Low16))).Store((*[8]int32)(unsafe.Add(db, 5280)))
+		}
+		{
+			lo := archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(wb, 96))).ExtendLo8ToInt32()
+			hi := archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(wb, 112))).ExtendLo8ToInt32()
+			hi.ShiftAllLeft(16).Or(lo.And(archsimd.LoadInt32x8(&q32Low16))).Store((*[8]int32)(unsafe.Add(db, 5312)))
+		}
+		{
+			lo := archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(wb, 104))).ExtendLo8ToInt32()
+			hi := archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(wb, 120))).ExtendLo8ToInt32()
+			hi.ShiftAllLeft(16).Or(lo.And(archsimd.LoadInt32x8(&q32Low16))).Store((*[8]int32)(unsafe.Add(db, 5344)))
+		}
+		{
+			lo := archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(wb, 128))).ExtendLo8ToInt32()
+			hi := archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(wb, 144))).ExtendLo8ToInt32()
+			hi.ShiftAllLeft(16).Or(lo.And(archsimd.LoadInt32x8(&q32Low16))).Store((*[8]int32)(unsafe.Add(db, 5376)))
+		}
+		{
+			lo := archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(wb, 136))).ExtendLo8ToInt32()
+			hi := archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(wb, 152))).ExtendLo8ToInt32()
+			hi.ShiftAllLeft(16).Or(lo.And(archsimd.LoadInt32x8(&q32Low16))).Store((*[8]int32)(unsafe.Add(db, 5408)))
+		}
+		{
+			lo := archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(wb, 160))).ExtendLo8ToInt32()
+			hi := archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(wb, 176))).ExtendLo8ToInt32()
+			hi.ShiftAllLeft(16).Or(lo.And(archsimd.LoadInt32x8(&q32Low16))).Store((*[8]int32)(unsafe.Add(db, 5440)))
+		}
+		{
+			lo := archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(wb, 168))).ExtendLo8ToInt32()
+			hi := archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(wb, 184))).ExtendLo8ToInt32()
+			hi.ShiftAllLeft(16).Or(lo.And(archsimd.LoadInt32x8(&q32Low16))).Store((*[8]int32)(unsafe.Add(db, 5472)))
+		}
+		{
+			lo := archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(wb, 192))).ExtendLo8ToInt32()
+			hi := archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(wb, 208))).ExtendLo8ToInt32()
+			hi.ShiftAllLeft(16).Or(lo.And(archsimd.LoadInt32x8(&q32Low16))).Store((*[8]int32)(unsafe.Add(db, 5504)))
+		}
+		{
+			lo := archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(wb, 200))).ExtendLo8ToInt32()
+			hi := archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(wb, 216))).ExtendLo8ToInt32()
+			hi.ShiftAllLeft(16).Or(lo.And(archsimd.LoadInt32x8(&q32Low16))).Store((*[8]int32)(unsafe.Add(db, 5536)))
+		}
+		{
+			lo := archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(wb, 224))).ExtendLo8ToInt32()
+			hi := archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(wb, 240))).ExtendLo8ToInt32()
+			hi.ShiftAllLeft(16).Or(lo.And(archsimd.LoadInt32x8(&q32Low16))).Store((*[8]int32)(unsafe.Add(db, 5568)))
+		}
+		{
+			lo := archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(wb, 232))).ExtendLo8ToInt32()
+			hi := archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(wb, 248))).ExtendLo8ToInt32()
+			hi.ShiftAllLeft(16).Or(lo.And(archsimd.LoadInt32x8(&q32Low16))).Store((*[8]int32)(unsafe.Add(db, 5600)))
+		}
+		{
+			lo := archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(wb, 256))).ExtendLo8ToInt32()
+			hi := archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(wb, 272))).ExtendLo8ToInt32()
+			hi.ShiftAllLeft(16).Or(lo.And(archsimd.LoadInt32x8(&q32Low16))).Store((*[8]int32)(unsafe.Add(db, 5632)))
+		}
+		{
+			lo := archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(wb, 264))).ExtendLo8ToInt32()
+			hi := archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(wb, 280))).ExtendLo8ToInt32()
+			hi.ShiftAllLeft(16).Or(lo.And(archsimd.LoadInt32x8(&q32Low16))).Store((*[8]int32)(unsafe.Add(db, 5664)))
+		}
 		archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 288))).And(archsimd.LoadUint8x32(&q6Masks[0])).Store((*[32]uint8)(unsafe.Add(db, 1088)))
 		archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 320))).And(archsimd.LoadUint8x32(&q6Masks[0])).Store((*[32]uint8)(unsafe.Add(db, 1120)))
 		archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, 352))).And(archsimd.LoadUint8x32(&q6Masks[0])).Store((*[32]uint8)(unsafe.Add(db, 1152)))
@@ -6517,8 +6597,8 @@ func mmQ6_KWx2(y unsafe.Pointer, ys uintptr, qx unsafe.Pointer, xs uintptr, dx, 
 	x1 := unsafe.Add(x0, xs)
 	d0, sp := dx, sx
 	wb := w
-	we := unsafe.Add(wb, uintptr(nb)*5184)
-	for ; wb != we; wb = unsafe.Add(wb, 5184) {
+	we := unsafe.Add(wb, uintptr(nb)*5696)
+	for ; wb != we; wb = unsafe.Add(wb, 5696) {
 		var A00, A01 archsimd.Int32x8
 		var A10, A11 archsimd.Int32x8
 		{
@@ -7400,217 +7480,115 @@ func mmQ6_KWx2(y unsafe.Pointer, ys uintptr, qx unsafe.Pointer, xs uintptr, dx, 
 				A11 = A11.Add(t11.DotProductPairs(sc11))
 			}
 		}
-		// B: the scales times each row's sums of 16 (fenced as the groups are).
+		// B: the scales of sub-blocks 2k and 2k+1 as int16 pairs (widenQ6_K)
+		// times each row's sums of 16 of the same two as int16 pairs, one
+		// VPMADDWD per two sub-blocks (fenced as the groups are).
 		var b00, b01 archsimd.Int32x8
 		var b10, b11 archsimd.Int32x8
-		sv0 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 64))).AsInt16x16()
-		sv1 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 96))).AsInt16x16()
+		sv0 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 5184))).AsInt16x16()
+		sv1 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 5216))).AsInt16x16()
 		{
-			sr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, 0*ss+0)) & 0xffff).AsInt16x16()
+			sr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, 0*ss+0))&0xffff | *(*int32)(unsafe.Add(sp, 0*ss+4))<<16).AsInt16x16()
 			b00 = sv0.DotProductPairs(sr)
 			b01 = sv1.DotProductPairs(sr)
 		}
 		{
-			sr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, 1*ss+0)) & 0xffff).AsInt16x16()
+			sr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, 1*ss+0))&0xffff | *(*int32)(unsafe.Add(sp, 1*ss+4))<<16).AsInt16x16()
 			b10 = sv0.DotProductPairs(sr)
 			b11 = sv1.DotProductPairs(sr)
 		}
 		b11.Store(&fenceB[0])
-		sv0 = archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 128))).AsInt16x16()
-		sv1 = archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 160))).AsInt16x16()
+		sv0 = archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 5248))).AsInt16x16()
+		sv1 = archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 5280))).AsInt16x16()
 		{
-			sr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, 0*ss+4)) & 0xffff).AsInt16x16()
+			sr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, 0*ss+8))&0xffff | *(*int32)(unsafe.Add(sp, 0*ss+12))<<16).AsInt16x16()
 			b00 = b00.Add(sv0.DotProductPairs(sr))
 			b01 = b01.Add(sv1.DotProductPairs(sr))
 		}
 		{
-			sr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, 1*ss+4)) & 0xffff).AsInt16x16()
+			sr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, 1*ss+8))&0xffff | *(*int32)(unsafe.Add(sp, 1*ss+12))<<16).AsInt16x16()
 			b10 = b10.Add(sv0.DotProductPairs(sr))
 			b11 = b11.Add(sv1.DotProductPairs(sr))
 		}
 		b11.Store(&fenceB[1])
-		sv0 = archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 192))).AsInt16x16()
-		sv1 = archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 224))).AsInt16x16()
+		sv0 = archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 5312))).AsInt16x16()
+		sv1 = archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 5344))).AsInt16x16()
 		{
-			sr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, 0*ss+8)) & 0xffff).AsInt16x16()
+			sr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, 0*ss+16))&0xffff | *(*int32)(unsafe.Add(sp, 0*ss+20))<<16).AsInt16x16()
 			b00 = b00.Add(sv0.DotProductPairs(sr))
 			b01 = b01.Add(sv1.DotProductPairs(sr))
 		}
 		{
-			sr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, 1*ss+8)) & 0xffff).AsInt16x16()
+			sr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, 1*ss+16))&0xffff | *(*int32)(unsafe.Add(sp, 1*ss+20))<<16).AsInt16x16()
 			b10 = b10.Add(sv0.DotProductPairs(sr))
 			b11 = b11.Add(sv1.DotProductPairs(sr))
 		}
 		b11.Store(&fenceB[2])
-		sv0 = archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 256))).AsInt16x16()
-		sv1 = archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 288))).AsInt16x16()
+		sv0 = archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 5376))).AsInt16x16()
+		sv1 = archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 5408))).AsInt16x16()
 		{
-			sr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, 0*ss+12)) & 0xffff).AsInt16x16()
+			sr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, 0*ss+24))&0xffff | *(*int32)(unsafe.Add(sp, 0*ss+28))<<16).AsInt16x16()
 			b00 = b00.Add(sv0.DotProductPairs(sr))
 			b01 = b01.Add(sv1.DotProductPairs(sr))
 		}
 		{
-			sr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, 1*ss+12)) & 0xffff).AsInt16x16()
+			sr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, 1*ss+24))&0xffff | *(*int32)(unsafe.Add(sp, 1*ss+28))<<16).AsInt16x16()
 			b10 = b10.Add(sv0.DotProductPairs(sr))
 			b11 = b11.Add(sv1.DotProductPairs(sr))
 		}
 		b11.Store(&fenceB[3])
-		sv0 = archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 320))).AsInt16x16()
-		sv1 = archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 352))).AsInt16x16()
+		sv0 = archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 5440))).AsInt16x16()
+		sv1 = archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 5472))).AsInt16x16()
 		{
-			sr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, 0*ss+16)) & 0xffff).AsInt16x16()
+			sr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, 0*ss+32))&0xffff | *(*int32)(unsafe.Add(sp, 0*ss+36))<<16).AsInt16x16()
 			b00 = b00.Add(sv0.DotProductPairs(sr))
 			b01 = b01.Add(sv1.DotProductPairs(sr))
 		}
 		{
-			sr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, 1*ss+16)) & 0xffff).AsInt16x16()
+			sr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, 1*ss+32))&0xffff | *(*int32)(unsafe.Add(sp, 1*ss+36))<<16).AsInt16x16()
 			b10 = b10.Add(sv0.DotProductPairs(sr))
 			b11 = b11.Add(sv1.DotProductPairs(sr))
 		}
 		b11.Store(&fenceB[4])
-		sv0 = archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 384))).AsInt16x16()
-		sv1 = archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 416))).AsInt16x16()
+		sv0 = archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 5504))).AsInt16x16()
+		sv1 = archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 5536))).AsInt16x16()
 		{
-			sr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, 0*ss+20)) & 0xffff).AsInt16x16()
+			sr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, 0*ss+40))&0xffff | *(*int32)(unsafe.Add(sp, 0*ss+44))<<16).AsInt16x16()
 			b00 = b00.Add(sv0.DotProductPairs(sr))
 			b01 = b01.Add(sv1.DotProductPairs(sr))
 		}
 		{
-			sr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, 1*ss+20)) & 0xffff).AsInt16x16()
+			sr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, 1*ss+40))&0xffff | *(*int32)(unsafe.Add(sp, 1*ss+44))<<16).AsInt16x16()
 			b10 = b10.Add(sv0.DotProductPairs(sr))
 			b11 = b11.Add(sv1.DotProductPairs(sr))
 		}
 		b11.Store(&fenceB[5])
-		sv0 = archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 448))).AsInt16x16()
-		sv1 = archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 480))).AsInt16x16()
+		sv0 = archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 5568))).AsInt16x16()
+		sv1 = archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 5600))).AsInt16x16()
 		{
-			sr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, 0*ss+24)) & 0xffff).AsInt16x16()
+			sr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, 0*ss+48))&0xffff | *(*int32)(unsafe.Add(sp, 0*ss+52))<<16).AsInt16x16()
 			b00 = b00.Add(sv0.DotProductPairs(sr))
 			b01 = b01.Add(sv1.DotProductPairs(sr))
 		}
 		{
-			sr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, 1*ss+24)) & 0xffff).AsInt16x16()
+			sr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, 1*ss+48))&0xffff | *(*int32)(unsafe.Add(sp, 1*ss+52))<<16).AsInt16x16()
 			b10 = b10.Add(sv0.DotProductPairs(sr))
 			b11 = b11.Add(sv1.DotProductPairs(sr))
 		}
 		b11.Store(&fenceB[6])
-		sv0 = archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 512))).AsInt16x16()
-		sv1 = archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 544))).AsInt16x16()
+		sv0 = archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 5632))).AsInt16x16()
+		sv1 = archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 5664))).AsInt16x16()
 		{
-			sr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, 0*ss+28)) & 0xffff).AsInt16x16()
+			sr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, 0*ss+56))&0xffff | *(*int32)(unsafe.Add(sp, 0*ss+60))<<16).AsInt16x16()
 			b00 = b00.Add(sv0.DotProductPairs(sr))
 			b01 = b01.Add(sv1.DotProductPairs(sr))
 		}
 		{
-			sr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, 1*ss+28)) & 0xffff).AsInt16x16()
+			sr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, 1*ss+56))&0xffff | *(*int32)(unsafe.Add(sp, 1*ss+60))<<16).AsInt16x16()
 			b10 = b10.Add(sv0.DotProductPairs(sr))
 			b11 = b11.Add(sv1.DotProductPairs(sr))
 		}
 		b11.Store(&fenceB[7])
-		sv0 = archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 576))).AsInt16x16()
-		sv1 = archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 608))).AsInt16x16()
-		{
-			sr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, 0*ss+32)) & 0xffff).AsInt16x16()
-			b00 = b00.Add(sv0.DotProductPairs(sr))
-			b01 = b01.Add(sv1.DotProductPairs(sr))
-		}
-		{
-			sr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, 1*ss+32)) & 0xffff).AsInt16x16()
-			b10 = b10.Add(sv0.DotProductPairs(sr))
-			b11 = b11.Add(sv1.DotProductPairs(sr))
-		}
-		b11.Store(&fenceB[8])
-		sv0 = archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 640))).AsInt16x16()
-		sv1 = archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 672))).AsInt16x16()
-		{
-			sr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, 0*ss+36)) & 0xffff).AsInt16x16()
-			b00 = b00.Add(sv0.DotProductPairs(sr))
-			b01 = b01.Add(sv1.DotProductPairs(sr))
-		}
-		{
-			sr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, 1*ss+36)) & 0xffff).AsInt16x16()
-			b10 = b10.Add(sv0.DotProductPairs(sr))
-			b11 = b11.Add(sv1.DotProductPairs(sr))
-		}
-		b11.Store(&fenceB[9])
-		sv0 = archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 704))).AsInt16x16()
-		sv1 = archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 736))).AsInt16x16()
-		{
-			sr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, 0*ss+40)) & 0xffff).AsInt16x16()
-			b00 = b00.Add(sv0.DotProductPairs(sr))
-			b01 = b01.Add(sv1.DotProductPairs(sr))
-		}
-		{
-			sr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, 1*ss+40)) & 0xffff).AsInt16x16()
-			b10 = b10.Add(sv0.DotProductPairs(sr))
-			b11 = b11.Add(sv1.DotProductPairs(sr))
-		}
-		b11.Store(&fenceB[10])
-		sv0 = archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 768))).AsInt16x16()
-		sv1 = archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 800))).AsInt16x16()
-		{
-			sr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, 0*ss+44)) & 0xffff).AsInt16x16()
-			b00 = b00.Add(sv0.DotProductPairs(sr))
-			b01 = b01.Add(sv1.DotProductPairs(sr))
-		}
-		{
-			sr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, 1*ss+44)) & 0xffff).AsInt16x16()
-			b10 = b10.Add(sv0.DotProductPairs(sr))
-			b11 = b11.Add(sv1.DotProductPairs(sr))
-		}
-		b11.Store(&fenceB[11])
-		sv0 = archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 832))).AsInt16x16()
-		sv1 = archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 864))).AsInt16x16()
-		{
-			sr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, 0*ss+48)) & 0xffff).AsInt16x16()
-			b00 = b00.Add(sv0.DotProductPairs(sr))
-			b01 = b01.Add(sv1.DotProductPairs(sr))
-		}
-		{
-			sr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, 1*ss+48)) & 0xffff).AsInt16x16()
-			b10 = b10.Add(sv0.DotProductPairs(sr))
-			b11 = b11.Add(sv1.DotProductPairs(sr))
-		}
-		b11.Store(&fenceB[12])
-		sv0 = archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 896))).AsInt16x16()
-		sv1 = archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 928))).AsInt16x16()
-		{
-			sr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, 0*ss+52)) & 0xffff).AsInt16x16()
-			b00 = b00.Add(sv0.DotProductPairs(sr))
-			b01 = b01.Add(sv1.DotProductPairs(sr))
-		}
-		{
-			sr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, 1*ss+52)) & 0xffff).AsInt16x16()
-			b10 = b10.Add(sv0.DotProductPairs(sr))
-			b11 = b11.Add(sv1.DotProductPairs(sr))
-		}
-		b11.Store(&fenceB[13])
-		sv0 = archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 960))).AsInt16x16()
-		sv1 = archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 992))).AsInt16x16()
-		{
-			sr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, 0*ss+56)) & 0xffff).AsInt16x16()
-			b00 = b00.Add(sv0.DotProductPairs(sr))
-			b01 = b01.Add(sv1.DotProductPairs(sr))
-		}
-		{
-			sr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, 1*ss+56)) & 0xffff).AsInt16x16()
-			b10 = b10.Add(sv0.DotProductPairs(sr))
-			b11 = b11.Add(sv1.DotProductPairs(sr))
-		}
-		b11.Store(&fenceB[14])
-		sv0 = archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 1024))).AsInt16x16()
-		sv1 = archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 1056))).AsInt16x16()
-		{
-			sr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, 0*ss+60)) & 0xffff).AsInt16x16()
-			b00 = b00.Add(sv0.DotProductPairs(sr))
-			b01 = b01.Add(sv1.DotProductPairs(sr))
-		}
-		{
-			sr := archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, 1*ss+60)) & 0xffff).AsInt16x16()
-			b10 = b10.Add(sv0.DotProductPairs(sr))
-			b11 = b11.Add(sv1.DotProductPairs(sr))
-		}
-		b11.Store(&fenceB[15])
 		dw0 := archsimd.LoadFloat32x8((*[8]float32)(wb))
 		dw1 := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(wb, 32)))
 		dx0 := archsimd.BroadcastFloat32x8(*(*float32)(unsafe.Add(d0, 0*ds)))
