@@ -54,7 +54,11 @@ func main() {
 
 // genHead writes kernel name's doc line, signature, declarations (decl)
 // and the R rows' pointers: y0.. (their 16 float32 sums cleared) and x0..
-func genHead(p func(string, ...any), name, typ string, R int, decl ...string) {
+// With acc, y0.. are a stack array's rows, and genAccOut stores them to
+// the rows of y (yo0..) at the end: each float32 sum takes the same terms
+// in the same order, and y is written once, not read (a y out of cache,
+// as the classifier's logits, is not waited for at each super-block).
+func genHead(p func(string, ...any), name, typ string, R int, acc bool, decl ...string) {
 	p("// %s: %d rows by one %s panel (the one-row kernel's numerics), both\n", name, R, typ)
 	p("// 8-output halves at once (gen_quantrows.go).\n")
 	p("//\n//go:noinline\n//go:norace\n//go:nocheckptr\n")
@@ -62,12 +66,29 @@ func genHead(p func(string, ...any), name, typ string, R int, decl ...string) {
 	for _, d := range decl {
 		p("%s\n", d)
 	}
-	p("y0 := y\n")
-	for r := 1; r < R; r++ {
-		p("y%d := unsafe.Add(y%d, ys)\n", r, r-1)
-	}
-	for r := 0; r < R; r++ {
-		p("*(*[16]float32)(y%d) = [16]float32{}\n", r)
+	if acc {
+		p("var acc [%d][16]float32\n", R)
+		p("yo0 := y\n")
+		for r := 1; r < R; r++ {
+			p("yo%d := unsafe.Add(yo%d, ys)\n", r, r-1)
+		}
+		// (Cleared by 32-byte stores, which the 32-byte loads of the first
+		// super-block's sums take from the store buffer; the compiler's
+		// 16-byte clears would not forward to them.)
+		p("var zero archsimd.Float32x8\n")
+		for r := 0; r < R; r++ {
+			p("y%d := unsafe.Pointer(&acc[%d])\n", r, r)
+			p("zero.Store((*[8]float32)(y%d))\n", r)
+			p("zero.Store((*[8]float32)(unsafe.Add(y%d, 32)))\n", r)
+		}
+	} else {
+		p("y0 := y\n")
+		for r := 1; r < R; r++ {
+			p("y%d := unsafe.Add(y%d, ys)\n", r, r-1)
+		}
+		for r := 0; r < R; r++ {
+			p("*(*[16]float32)(y%d) = [16]float32{}\n", r)
+		}
 	}
 	p("x0 := qx\n")
 	for r := 1; r < R; r++ {
@@ -93,7 +114,7 @@ func genScales(p func(string, ...any), name string, off int) {
 // and a product: fifteen registers at R = 3, the most the compiler
 // allocates (X15 is its zero).
 func genQ8_0(p func(string, ...any), R int) {
-	genHead(p, fmt.Sprintf("mmQ8_0x%d", R), "Q8_0", R, "var fence [8][8]int32")
+	genHead(p, fmt.Sprintf("mmQ8_0x%d", R), "Q8_0", R, false, "var fence [8][8]int32")
 	p("d0 := dx\n")
 	p("wb := w\n")
 	p("we := unsafe.Add(wb, uintptr(nb)*(32+8*64))\n")
@@ -143,7 +164,7 @@ func genQ8_0(p func(string, ...any), R int) {
 // row (a row's two broadcasts, four nibble vectors and two sums fill the
 // registers with the other rows' sums).
 func genQ4_0(p func(string, ...any), R int) {
-	genHead(p, fmt.Sprintf("mmQ4_0x%d", R), "Q4_0", R, fmt.Sprintf("var fence [%d][16]int16", 4*R+1))
+	genHead(p, fmt.Sprintf("mmQ4_0x%d", R), "Q4_0", R, false, fmt.Sprintf("var fence [%d][16]int16", 4*R+1))
 	p("d0, sp := dx, sx\n")
 	p("wb := w\n")
 	p("we := unsafe.Add(wb, uintptr(nb)*(32+4*64))\n")
@@ -213,7 +234,7 @@ func genQ4_K(p func(string, ...any), R int, wide, regA bool) {
 	} else {
 		decl = append([]string{fmt.Sprintf("var a [%d][2][8]int32", R)}, decl...)
 	}
-	genHead(p, name, typ, R, decl...)
+	genHead(p, name, typ, R, false, decl...)
 	p("d0, sp := dx, sx\n")
 	p("wb := w\n")
 	p("we := unsafe.Add(wb, uintptr(nb)*%d)\n", blk)
@@ -308,19 +329,25 @@ func genQ4_K(p func(string, ...any), R int, wide, regA bool) {
 		p("archsimd.LoadFloat32x8((*[8]float32)(y%d)).Add(dw0.Mul(dx%d).Mul(%s.ConvertToFloat32()).Sub(dm0.Mul(dx%d).Mul(b%d0.ConvertToFloat32()))).Store((*[8]float32)(y%d))\n", r, r, acc(r, 0), r, r, r)
 		p("archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(y%d, 32))).Add(dw1.Mul(dx%d).Mul(%s.ConvertToFloat32()).Sub(dm1.Mul(dx%d).Mul(b%d1.ConvertToFloat32()))).Store((*[8]float32)(unsafe.Add(y%d, 32)))\n", r, r, acc(r, 1), r, r, r)
 	}
-	kEnd(p, R, regA)
+	kEnd(p, R, regA, false)
 }
 
 // kEnd closes a K-quant kernel: the rows' x and the scales step to the
 // next super-block, the loop ends, the fences are kept alive (so that the
 // compiler keeps their stores, which order the groups) and the upper
 // halves of the vector registers are cleared.
-func kEnd(p func(string, ...any), R int, regA bool) {
+func kEnd(p func(string, ...any), R int, regA, acc bool) {
 	for r := 0; r < R; r++ {
 		p("x%d = unsafe.Add(x%d, 256)\n", r, r)
 	}
 	p("d0, sp = unsafe.Add(d0, 4), unsafe.Add(sp, 64)\n")
 	p("}\n")
+	if acc {
+		for r := 0; r < R; r++ {
+			p("archsimd.LoadFloat32x8((*[8]float32)(y%d)).Store((*[8]float32)(yo%d))\n", r, r)
+			p("archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(y%d, 32))).Store((*[8]float32)(unsafe.Add(yo%d, 32)))\n", r, r)
+		}
+	}
 	p("runtime.KeepAlive(&fence)\n")
 	if regA {
 		p("runtime.KeepAlive(&fenceA)\n")
@@ -365,7 +392,7 @@ func genQ6_K(p func(string, ...any), R int, regA, wide bool) {
 	} else {
 		decl = append(decl, fmt.Sprintf("var a [%d][2][8]int32", R))
 	}
-	genHead(p, name, typ, R, decl...)
+	genHead(p, name, typ, R, wide, decl...)
 	p("d0, sp := dx, sx\n")
 	p("wb := w\n")
 	p("we := unsafe.Add(wb, uintptr(nb)*%d)\n", blk)
@@ -480,7 +507,7 @@ func genQ6_K(p func(string, ...any), R int, regA, wide bool) {
 		p("archsimd.LoadFloat32x8((*[8]float32)(y%d)).Add(dw0.Mul(dx%d).Mul(b%d0.ShiftAllLeft(5).Sub(b%d0).Sub(%s).ConvertToFloat32())).Store((*[8]float32)(y%d))\n", r, r, r, r, acc(r, 0), r)
 		p("archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(y%d, 32))).Add(dw1.Mul(dx%d).Mul(b%d1.ShiftAllLeft(5).Sub(b%d1).Sub(%s).ConvertToFloat32())).Store((*[8]float32)(unsafe.Add(y%d, 32)))\n", r, r, r, r, acc(r, 1), r)
 	}
-	kEnd(p, R, regA)
+	kEnd(p, R, regA, wide)
 }
 
 // genB writes the sums b<r>0, b<r>1 (both halves, R rows) of count terms:

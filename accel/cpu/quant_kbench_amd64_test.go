@@ -80,3 +80,39 @@ func BenchmarkQuantRows(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkQuantClassifier times the 110M classifier's matmul at 64 rows
+// (batched decode) on one thread: Q6_K, 768 inputs by 32000 outputs, so
+// that the panels (20 MB packed) come from memory and the 8 MB of y is
+// written out of cache, as in the step (BenchmarkQuantRows's panels and y
+// stay in the nearest caches). The weights are 2000 quantized rows
+// repeated (the figure does not depend on their values). GMAC/cpu-s as in
+// BenchmarkQuantRows.
+// `GOEXPERIMENT=simd go test -run XXX -bench QuantClassifier ./accel/cpu`
+func BenchmarkQuantClassifier(b *testing.B) {
+	if !quantVecBuilt {
+		b.Skip("no quantized vector kernels here")
+	}
+	r := rand.New(rand.NewPCG(5, 6))
+	const T, in, out, rows = 64, 768, 32000, 2000
+	dt := accel.Q6_K
+	c, _, _ := quantCall(b, r, dt, T, rows, in)
+	rb := int(dt.RowBytes(in))
+	wb := make([]byte, out*rb)
+	for o := 0; o < out; o += rows {
+		copy(wb[o*rb:], c.o[2].b)
+	}
+	c.o[2] = operand{b: wb, rows: out, cols: in, dt: dt}
+	c.o[0] = operand{b: make([]byte, 4*T*out), rows: T, cols: out, dt: accel.F32}
+	p := packWeights(c.o[2])
+	k := &kctx{}
+	quantizeActs(&k.qa, c.o[1].f32(), in, 0, T, kBlocks(dt))
+	b.ResetTimer()
+	cpu0 := processCPU()
+	for i := 0; i < b.N; i++ {
+		runMatMulQuantVec(c, &k.qa, p, 0, out/panelWidth, 0, T, k)
+	}
+	if c := processCPU() - cpu0; c > 0 {
+		b.ReportMetric(float64(T*in*out)*float64(b.N)/c.Seconds()/1e9, "GMAC/cpu-s")
+	}
+}

@@ -6589,10 +6589,16 @@ func mmQ6_KWx2(y unsafe.Pointer, ys uintptr, qx unsafe.Pointer, xs uintptr, dx, 
 	var fence [32][16]int16
 	var fenceB [16][8]int32
 	var fenceA [32][8]int32
-	y0 := y
-	y1 := unsafe.Add(y0, ys)
-	*(*[16]float32)(y0) = [16]float32{}
-	*(*[16]float32)(y1) = [16]float32{}
+	var acc [2][16]float32
+	yo0 := y
+	yo1 := unsafe.Add(yo0, ys)
+	var zero archsimd.Float32x8
+	y0 := unsafe.Pointer(&acc[0])
+	zero.Store((*[8]float32)(y0))
+	zero.Store((*[8]float32)(unsafe.Add(y0, 32)))
+	y1 := unsafe.Pointer(&acc[1])
+	zero.Store((*[8]float32)(y1))
+	zero.Store((*[8]float32)(unsafe.Add(y1, 32)))
 	x0 := qx
 	x1 := unsafe.Add(x0, xs)
 	d0, sp := dx, sx
@@ -7601,6 +7607,10 @@ func mmQ6_KWx2(y unsafe.Pointer, ys uintptr, qx unsafe.Pointer, xs uintptr, dx, 
 		x1 = unsafe.Add(x1, 256)
 		d0, sp = unsafe.Add(d0, 4), unsafe.Add(sp, 64)
 	}
+	archsimd.LoadFloat32x8((*[8]float32)(y0)).Store((*[8]float32)(yo0))
+	archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(y0, 32))).Store((*[8]float32)(unsafe.Add(yo0, 32)))
+	archsimd.LoadFloat32x8((*[8]float32)(y1)).Store((*[8]float32)(yo1))
+	archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(y1, 32))).Store((*[8]float32)(unsafe.Add(yo1, 32)))
 	runtime.KeepAlive(&fence)
 	runtime.KeepAlive(&fenceA)
 	runtime.KeepAlive(&fenceB)
