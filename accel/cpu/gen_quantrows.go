@@ -54,11 +54,7 @@ func main() {
 
 // genHead writes kernel name's doc line, signature, declarations (decl)
 // and the R rows' pointers: y0.. (their 16 float32 sums cleared) and x0..
-// With acc, y0.. are a stack array's rows, and genAccOut stores them to
-// the rows of y (yo0..) at the end: each float32 sum takes the same terms
-// in the same order, and y is written once, not read (a y out of cache,
-// as the classifier's logits, is not waited for at each super-block).
-func genHead(p func(string, ...any), name, typ string, R int, acc bool, decl ...string) {
+func genHead(p func(string, ...any), name, typ string, R int, decl ...string) {
 	p("// %s: %d rows by one %s panel (the one-row kernel's numerics), both\n", name, R, typ)
 	p("// 8-output halves at once (gen_quantrows.go).\n")
 	p("//\n//go:noinline\n//go:norace\n//go:nocheckptr\n")
@@ -66,29 +62,12 @@ func genHead(p func(string, ...any), name, typ string, R int, acc bool, decl ...
 	for _, d := range decl {
 		p("%s\n", d)
 	}
-	if acc {
-		p("var acc [%d][16]float32\n", R)
-		p("yo0 := y\n")
-		for r := 1; r < R; r++ {
-			p("yo%d := unsafe.Add(yo%d, ys)\n", r, r-1)
-		}
-		// (Cleared by 32-byte stores, which the 32-byte loads of the first
-		// super-block's sums take from the store buffer; the compiler's
-		// 16-byte clears would not forward to them.)
-		p("var zero archsimd.Float32x8\n")
-		for r := 0; r < R; r++ {
-			p("y%d := unsafe.Pointer(&acc[%d])\n", r, r)
-			p("zero.Store((*[8]float32)(y%d))\n", r)
-			p("zero.Store((*[8]float32)(unsafe.Add(y%d, 32)))\n", r)
-		}
-	} else {
-		p("y0 := y\n")
-		for r := 1; r < R; r++ {
-			p("y%d := unsafe.Add(y%d, ys)\n", r, r-1)
-		}
-		for r := 0; r < R; r++ {
-			p("*(*[16]float32)(y%d) = [16]float32{}\n", r)
-		}
+	p("y0 := y\n")
+	for r := 1; r < R; r++ {
+		p("y%d := unsafe.Add(y%d, ys)\n", r, r-1)
+	}
+	for r := 0; r < R; r++ {
+		p("*(*[16]float32)(y%d) = [16]float32{}\n", r)
 	}
 	p("x0 := qx\n")
 	for r := 1; r < R; r++ {
@@ -114,7 +93,7 @@ func genScales(p func(string, ...any), name string, off int) {
 // and a product: fifteen registers at R = 3, the most the compiler
 // allocates (X15 is its zero).
 func genQ8_0(p func(string, ...any), R int) {
-	genHead(p, fmt.Sprintf("mmQ8_0x%d", R), "Q8_0", R, false, "var fence [8][8]int32")
+	genHead(p, fmt.Sprintf("mmQ8_0x%d", R), "Q8_0", R, "var fence [8][8]int32")
 	p("d0 := dx\n")
 	p("wb := w\n")
 	p("we := unsafe.Add(wb, uintptr(nb)*(32+8*64))\n")
@@ -164,7 +143,7 @@ func genQ8_0(p func(string, ...any), R int) {
 // row (a row's two broadcasts, four nibble vectors and two sums fill the
 // registers with the other rows' sums).
 func genQ4_0(p func(string, ...any), R int) {
-	genHead(p, fmt.Sprintf("mmQ4_0x%d", R), "Q4_0", R, false, fmt.Sprintf("var fence [%d][16]int16", 4*R+1))
+	genHead(p, fmt.Sprintf("mmQ4_0x%d", R), "Q4_0", R, fmt.Sprintf("var fence [%d][16]int16", 4*R+1))
 	p("d0, sp := dx, sx\n")
 	p("wb := w\n")
 	p("we := unsafe.Add(wb, uintptr(nb)*(32+4*64))\n")
@@ -219,14 +198,18 @@ func genQ4_0(p func(string, ...any), R int) {
 // (d·dx)·A - (dmin·dx)·B added to y.
 //
 // With wide, mmQ4_KWx<R> on a widened panel (genWidenQ4_K), the values
-// loaded as bytes; with regA, A in registers (fenced by a store of one at
+// loaded as bytes, each sub-block's fold and scale one VPMADDWD against
+// (scale, scale) pairs (as Q6_K's), and B one VPMADDWD per two sub-blocks
+// (their mins against the row's two sums of 32 as int16 pairs: |Σx| <=
+// 32·128 fits); with regA, A in registers (fenced by a store of one at
 // each sub-block).
 func genQ4_K(p func(string, ...any), R int, wide, regA bool) {
 	// The scales' and the mins' bytes, and the values: where a packed
 	// super-block holds them (quant_pack.go), or a widened one.
 	name, typ, blk, sco, mno, vo := fmt.Sprintf("mmQ4_Kx%d", R), "Q4_K", 2368, 64, 192, 320
 	if wide {
-		name, typ, blk, sco, mno, vo = fmt.Sprintf("mmQ4_KWx%d", R), "widened Q4_K", q4kWideBlock, 128, 256, 384
+		// (sco and mno: the scale pairs' and the min pairs' vectors.)
+		name, typ, blk, sco, mno, vo = fmt.Sprintf("mmQ4_KWx%d", R), "widened Q4_K", q4kWideBlock, 128, 640, 896
 	}
 	decl := []string{"var fence [8][16]int16", "var fenceB [8][8]int32"}
 	if regA {
@@ -234,7 +217,7 @@ func genQ4_K(p func(string, ...any), R int, wide, regA bool) {
 	} else {
 		decl = append([]string{fmt.Sprintf("var a [%d][2][8]int32", R)}, decl...)
 	}
-	genHead(p, name, typ, R, false, decl...)
+	genHead(p, name, typ, R, decl...)
 	p("d0, sp := dx, sx\n")
 	p("wb := w\n")
 	p("we := unsafe.Add(wb, uintptr(nb)*%d)\n", blk)
@@ -280,34 +263,62 @@ func genQ4_K(p func(string, ...any), R int, wide, regA bool) {
 				}
 			}
 		}
-		p("ones := archsimd.LoadInt16x16(&q16Ones)\n")
-		for n := 0; n < 2; n++ {
-			p("sc%d := archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(wb, %d))).ExtendLo8ToInt32()\n", n, sco+16*sb+8*n)
+		// fold is the int16 pair sums' fold to int32 times the scale: on
+		// a widened panel one VPMADDWD against (scale, scale) pairs, else a
+		// VPMADDWD against ones and a VPMULLD (the same integer).
+		fold := "DotProductPairs(ones).Mul(sc%d)"
+		if wide {
+			fold = "DotProductPairs(sc%d)"
+			for n := 0; n < 2; n++ {
+				p("sc%d := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, %d))).AsInt16x16()\n", n, sco+32*(2*sb+n))
+			}
+		} else {
+			p("ones := archsimd.LoadInt16x16(&q16Ones)\n")
+			for n := 0; n < 2; n++ {
+				p("sc%d := archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(wb, %d))).ExtendLo8ToInt32()\n", n, sco+16*sb+8*n)
+			}
 		}
 		for r := 0; r < R; r++ {
 			for n := 0; n < 2; n++ {
+				f := fmt.Sprintf(fold, n)
 				switch {
 				case regA && sb == 0:
-					p("A%d%d = s%d%d.DotProductPairs(ones).Mul(sc%d)\n", r, n, r, n, n)
+					p("A%d%d = s%d%d.%s\n", r, n, r, n, f)
 				case regA:
-					p("A%d%d = A%d%d.Add(s%d%d.DotProductPairs(ones).Mul(sc%d))\n", r, n, r, n, r, n, n)
+					p("A%d%d = A%d%d.Add(s%d%d.%s)\n", r, n, r, n, r, n, f)
 				case sb == 0:
-					p("s%d%d.DotProductPairs(ones).Mul(sc%d).Store(&a[%d][%d])\n", r, n, n, r, n)
+					p("s%d%d.%s.Store(&a[%d][%d])\n", r, n, f, r, n)
 				default:
-					p("archsimd.LoadInt32x8(&a[%d][%d]).Add(s%d%d.DotProductPairs(ones).Mul(sc%d)).Store(&a[%d][%d])\n", r, n, r, n, n, r, n)
+					p("archsimd.LoadInt32x8(&a[%d][%d]).Add(s%d%d.%s).Store(&a[%d][%d])\n", r, n, r, n, f, r, n)
 				}
 			}
 		}
 		p("}\n")
 	}
-	p("// B: the mins times each row's sums of 32 (fenced as the groups are).\n")
-	genB(p, R, 8, "mv",
-		func(sb, n int) string {
-			return fmt.Sprintf("archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(wb, %d))).ExtendLo8ToInt32()", mno+16*sb+8*n)
-		},
-		func(r, sb int) string {
-			return fmt.Sprintf("archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, %d*ss+%d)) + *(*int32)(unsafe.Add(sp, %d*ss+%d)))", r, 8*sb, r, 8*sb+4)
-		}, "Mul")
+	if wide {
+		p("// B: the mins of sub-blocks 2k and 2k+1 as int16 pairs (widenQ4_K)\n")
+		p("// times each row's sums of 32 of the same two as int16 pairs, one\n")
+		p("// VPMADDWD per two sub-blocks (fenced as the groups are).\n")
+		genB(p, R, 4, "mv",
+			func(k, n int) string {
+				return fmt.Sprintf("archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, %d))).AsInt16x16()", mno+64*k+32*n)
+			},
+			func(r, k int) string {
+				sum := func(o int) string {
+					return fmt.Sprintf("(*(*int32)(unsafe.Add(sp, %d*ss+%d)) + *(*int32)(unsafe.Add(sp, %d*ss+%d)))", r, o, r, o+4)
+				}
+				return fmt.Sprintf("archsimd.BroadcastInt32x8(%s&0xffff | %s<<16).AsInt16x16()", sum(16*k), sum(16*k+8))
+			}, "DotProductPairs")
+	} else {
+		p("// B: the mins times each row's sums of 32 (fenced as the groups are).\n")
+		genB(p, R, 8, "mv",
+			func(sb, n int) string {
+				return fmt.Sprintf("archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(wb, %d))).ExtendLo8ToInt32()", mno+16*sb+8*n)
+			},
+			func(r, sb int) string {
+				return fmt.Sprintf("archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, %d*ss+%d)) + *(*int32)(unsafe.Add(sp, %d*ss+%d)))", r, 8*sb, r, 8*sb+4)
+			}, "Mul")
+	}
 	if wide {
 		// (Widened to float32 by widenQ4_K.)
 		p("dw0 := archsimd.LoadFloat32x8((*[8]float32)(wb))\n")
@@ -329,25 +340,19 @@ func genQ4_K(p func(string, ...any), R int, wide, regA bool) {
 		p("archsimd.LoadFloat32x8((*[8]float32)(y%d)).Add(dw0.Mul(dx%d).Mul(%s.ConvertToFloat32()).Sub(dm0.Mul(dx%d).Mul(b%d0.ConvertToFloat32()))).Store((*[8]float32)(y%d))\n", r, r, acc(r, 0), r, r, r)
 		p("archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(y%d, 32))).Add(dw1.Mul(dx%d).Mul(%s.ConvertToFloat32()).Sub(dm1.Mul(dx%d).Mul(b%d1.ConvertToFloat32()))).Store((*[8]float32)(unsafe.Add(y%d, 32)))\n", r, r, acc(r, 1), r, r, r)
 	}
-	kEnd(p, R, regA, false)
+	kEnd(p, R, regA)
 }
 
 // kEnd closes a K-quant kernel: the rows' x and the scales step to the
 // next super-block, the loop ends, the fences are kept alive (so that the
 // compiler keeps their stores, which order the groups) and the upper
 // halves of the vector registers are cleared.
-func kEnd(p func(string, ...any), R int, regA, acc bool) {
+func kEnd(p func(string, ...any), R int, regA bool) {
 	for r := 0; r < R; r++ {
 		p("x%d = unsafe.Add(x%d, 256)\n", r, r)
 	}
 	p("d0, sp = unsafe.Add(d0, 4), unsafe.Add(sp, 64)\n")
 	p("}\n")
-	if acc {
-		for r := 0; r < R; r++ {
-			p("archsimd.LoadFloat32x8((*[8]float32)(y%d)).Store((*[8]float32)(yo%d))\n", r, r)
-			p("archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(y%d, 32))).Store((*[8]float32)(unsafe.Add(yo%d, 32)))\n", r, r)
-		}
-	}
 	p("runtime.KeepAlive(&fence)\n")
 	if regA {
 		p("runtime.KeepAlive(&fenceA)\n")
@@ -392,7 +397,7 @@ func genQ6_K(p func(string, ...any), R int, regA, wide bool) {
 	} else {
 		decl = append(decl, fmt.Sprintf("var a [%d][2][8]int32", R))
 	}
-	genHead(p, name, typ, R, wide, decl...)
+	genHead(p, name, typ, R, decl...)
 	p("d0, sp := dx, sx\n")
 	p("wb := w\n")
 	p("we := unsafe.Add(wb, uintptr(nb)*%d)\n", blk)
@@ -507,7 +512,7 @@ func genQ6_K(p func(string, ...any), R int, regA, wide bool) {
 		p("archsimd.LoadFloat32x8((*[8]float32)(y%d)).Add(dw0.Mul(dx%d).Mul(b%d0.ShiftAllLeft(5).Sub(b%d0).Sub(%s).ConvertToFloat32())).Store((*[8]float32)(y%d))\n", r, r, r, r, acc(r, 0), r)
 		p("archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(y%d, 32))).Add(dw1.Mul(dx%d).Mul(b%d1.ShiftAllLeft(5).Sub(b%d1).Sub(%s).ConvertToFloat32())).Store((*[8]float32)(unsafe.Add(y%d, 32)))\n", r, r, r, r, acc(r, 1), r)
 	}
-	kEnd(p, R, regA, wide)
+	kEnd(p, R, regA)
 }
 
 // genB writes the sums b<r>0, b<r>1 (both halves, R rows) of count terms:
@@ -618,12 +623,13 @@ func genWidenQ6_K(p func(string, ...any)) {
 
 // q4kWideBlock is the bytes of one super-block of a widened Q4_K panel
 // (quant_rows_amd64.go says its layout).
-const q4kWideBlock = 384 + 4096
+const q4kWideBlock = 896 + 4096
 
 // genWidenQ4_K writes widenQ4_K: nb super-blocks of a packed Q4_K panel
 // into the widened layout (q4kWideBlock): d and dmin widened to float32 (in
-// output order), the scales and mins as they are, then each group's
-// nibbles as bytes.
+// output order), the scales as (scale, scale) int16 pairs and the mins of
+// each two sub-blocks as int16 pairs (mmQ4_KWx2's VPMADDWD operands), then
+// each group's nibbles as bytes.
 func genWidenQ4_K(p func(string, ...any)) {
 	p("// widenQ4_K: nb super-blocks of the packed Q4_K panel at w into the\n")
 	p("// widened layout at dst (quant_rows_amd64.go's q4kWideBlock).\n")
@@ -637,16 +643,26 @@ func genWidenQ4_K(p func(string, ...any)) {
 	for i, v := range []string{"dw0", "dw1", "dm0", "dm1"} {
 		p("%s.Store((*[8]float32)(unsafe.Add(db, %d)))\n", v, 32*i)
 	}
-	for o := 64; o < 320; o += 32 {
-		p("archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, %d))).Store((*[32]uint8)(unsafe.Add(db, %d)))\n", o, o+64)
+	// The scales as (scale, scale) int16 pairs per sub-block and half, the
+	// mins of sub-blocks 2k and 2k+1 as int16 pairs per half.
+	for v := 0; v < 16; v++ {
+		p("{\nsc := archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(wb, %d))).ExtendLo8ToInt32()\n", 64+8*v)
+		p("sc.ShiftAllLeft(16).Or(sc.And(archsimd.LoadInt32x8(&q32Low16))).Store((*[8]int32)(unsafe.Add(db, %d)))\n}\n", 128+32*v)
+	}
+	for k := 0; k < 4; k++ {
+		for n := 0; n < 2; n++ {
+			p("{\nlo := archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(wb, %d))).ExtendLo8ToInt32()\n", 192+16*(2*k)+8*n)
+			p("hi := archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(wb, %d))).ExtendLo8ToInt32()\n", 192+16*(2*k+1)+8*n)
+			p("hi.ShiftAllLeft(16).Or(lo.And(archsimd.LoadInt32x8(&q32Low16))).Store((*[8]int32)(unsafe.Add(db, %d)))\n}\n", 640+32*(2*k+n))
+		}
 	}
 	for c := 0; c < 4; c++ {
 		for g := 0; g < 8; g++ {
 			p("{\nm0f := archsimd.LoadUint8x32(&q8Low)\n")
 			for n := 0; n < 2; n++ {
 				p("u%d := archsimd.LoadUint8x32((*[32]uint8)(unsafe.Add(wb, %d)))\n", n, 320+64*(8*c+g)+32*n)
-				p("u%d.And(m0f).Store((*[32]uint8)(unsafe.Add(db, %d)))\n", n, 384+64*(8*(2*c)+g)+32*n)
-				p("u%d.AsInt16x16().ShiftAllRight(4).AsUint8x32().And(m0f).Store((*[32]uint8)(unsafe.Add(db, %d)))\n", n, 384+64*(8*(2*c+1)+g)+32*n)
+				p("u%d.And(m0f).Store((*[32]uint8)(unsafe.Add(db, %d)))\n", n, 896+64*(8*(2*c)+g)+32*n)
+				p("u%d.AsInt16x16().ShiftAllRight(4).AsUint8x32().And(m0f).Store((*[32]uint8)(unsafe.Add(db, %d)))\n", n, 896+64*(8*(2*c+1)+g)+32*n)
 			}
 			p("}\n")
 		}

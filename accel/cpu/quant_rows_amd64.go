@@ -124,10 +124,12 @@ const q6WideBPairs = 64 + 1024 + 4096
 
 // q4kWideBlock is the bytes of one super-block of a widened Q4_K panel:
 // d and dmin as float32 (16 each, in output order: the packed ones widened
-// once), the packed scales and mins as they are (256 bytes), then each
-// group of four inputs' nibbles as bytes (0..15), in input order (64 groups
-// of two 32-byte halves).
-const q4kWideBlock = 384 + 4096
+// once), the scales as (scale, scale) int16 pairs per sub-block and half
+// (8·2·32 bytes, at 128), the mins of sub-blocks 2k and 2k+1 as int16
+// pairs per half (4·2·32 bytes, at 640: one int32 lane's halves, sub-block
+// 2k's low), then each group of four inputs' nibbles as bytes (0..15), in
+// input order (64 groups of two 32-byte halves, at 896).
+const q4kWideBlock = 896 + 4096
 
 // quantWideMin is the rows of x from which a panel is widened first: the
 // widening costs about what three rows of the packed kernel's unpacking
