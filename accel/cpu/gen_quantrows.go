@@ -380,7 +380,10 @@ func kEnd(p func(string, ...any), R int, regA bool) {
 // the one-row kernel's float32 operations, in its order.
 //
 // With wide, mmQ6_KWx<R> on a widened panel (genWidenQ6_K): the values
-// and the scale pairs loaded as they are.
+// and the scale pairs loaded as they are, and B one VPMADDWD per two
+// sub-blocks (their scales against the row's two sums of 16 as int16
+// pairs: |Σx_s| <= 16·128 fits), half the VPMADDWDs and broadcasts of one
+// per sub-block (docs/BENCH.md, "Fewer multiplies in the widened kernels").
 func genQ6_K(p func(string, ...any), R int, regA, wide bool) {
 	decl := []string{"var fence [32][16]int16", "var fenceB [16][8]int32"}
 	name, typ, blk := fmt.Sprintf("mmQ6_Kx%d", R), "Q6_K", 3360
