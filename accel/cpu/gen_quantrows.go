@@ -296,19 +296,10 @@ func genQ4_K(p func(string, ...any), R int, wide, regA bool) {
 		p("}\n")
 	}
 	if wide {
-		p("// B: the mins of sub-blocks 2k and 2k+1 as int16 pairs (widenQ4_K)\n")
-		p("// times each row's sums of 32 of the same two as int16 pairs, one\n")
-		p("// VPMADDWD per two sub-blocks (fenced as the groups are).\n")
-		genB(p, R, 4, "mv",
-			func(k, n int) string {
-				return fmt.Sprintf("archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, %d))).AsInt16x16()", mno+64*k+32*n)
-			},
-			func(r, k int) string {
-				sum := func(o int) string {
-					return fmt.Sprintf("(*(*int32)(unsafe.Add(sp, %d*ss+%d)) + *(*int32)(unsafe.Add(sp, %d*ss+%d)))", r, o, r, o+4)
-				}
-				return fmt.Sprintf("archsimd.BroadcastInt32x8(%s&0xffff | %s<<16).AsInt16x16()", sum(16*k), sum(16*k+8))
-			}, "DotProductPairs")
+		genBPairs(p, R, 4, "mv", "mins", "32", mno, func(r, k, j int) string {
+			o := 16*k + 8*j
+			return fmt.Sprintf("(*(*int32)(unsafe.Add(sp, %d*ss+%d)) + *(*int32)(unsafe.Add(sp, %d*ss+%d)))", r, o, r, o+4)
+		})
 	} else {
 		p("// B: the mins times each row's sums of 32 (fenced as the groups are).\n")
 		genB(p, R, 8, "mv",
@@ -479,16 +470,9 @@ func genQ6_K(p func(string, ...any), R int, regA, wide bool) {
 		p("}\n")
 	}
 	if wide {
-		p("// B: the scales of sub-blocks 2k and 2k+1 as int16 pairs (widenQ6_K)\n")
-		p("// times each row's sums of 16 of the same two as int16 pairs, one\n")
-		p("// VPMADDWD per two sub-blocks (fenced as the groups are).\n")
-		genB(p, R, 8, "sv",
-			func(k, n int) string {
-				return fmt.Sprintf("archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, %d))).AsInt16x16()", q6WideBPairs+64*k+32*n)
-			},
-			func(r, k int) string {
-				return fmt.Sprintf("archsimd.BroadcastInt32x8(*(*int32)(unsafe.Add(sp, %d*ss+%d))&0xffff | *(*int32)(unsafe.Add(sp, %d*ss+%d))<<16).AsInt16x16()", r, 8*k, r, 8*k+4)
-			}, "DotProductPairs")
+		genBPairs(p, R, 8, "sv", "scales", "16", q6WideBPairs, func(r, k, j int) string {
+			return fmt.Sprintf("*(*int32)(unsafe.Add(sp, %d*ss+%d))", r, 8*k+4*j)
+		})
 	} else {
 		p("// B: the scales times each row's sums of 16 (fenced as the groups are).\n")
 		genB(p, R, 16, "sv",
@@ -553,6 +537,38 @@ func genB(p func(string, ...any), R, count int, name string, vec func(i, n int) 
 	p("b%d1.Store(&fenceB[%d])\n", R-1, count-1)
 }
 
+// genBPairs writes B for a widened panel (genB's sums b<r>0, b<r>1): count
+// terms, term k the int16 pairs of sub-blocks 2k and 2k+1's scales (Q6_K)
+// or mins (Q4_K), what, at wb+off+64k+32n (genPairs made them), times each
+// row's sums of of inputs of the same two sub-blocks as an int16 pair (sum(r, k, j)
+// is row r's for sub-block 2k+j, an int32 expression): one VPMADDWD per
+// two sub-blocks.
+func genBPairs(p func(string, ...any), R, count int, name, what, of string, off int, sum func(r, k, j int) string) {
+	p("// B: the %s of sub-blocks 2k and 2k+1 as int16 pairs times each row's\n", what)
+	p("// sums of %s of the same two as int16 pairs, one VPMADDWD per two\n", of)
+	p("// sub-blocks (fenced as the groups are).\n")
+	genB(p, R, count, name,
+		func(k, n int) string {
+			return fmt.Sprintf("archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, %d))).AsInt16x16()", off+64*k+32*n)
+		},
+		func(r, k int) string {
+			return fmt.Sprintf("archsimd.BroadcastInt32x8(%s&0xffff | %s<<16).AsInt16x16()", sum(r, k, 0), sum(r, k, 1))
+		}, "DotProductPairs")
+}
+
+// genPairs writes, for k < count and each half n, the int16 pairs of the
+// packed int8 vectors at wb+lo(k, n) (low halves) and wb+hi(k, n) (high),
+// eight outputs each, stored at db+off+64k+32n: genBPairs's operands.
+func genPairs(p func(string, ...any), count, off int, lo, hi func(k, n int) int) {
+	for k := 0; k < count; k++ {
+		for n := 0; n < 2; n++ {
+			p("{\nlo := archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(wb, %d))).ExtendLo8ToInt32()\n", lo(k, n))
+			p("hi := archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(wb, %d))).ExtendLo8ToInt32()\n", hi(k, n))
+			p("hi.ShiftAllLeft(16).Or(lo.And(archsimd.LoadInt32x8(&q32Low16))).Store((*[8]int32)(unsafe.Add(db, %d)))\n}\n", off+64*k+32*n)
+		}
+	}
+}
+
 // q6WideBlock is the bytes of one super-block of a widened Q6_K panel
 // (quant_rows_amd64.go says its layout).
 const q6WideBlock = 64 + 1024 + 4096 + 512
@@ -607,14 +623,10 @@ func genWidenQ6_K(p func(string, ...any)) {
 	p("dw0.Store((*[8]float32)(db))\n")
 	p("dw1.Store((*[8]float32)(unsafe.Add(db, 32)))\n")
 	genScalePairs(p, func(s int) string { return fmt.Sprintf("(*[8]int32)(unsafe.Add(db, %d))", 64+32*s) })
-	for k := 0; k < 8; k++ {
-		for n := 0; n < 2; n++ {
-			// Scale vector 2t+n is sub-block t's, half n (genScalePairs).
-			p("{\nlo := archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(wb, %d))).ExtendLo8ToInt32()\n", 32+8*(4*k+n))
-			p("hi := archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(wb, %d))).ExtendLo8ToInt32()\n", 32+8*(4*k+2+n))
-			p("hi.ShiftAllLeft(16).Or(lo.And(archsimd.LoadInt32x8(&q32Low16))).Store((*[8]int32)(unsafe.Add(db, %d)))\n}\n", q6WideBPairs+64*k+32*n)
-		}
-	}
+	// (Scale vector 2t+n is sub-block t's, half n: genScalePairs.)
+	genPairs(p, 8, q6WideBPairs,
+		func(k, n int) int { return 32 + 8*(4*k+n) },
+		func(k, n int) int { return 32 + 8*(4*k+2+n) })
 	for G := 0; G < 64; G++ {
 		for n := 0; n < 2; n++ {
 			p("%s.Store((*[32]uint8)(unsafe.Add(db, %d)))\n", q6Values(G, n), 1088+64*G+32*n)
@@ -652,13 +664,9 @@ func genWidenQ4_K(p func(string, ...any)) {
 		p("{\nsc := archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(wb, %d))).ExtendLo8ToInt32()\n", 64+8*v)
 		p("sc.ShiftAllLeft(16).Or(sc.And(archsimd.LoadInt32x8(&q32Low16))).Store((*[8]int32)(unsafe.Add(db, %d)))\n}\n", 128+32*v)
 	}
-	for k := 0; k < 4; k++ {
-		for n := 0; n < 2; n++ {
-			p("{\nlo := archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(wb, %d))).ExtendLo8ToInt32()\n", 192+16*(2*k)+8*n)
-			p("hi := archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(wb, %d))).ExtendLo8ToInt32()\n", 192+16*(2*k+1)+8*n)
-			p("hi.ShiftAllLeft(16).Or(lo.And(archsimd.LoadInt32x8(&q32Low16))).Store((*[8]int32)(unsafe.Add(db, %d)))\n}\n", 640+32*(2*k+n))
-		}
-	}
+	genPairs(p, 4, 640,
+		func(k, n int) int { return 192 + 16*(2*k) + 8*n },
+		func(k, n int) int { return 192 + 16*(2*k+1) + 8*n })
 	for c := 0; c < 4; c++ {
 		for g := 0; g < 8; g++ {
 			p("{\nm0f := archsimd.LoadUint8x32(&q8Low)\n")

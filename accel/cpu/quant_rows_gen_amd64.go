@@ -6248,9 +6248,9 @@ func mmQ4_KWx2(y unsafe.Pointer, ys uintptr, qx unsafe.Pointer, xs uintptr, dx, 
 			A10 = A10.Add(s10.DotProductPairs(sc0))
 			A11 = A11.Add(s11.DotProductPairs(sc1))
 		}
-		// B: the mins of sub-blocks 2k and 2k+1 as int16 pairs (widenQ4_K)
-		// times each row's sums of 32 of the same two as int16 pairs, one
-		// VPMADDWD per two sub-blocks (fenced as the groups are).
+		// B: the mins of sub-blocks 2k and 2k+1 as int16 pairs times each row's
+		// sums of 32 of the same two as int16 pairs, one VPMADDWD per two
+		// sub-blocks (fenced as the groups are).
 		var b00, b01 archsimd.Int32x8
 		var b10, b11 archsimd.Int32x8
 		mv0 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 640))).AsInt16x16()
@@ -7518,9 +7518,9 @@ func mmQ6_KWx2(y unsafe.Pointer, ys uintptr, qx unsafe.Pointer, xs uintptr, dx, 
 				A11 = A11.Add(t11.DotProductPairs(sc11))
 			}
 		}
-		// B: the scales of sub-blocks 2k and 2k+1 as int16 pairs (widenQ6_K)
-		// times each row's sums of 16 of the same two as int16 pairs, one
-		// VPMADDWD per two sub-blocks (fenced as the groups are).
+		// B: the scales of sub-blocks 2k and 2k+1 as int16 pairs times each row's
+		// sums of 16 of the same two as int16 pairs, one VPMADDWD per two
+		// sub-blocks (fenced as the groups are).
 		var b00, b01 archsimd.Int32x8
 		var b10, b11 archsimd.Int32x8
 		sv0 := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(wb, 5184))).AsInt16x16()
