@@ -39,8 +39,11 @@ func (b backend) Devices() ([]accel.DeviceInfo, error) {
 }
 
 func info(ord int) accel.DeviceInfo {
-	return accel.DeviceInfo{Backend: "cpu", Ordinal: ord, Name: cpuName(), Vendor: cpuVendor(),
-		Detail: fmt.Sprintf("pure Go, %s kernels, %s/%s, %d threads", KernelSet(), runtime.GOOS, runtime.GOARCH, runtime.GOMAXPROCS(0))}
+	detail := fmt.Sprintf("pure Go, %s kernels, %s/%s, %d threads", KernelSet(), runtime.GOOS, runtime.GOARCH, runtime.GOMAXPROCS(0))
+	if hugePagesOn() {
+		detail += ", packed weights on huge pages"
+	}
+	return accel.DeviceInfo{Backend: "cpu", Ordinal: ord, Name: cpuName(), Vendor: cpuVendor(), Detail: detail}
 }
 
 func (backend) Open(ordinal int, opts accel.Options) (accel.Device, error) {
@@ -112,6 +115,7 @@ func Open(opts accel.Options) (*Device, error) {
 	d := &Device{info: info(0), budget: budget, threads: threads, traceEvery: every, streams: map[*stream]struct{}{}, aliases: map[*mem]struct{}{}}
 	d.deviceMemory = alloc.NewDeviceMemory(budget, source{d}, d.check)
 	d.packs.init(d)
+	logHugePages()
 	d.work = newWorkers(d, threads)
 	return d, nil
 }

@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"math"
+	"runtime"
 	"slices"
 	"unsafe"
 
@@ -438,6 +439,7 @@ func runMatMul(c *rcall, lo, hi int, k *kctx) {
 	if k != nil && k.d != nil {
 		if p := k.d.packFor(c); p != nil {
 			runMatMulPacked(c, p, p0, p1, t0, t1, k)
+			runtime.KeepAlive(p) // its panels may lie outside the Go heap (hugepages.go)
 			return
 		}
 	}

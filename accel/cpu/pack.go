@@ -50,6 +50,11 @@ type packed struct {
 	panels int     // ceil(out/16)
 	ps     uintptr // bytes per panel
 	data   []byte  // panels*ps bytes, 64-byte aligned (ps a multiple of 32)
+	// owner keeps data mapped where it lies on huge pages outside the Go
+	// heap (hugepages.go); nil where data is Go heap memory. Whoever hands
+	// a raw pointer into data to a kernel keeps the *packed alive until
+	// the kernel returns (runtime.KeepAlive).
+	owner *hugeChunk
 }
 
 func packedPanelBytes(dt accel.DType, in int) uintptr {
@@ -75,20 +80,18 @@ func (p *packed) u32() []uint32 {
 	return unsafe.Slice((*uint32)(unsafe.Pointer(&p.data[0])), len(p.data)/4)
 }
 
-// alignedBytes is n zeroed bytes starting at a 64-byte boundary.
-func alignedBytes(n int) []byte {
-	b := make([]byte, n+64)
-	off := (64 - int(uintptr(unsafe.Pointer(&b[0]))&63)) & 63
-	return b[off : off+n : off+n]
-}
+// packWeights re-lays W (F32, BF16 or a packable quantized type, row-major
+// [out, in]) into panels on the Go heap.
+func packWeights(w operand) *packed { return packWeightsIn(w, nil) }
 
-// packWeights re-lays W (F32 or BF16, row-major [out, in]) into panels.
+// packWeightsIn is packWeights with the panels' bytes from a (nil: the Go
+// heap).
 //
 //go:norace
-func packWeights(w operand) *packed {
+func packWeightsIn(w operand, a *hugeAlloc) *packed {
 	out, in := w.rows, w.cols
 	p := &packed{dt: w.dt, out: out, in: in, panels: (out + panelWidth - 1) / panelWidth, ps: packedPanelBytes(w.dt, in)}
-	p.data = alignedBytes(int(uintptr(p.panels) * p.ps))
+	p.data, p.owner = a.bytes(int(uintptr(p.panels) * p.ps))
 	if w.dt.BlockSize() > 1 {
 		packQuant(w, p)
 		return p
@@ -147,6 +150,7 @@ type packEntry struct {
 // packTable is the device's cache of packed weights.
 type packTable struct {
 	d     *Device
+	huge  hugeAlloc // where the panels' bytes come from
 	mu    sync.Mutex
 	byKey map[packKey]*packEntry
 	bytes atomic.Int64 // charged, all entries
@@ -199,7 +203,7 @@ func (t *packTable) makeLocked(key packKey, w *operand) (*packEntry, error) {
 	e := &packEntry{key: key, lo: w.off, hi: w.off + int64(len(w.b)), bytes: size}
 	// Registered before the bytes are read: a write from here on drops it.
 	t.addToMem(e)
-	e.p = packWeights(*w)
+	e.p = packWeightsIn(*w, &t.huge)
 	t.byKey[key] = e
 	t.bytes.Add(size)
 	t.made.Add(1)

@@ -3,6 +3,7 @@ package cpu
 import (
 	"encoding/binary"
 	"math"
+	"runtime"
 	"sync/atomic"
 
 	"github.com/reprise-ml/reprise/accel"
@@ -238,8 +239,12 @@ func runMatMulQuant(c *rcall, lo, hi, t0, t1 int, k *kctx) {
 		a.held = key
 	}
 	if quantVec.Load() && quantPacks(w.dt) && k != nil && k.d != nil {
-		if p := k.d.packFor(c); p != nil && runMatMulQuantVec(c, a, p, lo, hi, t0, t1, k) {
-			return
+		if p := k.d.packFor(c); p != nil {
+			ok := runMatMulQuantVec(c, a, p, lo, hi, t0, t1, k)
+			runtime.KeepAlive(p) // its panels may lie outside the Go heap (hugepages.go)
+			if ok {
+				return
+			}
 		}
 	}
 	rb := int(w.dt.RowBytes(in))
