@@ -43,7 +43,18 @@
 // reference's (bf16: pairs of inputs interleaved, widened by one shift or one
 // and). The packed copy is made at a matrix's first MatMul or by
 // PackWeights, cached per (segment, offset, shape, dtype), charged to the
-// arena, and dropped before any write to its bytes lands (pack.go).
+// arena, and dropped before any write to its bytes lands (pack.go). On
+// Linux, where transparent huge pages are "always" or "madvise", packs of
+// 64 KiB and more are cut, 64-byte aligned, from 2 MiB-aligned anonymous
+// mappings advised MADV_HUGEPAGE (hugepages.go), so that a decode step
+// streaming them takes a TLB miss per 2 MiB rather than per 4 KiB
+// (REPRISE_CPU_HUGEPAGES=0, other systems and any failure: the Go heap,
+// the same bytes). Such a mapping is not Go memory: every pack cut from it
+// references its owner object, whose cleanup unmaps it, so it lives as
+// long as any pack in it can be used, the packs a running kernel holds
+// after the cache dropped them included (their callers keep them alive
+// until the kernel returns); the budget is charged each pack's bytes, not
+// a mapping's untouched tail.
 //
 // Quantized weights (Q8_0, Q4_0, Q4_K, Q6_K) multiply as ggml's CPU code
 // does: each row of x quantized to 8 bits per block, exact integer block
