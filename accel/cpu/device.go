@@ -40,7 +40,7 @@ func (b backend) Devices() ([]accel.DeviceInfo, error) {
 
 func info(ord int) accel.DeviceInfo {
 	detail := fmt.Sprintf("pure Go, %s kernels, %s/%s, %d threads", KernelSet(), runtime.GOOS, runtime.GOARCH, runtime.GOMAXPROCS(0))
-	if hugePagesOn() {
+	if hugePagesOn() && (packingOn() || quantVec.Load()) {
 		detail += ", packed weights on huge pages"
 	}
 	return accel.DeviceInfo{Backend: "cpu", Ordinal: ord, Name: cpuName(), Vendor: cpuVendor(), Detail: detail}
