@@ -855,19 +855,12 @@ func rowMax(row []float32, vk *vecOps) float32 {
 func scoresHead(att, qh, kc []float32, offs []int, maxOff int, scale float32, vk *vecOps, k *kctx) {
 	hd, n := len(qh), len(offs)
 	p := 0
-	if vk != nil && hd%8 == 0 && n >= 8 {
+	if vk != nil && hd%8 == 0 {
 		if cap(k.qb) < 8*hd {
 			k.qb = make([]float32, 8*hd)
 		}
-		qb := k.qb[:8*hd]
-		for i, a := range qh {
-			b := qb[8*i : 8*i+8]
-			for j := range b {
-				b[j] = a
-			}
-		}
-		vk.scores(att, kc, offs, maxOff, qb, hd, scale)
-		p = n &^ 7
+		vk.scores(att, kc, offs, maxOff, qh, k.qb[:8*hd], scale)
+		return
 	}
 	for ; p+4 <= n; p += 4 {
 		s0, s1, s2, s3 := dot4Rows(qh, kc[offs[p]:offs[p]+hd], kc[offs[p+1]:offs[p+1]+hd],

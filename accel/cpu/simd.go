@@ -68,11 +68,11 @@ type vecOps struct {
 	div func(x []float32, s float32)
 	// silu sets out[i] = silu(a[i]) * b[i].
 	silu func(out, a, b []float32)
-	// scores sets att[p] = (q · k_p) / scale for the positions of whole
-	// groups of eight (len(att) &^ 7), k_p = kc[offs[p]:][:hd], from q
-	// broadcast (qb[8*i+j] = q[i]); hd a multiple of 8; maxOff is the
-	// largest of offs.
-	scores func(att, kc []float32, offs []int, maxOff int, qb []float32, hd int, scale float32)
+	// scores sets att[p] = (q · k_p) / scale for every p < len(att),
+	// k_p = kc[offs[p]:][:len(q)], each a sequential dot product; len(q)
+	// a multiple of 8; maxOff is the largest of offs; qb is scratch of
+	// 8*len(q).
+	scores func(att, kc []float32, offs []int, maxOff int, q, qb []float32, scale float32)
 	// av adds att[p] * vc[offs[p]:][:len(dst)] to dst for every p in order
 	// (len(dst) a multiple of 8; maxOff the largest of offs).
 	av func(dst, vc []float32, offs []int, maxOff int, att []float32)

@@ -250,17 +250,44 @@ func siluVec(out, a, b []float32, wide bool) {
 	}
 }
 
-func vScoresGo(att, kc []float32, offs []int, maxOff int, qb []float32, hd int, scale float32) {
-	n := len(att) &^ 7
+func vScoresGo(att, kc []float32, offs []int, maxOff int, q, qb []float32, scale float32) {
+	n, hd := len(att), len(q)
 	if n == 0 {
 		return
 	}
 	// Every row the kernel reads, checked here: it reads unchecked.
-	if maxOff+hd > len(kc) || len(offs) < n {
+	if maxOff+hd > len(kc) || len(offs) < n || hd%8 != 0 || len(qb) < 8*hd {
 		panic("cpu: attention scores: a cache row out of range")
 	}
-	_ = qb[:8*hd]
-	vScores(unsafe.Pointer(&att[0]), unsafe.Pointer(&kc[0]), offs[:n], unsafe.Pointer(&qb[0]), hd, scale)
+	vBcast8(unsafe.Pointer(&qb[0]), unsafe.Pointer(&q[0]), hd)
+	if n8 := n &^ 7; n8 > 0 {
+		vScores(unsafe.Pointer(&att[0]), unsafe.Pointer(&kc[0]), offs[:n8], unsafe.Pointer(&qb[0]), hd, scale)
+	}
+	if r := n % 8; r > 0 {
+		// The last positions, with the lanes past them repeating the last
+		// one's row: each lane is its own chain, so the others' scores
+		// come out as if alone.
+		var o8 [8]int
+		var a8 [8]float32
+		last := offs[n-r : n]
+		for j := range o8 {
+			o8[j] = last[min(j, r-1)]
+		}
+		vScores(unsafe.Pointer(&a8[0]), unsafe.Pointer(&kc[0]), o8[:], unsafe.Pointer(&qb[0]), hd, scale)
+		copy(att[n-r:n], a8[:r])
+	}
+}
+
+// vBcast8 sets qb[8*i+j] = q[i] for i < n, j < 8.
+//
+//go:noinline
+//go:norace
+//go:nocheckptr
+func vBcast8(qb, q unsafe.Pointer, n int) {
+	for i := 0; i < n; i++ {
+		archsimd.BroadcastUint32x8(*(*uint32)(unsafe.Add(q, 4*i))).Store((*[8]uint32)(unsafe.Add(qb, 32*i)))
+	}
+	archsimd.ClearAVXUpperBits()
 }
 
 // vScores sets att[p] = (sum over i in order of q[i]*k_p[i]) / scale for
@@ -268,7 +295,9 @@ func vScoresGo(att, kc []float32, offs []int, maxOff int, qb []float32, hd int, 
 // lane is the scalar dot product's chain. The eight key rows of a group are
 // loaded eight dimensions at a time and transposed in registers (two 4x4
 // shuffles per 128-bit half, then 128-bit selects). qb holds each q[i]
-// broadcast to eight lanes.
+// broadcast to eight lanes (vBcast8). (Broadcasting q[i] in the loop
+// instead runs out of the sixteen registers: the compiler's spills then
+// take the legacy-SSE encoding.)
 //
 //go:noinline
 //go:norace
@@ -304,15 +333,15 @@ func vScores(att, kc unsafe.Pointer, offs []int, qb unsafe.Pointer, hd int, scal
 			b1 := t0.SelectFromPairGrouped(1, 3, 5, 7, t1)
 			b2 := t2.SelectFromPairGrouped(0, 2, 4, 6, t3)
 			b3 := t2.SelectFromPairGrouped(1, 3, 5, 7, t3)
-			q := unsafe.Add(qb, uintptr(c)*32)
-			acc = acc.Add(archsimd.LoadFloat32x8((*[8]float32)(q)).Mul(a0.Select128FromPair(0, 2, b0)))
-			acc = acc.Add(archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(q, 32))).Mul(a1.Select128FromPair(0, 2, b1)))
-			acc = acc.Add(archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(q, 64))).Mul(a2.Select128FromPair(0, 2, b2)))
-			acc = acc.Add(archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(q, 96))).Mul(a3.Select128FromPair(0, 2, b3)))
-			acc = acc.Add(archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(q, 128))).Mul(a0.Select128FromPair(1, 3, b0)))
-			acc = acc.Add(archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(q, 160))).Mul(a1.Select128FromPair(1, 3, b1)))
-			acc = acc.Add(archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(q, 192))).Mul(a2.Select128FromPair(1, 3, b2)))
-			acc = acc.Add(archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(q, 224))).Mul(a3.Select128FromPair(1, 3, b3)))
+			qc := unsafe.Add(qb, uintptr(c)*32)
+			acc = acc.Add(archsimd.LoadFloat32x8((*[8]float32)(qc)).Mul(a0.Select128FromPair(0, 2, b0)))
+			acc = acc.Add(archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(qc, 32))).Mul(a1.Select128FromPair(0, 2, b1)))
+			acc = acc.Add(archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(qc, 64))).Mul(a2.Select128FromPair(0, 2, b2)))
+			acc = acc.Add(archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(qc, 96))).Mul(a3.Select128FromPair(0, 2, b3)))
+			acc = acc.Add(archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(qc, 128))).Mul(a0.Select128FromPair(1, 3, b0)))
+			acc = acc.Add(archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(qc, 160))).Mul(a1.Select128FromPair(1, 3, b1)))
+			acc = acc.Add(archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(qc, 192))).Mul(a2.Select128FromPair(1, 3, b2)))
+			acc = acc.Add(archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(qc, 224))).Mul(a3.Select128FromPair(1, 3, b3)))
 		}
 		acc.Div(sv).Store((*[8]float32)(unsafe.Add(att, uintptr(p)*4)))
 	}
