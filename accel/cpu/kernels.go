@@ -790,18 +790,36 @@ func runAttention(c *rcall, lo, hi int, k *kctx) {
 		if vk != nil && vk.attn8 != nil && vk.attn8(orow, q[t*nh*hd:(t+1)*nh*hd], kc, vc, offs, hi, h0, h1, group, hd, scale, k) {
 			continue
 		}
-		if cap(k.att) < nhp*n {
-			k.att = make([]float32, 0, max(nhp*n, 1024))
+		// On the vector kernels each head's row of scores is padded to
+		// whole vectors, the pad scoring the last position again, so that
+		// the scores, maximum, exponentials and divisions load and store
+		// whole vectors (a masked load of a tail just stored cannot take
+		// it from the store queue, and waits for it). The pad, copies of
+		// the row's last score, leaves the maximum as it is, and the sums
+		// and the weighted values stop at n: the bits are unchanged.
+		ns := n
+		if vk != nil && hd%8 == 0 {
+			ns = (n + 7) &^ 7
+			if cap(k.offs) < ns {
+				k.offs = append(k.offs[:n], make([]int, ns-n)...)
+			}
+			offs = k.offs[:ns]
+			for p := n; p < ns; p++ {
+				offs[p] = offs[n-1]
+			}
 		}
-		S := k.att[:nhp*n]
+		if cap(k.att) < nhp*ns {
+			k.att = make([]float32, 0, max(nhp*ns, 1024))
+		}
+		S := k.att[:nhp*ns]
 		for h := h0; h < h1; h++ {
 			koff := (h / group) * hd
-			scoresHead(S[(h-h0)*n:(h-h0+1)*n], q[t*nh*hd+h*hd:t*nh*hd+(h+1)*hd], kc[koff:], offs, hi, scale, vk, k)
+			scoresHead(S[(h-h0)*ns:(h-h0+1)*ns], q[t*nh*hd+h*hd:t*nh*hd+(h+1)*hd], kc[koff:], offs, hi, scale, vk, k)
 		}
-		softmaxRows(S, nhp, n, vk, k)
+		softmaxRowsPad(S, nhp, n, ns, vk, k)
 		for h := h0; h < h1; h++ {
 			koff := (h / group) * hd
-			avHead(orow[h*hd:(h+1)*hd], vc[koff:], offs, hi, S[(h-h0)*n:(h-h0+1)*n], vk)
+			avHead(orow[h*hd:(h+1)*hd], vc[koff:], offs[:n], hi, S[(h-h0)*ns:(h-h0)*ns+n], vk)
 		}
 	}
 }
@@ -903,9 +921,20 @@ func avHead(dst, vc []float32, offs []int, maxOff int, att []float32, vk *vecOps
 //
 //go:norace
 func softmaxRows(S []float32, rows, n int, vk *vecOps, k *kctx) {
-	if vk == nil || n < 8 {
+	softmaxRowsPad(S, rows, n, n, vk, k)
+}
+
+// softmaxRowsPad is softmaxRows of rows of n at a stride of ns >= n in S,
+// the ns-n elements after each row (where ns > n) copies of some element of
+// it: those go through the maximum, the exponentials and the divisions with
+// the row (so the vector kernels take whole vectors), but not into its sum.
+// Without vector kernels ns must be n.
+//
+//go:norace
+func softmaxRowsPad(S []float32, rows, n, ns int, vk *vecOps, k *kctx) {
+	if vk == nil || n < 8 && ns == n {
 		for r := 0; r < rows; r++ {
-			softmax32(S[r*n : (r+1)*n])
+			softmax32(S[r*ns : r*ns+n])
 		}
 		return
 	}
@@ -914,26 +943,26 @@ func softmaxRows(S []float32, rows, n int, vk *vecOps, k *kctx) {
 	}
 	sums := k.rowv[rows : 2*rows]
 	for r := 0; r < rows; r++ {
-		row := S[r*n : (r+1)*n]
+		row := S[r*ns : (r+1)*ns]
 		vk.expShift(row, rowMax(row, vk))
 	}
 	r := 0
 	for ; r+4 <= rows; r += 4 {
 		// k's arrays: arguments of a call through a function value escape.
 		rs, s4 := &k.rows4, &k.sums4
-		*rs = [4][]float32{S[r*n : (r+1)*n], S[(r+1)*n : (r+2)*n], S[(r+2)*n : (r+3)*n], S[(r+3)*n : (r+4)*n]}
+		*rs = [4][]float32{S[r*ns : r*ns+n], S[(r+1)*ns : (r+1)*ns+n], S[(r+2)*ns : (r+2)*ns+n], S[(r+3)*ns : (r+3)*ns+n]}
 		vk.rowSums4(rs, n, s4)
 		sums[r], sums[r+1], sums[r+2], sums[r+3] = s4[0], s4[1], s4[2], s4[3]
 	}
 	for ; r < rows; r++ {
 		var s float32
-		for _, e := range S[r*n : (r+1)*n] {
+		for _, e := range S[r*ns : r*ns+n] {
 			s += e
 		}
 		sums[r] = s
 	}
 	for r := 0; r < rows; r++ {
-		vk.div(S[r*n:(r+1)*n], sums[r])
+		vk.div(S[r*ns:(r+1)*ns], sums[r])
 	}
 }
 
