@@ -63,6 +63,10 @@ func runMatMulQuantVec(c *rcall, a *qacts, p *packed, lo, hi, t0, t1 int, k *kct
 	if !quantVec.Load() || !quantPacks(p.dt) {
 		return false
 	}
+	if ks := vec.Load().quantKernels(p.dt); ks != nil {
+		runQuantVNNI(c, a, p, ks, lo, hi, t0, t1, k)
+		return true
+	}
 	var kern qKernel
 	var kern4, kern2 qKernel4 // many rows (quant_rows_amd64.go), two rows
 	rows := 4                 // kern4's rows
@@ -96,10 +100,10 @@ func runMatMulQuantVec(c *rcall, a *qacts, p *packed, lo, hi, t0, t1 int, k *kct
 		kern4, kern2, rows = wideKernels(p.dt)
 	}
 	sb := spreadBytes(p.dt, in)
-	if sb > 0 && !(k.reuseActs && a.xsFor == p.dt) {
+	if sb > 0 && !(k.reuseActs && a.xsFor == p.dt && !a.xsVNNI) {
 		// (Kept for a next matmul of this type that reuses this
 		// quantization: runMatMulQuant.)
-		a.xsFor = p.dt
+		a.xsFor, a.xsVNNI = p.dt, false
 		// The one-row kernel reads x spread (spreadRow): those rows that
 		// it runs, the j-th of them at j·sb.
 		n1 := 0

@@ -61,14 +61,14 @@ func BenchmarkQuantRows(b *testing.B) {
 	for _, tc := range []struct {
 		T    int
 		name string
-	}{{16, ""}, {64, "/T64"}} {
+	}{{16, ""}, {64, "/T64"}, {512, "/T512"}} {
 		for _, dt := range quantDTypes {
 			T := tc.T
 			c, _, _ := quantCall(b, r, dt, T, out, in)
 			p := packWeights(c.o[2])
 			k := &kctx{}
 			quantizeActs(&k.qa, c.o[1].f32(), in, 0, T, kBlocks(dt))
-			b.Run(dt.String()+tc.name, func(b *testing.B) {
+			eachQuantSet(b, dt.String()+tc.name, func(b *testing.B) {
 				cpu0 := processCPU()
 				for i := 0; i < b.N; i++ {
 					runMatMulQuantVec(c, &k.qa, p, 0, out/panelWidth, 0, T, k)

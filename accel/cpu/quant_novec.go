@@ -10,3 +10,6 @@ func runMatMulQuantVec(c *rcall, a *qacts, p *packed, lo, hi, t0, t1 int, k *kct
 
 // quantActsVec: no vector kernels in this build.
 func quantActsVec(a *qacts, x []float32, k bool) bool { return false }
+
+// quantOps: no set's own quantized kernels in this build.
+type quantOps struct{}

@@ -26,9 +26,10 @@ func BenchmarkQuantMatMulRow(b *testing.B) {
 	for _, sh := range [][2]int{{512, 512}, {512, 1376}, {768, 2048}, {2048, 768}, {2048, 32000}} {
 		for _, dt := range quantDTypes {
 			in, out := sh[0], sh[1]
-			b.Run(fmt.Sprintf("%s/%dx%d", dt, in, out), func(b *testing.B) {
-				c, _, _ := quantCall(b, r, dt, 1, out, in)
-				timeRowPasses(b, c, []*packed{packWeights(c.o[2])})
+			c, _, _ := quantCall(b, r, dt, 1, out, in)
+			p := packWeights(c.o[2])
+			eachQuantSet(b, fmt.Sprintf("%s/%dx%d", dt, in, out), func(b *testing.B) {
+				timeRowPasses(b, c, []*packed{p})
 			})
 		}
 	}
@@ -52,11 +53,26 @@ func BenchmarkQuantMatMulRowSet(b *testing.B) {
 		c, _, _ := quantCall(b, r, dt, 1, out, in)
 		p := packWeights(c.o[2])
 		for _, n := range []int{1, 8, 16, 24, 32, 48} {
-			b.Run(fmt.Sprintf("%s/%dx%d/n%d", dt, in, out, n), func(b *testing.B) {
-				ps := packCopies(p, n)
+			ps := packCopies(p, n)
+			eachQuantSet(b, fmt.Sprintf("%s/%dx%d/n%d", dt, in, out, n), func(b *testing.B) {
 				timeRowPasses(b, c, ps)
 			})
 		}
+	}
+}
+
+// eachQuantSet runs f as sub-benchmark name/<set> with each kernel set
+// this CPU runs in use, one after the other (so that the sets' figures for
+// one case come from the same minute of a shared machine): the avx512
+// set's own quantized kernels where it has them, else the AVX2 ones.
+func eachQuantSet(b *testing.B, name string, f func(b *testing.B)) {
+	for _, vk := range vecSets() {
+		b.Run(name+"/"+vk.name, func(b *testing.B) {
+			old := vec.Load()
+			defer vec.Store(old)
+			vec.Store(vk)
+			f(b)
+		})
 	}
 }
 
@@ -94,7 +110,7 @@ func BenchmarkQuantRowsSet(b *testing.B) {
 		quantizeActs(&k.qa, c.o[1].f32(), in, 0, T, kBlocks(dt))
 		for _, n := range []int{1, 16, 64} {
 			ps := packCopies(p, n)
-			b.Run(fmt.Sprintf("%s/n%d", dt, n), func(b *testing.B) {
+			eachQuantSet(b, fmt.Sprintf("%s/n%d", dt, n), func(b *testing.B) {
 				cpu0 := processCPU()
 				for i := 0; i < b.N; i++ {
 					runMatMulQuantVec(c, &k.qa, ps[i%n], 0, out/panelWidth, 0, T, k)

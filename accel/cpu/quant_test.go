@@ -95,17 +95,21 @@ func TestQuantMatMul(t *testing.T) {
 				oldQ := quantVec.Load()
 				quantVec.Store(true)
 				defer quantVec.Store(oldQ)
-				got := runQuantVec(t, c)
-				if i, ok := bitsEqual(got, plain); !ok {
-					t.Fatalf("vector kernels differ at %d: %g, plain Go %g", i, got[i], plain[i])
+				for _, vk := range vecSets() {
+					got := runQuantVecOn(t, vk, c)
+					if i, ok := bitsEqual(got, plain); !ok {
+						t.Fatalf("%s: vector kernels differ at %d: %g, plain Go %g", vk.name, i, got[i], plain[i])
+					}
 				}
 			})
 		}
 	}
 }
 
-// vecEqualsPlain fails t unless c's y on the quantized vector kernels
-// (runQuantVec) has the bits of the plain-Go path's, and returns it.
+// vecEqualsPlain fails t unless c's y on the quantized vector kernels of
+// every kernel set this CPU runs (runQuantVecOn: the avx512 set's own
+// where it has them, quant_vnni_amd64.go, else the AVX2 ones) has the bits
+// of the plain-Go path's, and returns it (the last set's).
 func vecEqualsPlain(t *testing.T, c *rcall) []float32 {
 	t.Helper()
 	old := quantVec.Load()
@@ -114,12 +118,24 @@ func vecEqualsPlain(t *testing.T, c *rcall) []float32 {
 	k := &kctx{}
 	plain := runRef(c, func(c *rcall, lo, hi int) { runMatMul(c, lo, hi, k) })
 	quantVec.Store(true)
-	got := runQuantVec(t, c)
-	if i, ok := bitsEqual(got, plain); !ok {
-		out := c.o[0].cols
-		t.Fatalf("row %d out %d: %g, plain Go %g", i/out, i%out, got[i], plain[i])
+	var got []float32
+	for _, vk := range vecSets() {
+		got = runQuantVecOn(t, vk, c)
+		if i, ok := bitsEqual(got, plain); !ok {
+			out := c.o[0].cols
+			t.Fatalf("%s: row %d out %d: %g, plain Go %g", vk.name, i/out, i%out, got[i], plain[i])
+		}
 	}
 	return got
+}
+
+// runQuantVecOn is runQuantVec with the kernel set vk in use.
+func runQuantVecOn(t *testing.T, vk *vecOps, c *rcall) []float32 {
+	t.Helper()
+	old := vec.Load()
+	defer vec.Store(old)
+	vec.Store(vk)
+	return runQuantVec(t, c)
 }
 
 // runQuantVec runs c on the quantized vector kernels (quantVec on) over
@@ -228,7 +244,9 @@ func TestQuantMatMulRows(t *testing.T) {
 	r := rand.New(rand.NewPCG(9, 10))
 	// 11, 12 and 13: either side of quantWideMin (amd64), with an odd row
 	// and without.
-	counts := []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 12, 13, 64, 512}
+	// 24 and 25: two whole groups of the VNNI kernels' rows (vnniRows
+	// 12) and three uneven ones.
+	counts := []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 12, 13, 24, 25, 64, 512}
 	for _, dt := range quantDTypes {
 		for _, T := range counts {
 			for _, sh := range [][2]int{{40, 256}, {16, 512}} {

@@ -40,9 +40,13 @@ import (
 //     higher) builds (goamd64v3).
 //
 // REPRISE_CPU_SIMD=0 turns the vector kernels off at run time (the plain-Go
-// kernels then run in the same binary, with the same results).
+// kernels then run in the same binary, with the same results);
+// REPRISE_CPU_SIMD=avx2 or avx512 picks that set where the CPU runs it (on
+// an AVX-512 CPU, avx2 runs the 256-bit kernels: a comparison of the two,
+// with the same results), else the default.
 
-// EnvSIMD turns the vector kernels off when set to 0.
+// EnvSIMD turns the vector kernels off when set to 0, or names the kernel
+// set to use ("avx2", "avx512") where this build and CPU run it.
 const EnvSIMD = "REPRISE_CPU_SIMD"
 
 // mmKernel is a packed-panel matmul block: R rows of x (stride xs bytes)
@@ -100,6 +104,10 @@ type vecOps struct {
 	max func(x []float32) (float32, bool)
 	// rowSums4 sets sums[i] to the sum of rows[i][:n] in element order.
 	rowSums4 func(rows *[4][]float32, n int, sums *[4]float32)
+	// quant is the set's own quantized matmul kernels, nil where it runs
+	// the AVX2 ones (quant_amd64.go; the AVX-512 VNNI ones are
+	// quant_vnni_amd64.go's).
+	quant *quantOps
 }
 
 // vecBuilt (simd_amd64.go, nosimd.go) is this build's vector kernels
@@ -113,10 +121,21 @@ var (
 	packGo atomic.Bool
 )
 
-func init() {
-	if vecBuilt != nil && !goamd64v3 && os.Getenv(EnvSIMD) != "0" {
-		vec.Store(vecBuilt)
+func init() { vec.Store(chooseSet(os.Getenv(EnvSIMD))) }
+
+// chooseSet is the kernel set to use for the value env of EnvSIMD: none
+// for "0" (or where none is built or runs), the runnable set named env,
+// else the default (the fastest this CPU runs).
+func chooseSet(env string) *vecOps {
+	if vecBuilt == nil || goamd64v3 || env == "0" {
+		return nil
 	}
+	for _, v := range vecRunnable {
+		if v.name == env {
+			return v
+		}
+	}
+	return vecBuilt
 }
 
 // simdOps is the vector kernel set in use, nil for plain Go.

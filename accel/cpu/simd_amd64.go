@@ -65,7 +65,18 @@ func avx512Ops() *vecOps {
 		sum:      vSumGo,
 		max:      vMaxGo,
 		rowSums4: vRowSums4Go,
+		quant:    avx512Quant(),
 	}
+}
+
+// avx512Quant is the avx512 set's own quantized kernels: the VNNI ones
+// where the CPU has AVX512_VNNI (and BW and VL, which AVX512 includes),
+// else none (the AVX2 kernels).
+func avx512Quant() *quantOps {
+	if !archsimd.X86.AVX512VNNI() {
+		return nil
+	}
+	return vnniQuant
 }
 
 func vScaleGo(out, x, w []float32, s float32) {

@@ -1,0 +1,65 @@
+//go:build goexperiment.simd && amd64
+
+package cpu
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"simd/archsimd"
+	"testing"
+
+	"github.com/reprise-ml/reprise/accel"
+)
+
+// TestQuantKernelSets: the avx512 set runs its own (VNNI) Q8_0 and Q4_0
+// kernels exactly where the CPU has AVX512_VNNI, the K-quants and the
+// avx2 set the AVX2 ones.
+func TestQuantKernelSets(t *testing.T) {
+	for _, vk := range vecSets() {
+		for _, dt := range quantDTypes {
+			want := vk.name == "avx512" && archsimd.X86.AVX512VNNI() && (dt == accel.Q8_0 || dt == accel.Q4_0)
+			if got := vk.quantKernels(dt) != nil; got != want {
+				t.Errorf("%s %s: own kernels %v, want %v", vk.name, dt, got, want)
+			}
+			t.Logf("%s %s: own kernels %v", vk.name, dt, want)
+		}
+	}
+}
+
+// TestQuantVNNIRows: every row count from 1 to past two groups of the
+// VNNI kernels' rows (each kernel, and the cut into uneven groups), at
+// output counts with and without a partial last panel, one block per row
+// and several, gives the plain-Go bits on every set.
+func TestQuantVNNIRows(t *testing.T) {
+	useQuantVec(t)
+	r := rand.New(rand.NewPCG(21, 22))
+	for _, dt := range []accel.DType{accel.Q8_0, accel.Q4_0} {
+		for T := 1; T <= 2*vnniRows+1; T++ {
+			for _, sh := range [][2]int{{16, 32}, {40, 96}, {19, 256}} {
+				out, in := sh[0], sh[1]
+				t.Run(fmt.Sprintf("%s/T%d/%dx%d", dt, T, out, in), func(t *testing.T) {
+					c, _, _ := quantCall(t, r, dt, T, out, in)
+					vecEqualsPlain(t, c)
+				})
+			}
+		}
+	}
+}
+
+// TestChooseSet: REPRISE_CPU_SIMD's values pick the sets they name where
+// this CPU runs them, 0 none, anything else the default.
+func TestChooseSet(t *testing.T) {
+	if chooseSet("0") != nil {
+		t.Error("0: a kernel set")
+	}
+	for _, env := range []string{"", "1", "sse", "AVX2"} {
+		if got := chooseSet(env); got != vecBuilt && !goamd64v3 {
+			t.Errorf("%q: %v, want the default", env, got.name)
+		}
+	}
+	for _, vk := range vecSets() {
+		if got := chooseSet(vk.name); got != vk {
+			t.Errorf("%q: %v", vk.name, got)
+		}
+	}
+}
