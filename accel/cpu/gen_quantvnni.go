@@ -51,6 +51,11 @@ import (
 // 32 zmm registers.
 const maxRows = 12
 
+// maxRowsK is the K-quants' most rows: a row's int32 sum of the
+// super-block, its sum of the sub-block and its float32 sum, 3R registers
+// besides seven work ones.
+const maxRowsK = 8
+
 // Registers: Z0..Z(R-1) the int32 sums, Z(R)..Z(2R-1) the float32 sums,
 // Z24 the scales, Z25 and Z26 weight vectors, Z27 a product, Z28 the
 // nibble mask, Z29 and Z30 the second sums of one- and two-row kernels.
@@ -77,23 +82,35 @@ func main() {
 	p("//go:build goexperiment.simd && amd64\n\n")
 	p("package cpu\n\n")
 	p("import \"unsafe\"\n\n")
-	p("// vnniRows is the most rows of x one VNNI kernel takes.\n")
-	p("const vnniRows = %d\n\n", maxRows)
-	for _, typ := range []string{"Q8_0", "Q4_0"} {
+	types := []string{"Q8_0", "Q4_0", "Q4_K", "Q6_K"}
+	rows := func(typ string) int {
+		if typ == "Q4_K" || typ == "Q6_K" {
+			return maxRowsK
+		}
+		return maxRows
+	}
+	for _, typ := range types {
 		p("// vnni%sKernels are the %s kernels by rows (index R-1).\n", typ, typ)
-		p("var vnni%sKernels = [vnniRows]qKernelV{", typ)
-		for R := 1; R <= maxRows; R++ {
+		p("var vnni%sKernels = []qKernelV{", typ)
+		for R := 1; R <= rows(typ); R++ {
 			p("mm%sV%d, ", typ, R)
 		}
 		p("}\n\n")
 	}
-	for _, typ := range []string{"Q8_0", "Q4_0"} {
-		for R := 1; R <= maxRows; R++ {
+	for _, typ := range types {
+		for R := 1; R <= rows(typ); R++ {
 			name := fmt.Sprintf("mm%sV%d", typ, R)
 			p("// %s: %d row(s) of interleaved x by one %s panel (quant_vnni_amd64.s).\n", name, R, typ)
 			p("//\n//go:noescape\n")
 			p("func %s(y unsafe.Pointer, ys uintptr, x, w unsafe.Pointer, nb int)\n\n", name)
-			genKernel(a, name, typ, R)
+			switch typ {
+			case "Q4_K":
+				genQ4_K(a, name, R)
+			case "Q6_K":
+				genQ6_K(a, name, R)
+			default:
+				genKernel(a, name, typ, R)
+			}
 		}
 	}
 	src, err := format.Source(g.Bytes())
@@ -189,4 +206,180 @@ func genKernel(a func(string, ...any), name, typ string, R int) {
 		a("\tVMOVUPS Z%d, (AX)\n", yacc(r))
 	}
 	a("\tVZEROUPPER\n\tRET\n\n")
+}
+
+// genHeadK writes a K-quant kernel's start: the registers as genKernel's
+// (SI the panel, DX its end, blk bytes per super-block), the float32 sums
+// (Z16..) cleared, and ends with the loop's label.
+func genHeadK(a func(string, ...any), name string, R, blk int) {
+	a("// func %s(y unsafe.Pointer, ys uintptr, x, w unsafe.Pointer, nb int)\n", name)
+	a("TEXT ·%s(SB), NOSPLIT, $0-40\n", name)
+	a("\tMOVQ y+0(FP), AX\n\tMOVQ ys+8(FP), BX\n\tMOVQ x+16(FP), CX\n\tMOVQ w+24(FP), SI\n")
+	a("\tMOVQ nb+32(FP), DX\n\tIMULQ $%d, DX\n\tADDQ SI, DX\n", blk)
+	for r := 0; r < R; r++ {
+		a("\tVPXORD Z%d, Z%d, Z%d\n", 16+r, 16+r, 16+r)
+	}
+}
+
+// genTailK writes a K-quant kernel's loop end (x advancing xb bytes) and
+// the stores of the float32 sums.
+func genTailK(a func(string, ...any), name string, R, blk, xb int) {
+	a("\tADDQ $%d, CX\n\tADDQ $%d, SI\n\tCMPQ SI, DX\n\tJNE %s_loop\n", xb, blk, name)
+	a("%s_store:\n", name)
+	for r := 0; r < R; r++ {
+		if r > 0 {
+			a("\tADDQ BX, AX\n")
+		}
+		a("\tVMOVUPS Z%d, (AX)\n", 16+r)
+	}
+	a("\tVZEROUPPER\n\tRET\n\n")
+}
+
+// genQ4_K writes a Q4_K kernel: R rows by one Q4_K panel (quant_pack.go's
+// super-blocks of 2368 bytes). x interleaved per super-block
+// (vnniInterleave): R rows' 256 values, their scales (float32 at 256R +
+// 4r), the sums of their sub-blocks in int16 pairs (four int32 at 260R +
+// 16r: sub-blocks 2k and 2k+1 in word k's halves). Per sub-block s and row
+// the 32 values' products with the nibbles (VPDPBUSD, from zero) times
+// the sub-block's scales (VPMOVZXBD, VPMULLD) into A; then B = Σ_s m_s·Σx_s
+// by VPDPWSSD of the mins as (m_2k, m_2k+1) int16 pairs against the row's
+// pair of sums; then y += (d·dx)·A - (dmin·dx)·B, dotQ4_K's float order.
+// Registers: Z0.. A, Z8.. the sub-block's sums (then B), Z12.. the second
+// sums of one- and two-row kernels, Z16.. y, Z24 the scales (then d), Z25
+// the nibbles, Z26 0x0f, Z27 and Z31 work, Z28 dmin.
+func genQ4_K(a func(string, ...any), name string, R int) {
+	const blk = 2368
+	xb := 276 * R
+	two := R <= 2
+	genHeadK(a, name, R, blk)
+	a("\tMOVL $0x0f0f0f0f, R8\n\tVPBROADCASTD R8, Z26\n")
+	a("\tCMPQ SI, DX\n\tJEQ %s_store\n", name)
+	a("%s_loop:\n", name)
+	for r := 0; r < R; r++ {
+		a("\tVPXORD Z%d, Z%d, Z%d\n", r, r, r)
+	}
+	for sb := 0; sb < 8; sb++ {
+		c, hi := sb/2, sb%2
+		for r := 0; r < R; r++ {
+			a("\tVPXORD Z%d, Z%d, Z%d\n", 8+r, 8+r, 8+r)
+			if two {
+				a("\tVPXORD Z%d, Z%d, Z%d\n", 12+r, 12+r, 12+r)
+			}
+		}
+		for g := 0; g < 8; g++ {
+			vo := 320 + 64*(8*c+g)
+			if hi == 0 {
+				a("\tVPANDD %d(SI), Z26, Z25\n", vo)
+			} else {
+				a("\tVPSRLW $4, %d(SI), Z25\n\tVPANDD Z26, Z25, Z25\n", vo)
+			}
+			for r := 0; r < R; r++ {
+				d := 8 + r
+				if two && g%2 == 1 {
+					d = 12 + r
+				}
+				a("\tVPDPBUSD.BCST %d(CX), Z25, Z%d\n", 256*r+32*sb+4*g, d)
+			}
+		}
+		a("\tVPMOVZXBD %d(SI), Z24\n", 64+16*sb)
+		for r := 0; r < R; r++ {
+			if two {
+				a("\tVPADDD Z%d, Z%d, Z%d\n", 12+r, 8+r, 8+r)
+			}
+			a("\tVPMULLD Z24, Z%d, Z%d\n\tVPADDD Z%d, Z%d, Z%d\n", 8+r, 8+r, 8+r, r, r)
+		}
+	}
+	// B, in the sub-block sums' registers.
+	for r := 0; r < R; r++ {
+		a("\tVPXORD Z%d, Z%d, Z%d\n", 8+r, 8+r, 8+r)
+	}
+	for k := 0; k < 4; k++ {
+		a("\tVPMOVZXBD %d(SI), Z27\n\tVPMOVZXBD %d(SI), Z31\n", 192+32*k, 192+32*k+16)
+		a("\tVPSLLD $16, Z31, Z31\n\tVPORD Z31, Z27, Z27\n")
+		for r := 0; r < R; r++ {
+			a("\tVPDPWSSD.BCST %d(CX), Z27, Z%d\n", 260*R+16*r+4*k, 8+r)
+		}
+	}
+	a("\tVPERMQ $0xd8, (SI), Y24\n\tVCVTPH2PS Y24, Z24\n")
+	a("\tVPERMQ $0xd8, 32(SI), Y28\n\tVCVTPH2PS Y28, Z28\n")
+	for r := 0; r < R; r++ {
+		dx := 256*R + 4*r
+		a("\tVMULPS.BCST %d(CX), Z24, Z27\n\tVMULPS.BCST %d(CX), Z28, Z31\n", dx, dx)
+		a("\tVCVTDQ2PS Z%d, Z%d\n\tVCVTDQ2PS Z%d, Z%d\n", r, r, 8+r, 8+r)
+		a("\tVMULPS Z%d, Z27, Z27\n\tVMULPS Z%d, Z31, Z31\n", r, 8+r)
+		a("\tVSUBPS Z31, Z27, Z27\n\tVADDPS Z27, Z%d, Z%d\n", 16+r, 16+r)
+	}
+	genTailK(a, name, R, blk, xb)
+}
+
+// genQ6_K writes a Q6_K kernel: R rows by one Q6_K panel (3360 bytes per
+// super-block; the values q' = 63-q, quant_pack.go). x interleaved per
+// super-block: R rows' 256 values, their scales (float32 at 256R + 4r),
+// their corrections -31·Σx_s per sub-block of 16 (sixteen int32 at 260R +
+// 64r). Per sub-block s: groups 4s..4s+2's values are their bytes' low six
+// bits (VPANDD), group 4s+3's the top two bits of the three (three shifts,
+// two bitwise selects, VPTERNLOGD, and an AND); each row's sum starts at
+// its correction and takes the four groups' VPDPBUSD, giving -Σ(q-32)·x,
+// then times the sub-block's int8 scales (VPMOVSXBD, VPMULLD) into A' =
+// -A. Then y -= (d·dx)·A': the same bits as dotQ6_K's y += (d·dx)·A, since
+// negation is exact and the rounding symmetric (x - t is x + (-t)).
+// Registers: Z0.. A', Z8.. the sub-block's sums, Z12.. the second sums of
+// one- and two-row kernels, Z16.. y, Z24 the scales, Z25 a group's values,
+// Z26 group 4s+3's, Z27 and Z31 work, Z28 0x3f, Z29 0x03, Z30 0x0f.
+func genQ6_K(a func(string, ...any), name string, R int) {
+	const blk = 3360
+	xb := 324 * R
+	two := R <= 2
+	genHeadK(a, name, R, blk)
+	a("\tMOVL $0x3f3f3f3f, R8\n\tVPBROADCASTD R8, Z28\n")
+	a("\tMOVL $0x03030303, R8\n\tVPBROADCASTD R8, Z29\n")
+	a("\tMOVL $0x0f0f0f0f, R8\n\tVPBROADCASTD R8, Z30\n")
+	a("\tCMPQ SI, DX\n\tJEQ %s_store\n", name)
+	a("%s_loop:\n", name)
+	for r := 0; r < R; r++ {
+		a("\tVPXORD Z%d, Z%d, Z%d\n", r, r, r)
+	}
+	for s := 0; s < 16; s++ {
+		vo := 288 + 64*3*s
+		for r := 0; r < R; r++ {
+			a("\tVPBROADCASTD %d(CX), Z%d\n", 260*R+64*r+4*s, 8+r)
+			if two {
+				a("\tVPXORD Z%d, Z%d, Z%d\n", 12+r, 12+r, 12+r)
+			}
+		}
+		for j := 0; j < 4; j++ {
+			w := 25
+			if j < 3 {
+				a("\tVPANDD %d(SI), Z28, Z25\n", vo+64*j)
+			} else {
+				w = 26
+				a("\tVPSRLD $6, %d(SI), Z26\n\tVPSRLD $4, %d(SI), Z27\n", vo, vo+64)
+				a("\tVPTERNLOGD $0xe4, Z29, Z27, Z26\n")
+				a("\tVPSRLD $2, %d(SI), Z27\n", vo+128)
+				a("\tVPTERNLOGD $0xe4, Z30, Z27, Z26\n")
+				a("\tVPANDD Z28, Z26, Z26\n")
+			}
+			for r := 0; r < R; r++ {
+				d := 8 + r
+				if two && j%2 == 1 {
+					d = 12 + r
+				}
+				a("\tVPDPBUSD.BCST %d(CX), Z%d, Z%d\n", 256*r+16*s+4*j, w, d)
+			}
+		}
+		a("\tVPMOVSXBD %d(SI), Z24\n", 32+16*s)
+		for r := 0; r < R; r++ {
+			if two {
+				a("\tVPADDD Z%d, Z%d, Z%d\n", 12+r, 8+r, 8+r)
+			}
+			a("\tVPMULLD Z24, Z%d, Z%d\n\tVPADDD Z%d, Z%d, Z%d\n", 8+r, 8+r, 8+r, r, r)
+		}
+	}
+	a("\tVPERMQ $0xd8, (SI), Y31\n\tVCVTPH2PS Y31, Z31\n")
+	for r := 0; r < R; r++ {
+		a("\tVMULPS.BCST %d(CX), Z31, Z27\n", 256*R+4*r)
+		a("\tVCVTDQ2PS Z%d, Z%d\n\tVMULPS Z%d, Z27, Z27\n", r, r, r)
+		a("\tVSUBPS Z27, Z%d, Z%d\n", 16+r, 16+r)
+	}
+	genTailK(a, name, R, blk, xb)
 }

@@ -244,8 +244,8 @@ func TestQuantMatMulRows(t *testing.T) {
 	r := rand.New(rand.NewPCG(9, 10))
 	// 11, 12 and 13: either side of quantWideMin (amd64), with an odd row
 	// and without.
-	// 24 and 25: two whole groups of the VNNI kernels' rows (vnniRows
-	// 12) and three uneven ones.
+	// 24 and 25: two whole groups of the Q8_0 and Q4_0 VNNI kernels' rows
+	// (12) and three uneven ones.
 	counts := []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 12, 13, 24, 25, 64, 512}
 	for _, dt := range quantDTypes {
 		for _, T := range counts {

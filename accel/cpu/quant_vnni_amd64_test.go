@@ -8,16 +8,14 @@ import (
 	"simd/archsimd"
 	"testing"
 
-	"github.com/reprise-ml/reprise/accel"
 )
 
-// TestQuantKernelSets: the avx512 set runs its own (VNNI) Q8_0 and Q4_0
-// kernels exactly where the CPU has AVX512_VNNI, the K-quants and the
-// avx2 set the AVX2 ones.
+// TestQuantKernelSets: the avx512 set runs its own (VNNI) kernels exactly
+// where the CPU has AVX512_VNNI, the avx2 set the AVX2 ones.
 func TestQuantKernelSets(t *testing.T) {
 	for _, vk := range vecSets() {
 		for _, dt := range quantDTypes {
-			want := vk.name == "avx512" && archsimd.X86.AVX512VNNI() && (dt == accel.Q8_0 || dt == accel.Q4_0)
+			want := vk.name == "avx512" && archsimd.X86.AVX512VNNI()
 			if got := vk.quantKernels(dt) != nil; got != want {
 				t.Errorf("%s %s: own kernels %v, want %v", vk.name, dt, got, want)
 			}
@@ -33,9 +31,11 @@ func TestQuantKernelSets(t *testing.T) {
 func TestQuantVNNIRows(t *testing.T) {
 	useQuantVec(t)
 	r := rand.New(rand.NewPCG(21, 22))
-	for _, dt := range []accel.DType{accel.Q8_0, accel.Q4_0} {
-		for T := 1; T <= 2*vnniRows+1; T++ {
-			for _, sh := range [][2]int{{16, 32}, {40, 96}, {19, 256}} {
+	for _, dt := range quantDTypes {
+		most := len(vnniQuant.kernels(dt))
+		bl := dt.BlockSize()
+		for T := 1; T <= 2*most+1; T++ {
+			for _, sh := range [][2]int{{16, bl}, {40, 3 * bl}, {19, 256}} {
 				out, in := sh[0], sh[1]
 				t.Run(fmt.Sprintf("%s/T%d/%dx%d", dt, T, out, in), func(t *testing.T) {
 					c, _, _ := quantCall(t, r, dt, T, out, in)

@@ -6,14 +6,17 @@ package cpu
 
 import "unsafe"
 
-// vnniRows is the most rows of x one VNNI kernel takes.
-const vnniRows = 12
-
 // vnniQ8_0Kernels are the Q8_0 kernels by rows (index R-1).
-var vnniQ8_0Kernels = [vnniRows]qKernelV{mmQ8_0V1, mmQ8_0V2, mmQ8_0V3, mmQ8_0V4, mmQ8_0V5, mmQ8_0V6, mmQ8_0V7, mmQ8_0V8, mmQ8_0V9, mmQ8_0V10, mmQ8_0V11, mmQ8_0V12}
+var vnniQ8_0Kernels = []qKernelV{mmQ8_0V1, mmQ8_0V2, mmQ8_0V3, mmQ8_0V4, mmQ8_0V5, mmQ8_0V6, mmQ8_0V7, mmQ8_0V8, mmQ8_0V9, mmQ8_0V10, mmQ8_0V11, mmQ8_0V12}
 
 // vnniQ4_0Kernels are the Q4_0 kernels by rows (index R-1).
-var vnniQ4_0Kernels = [vnniRows]qKernelV{mmQ4_0V1, mmQ4_0V2, mmQ4_0V3, mmQ4_0V4, mmQ4_0V5, mmQ4_0V6, mmQ4_0V7, mmQ4_0V8, mmQ4_0V9, mmQ4_0V10, mmQ4_0V11, mmQ4_0V12}
+var vnniQ4_0Kernels = []qKernelV{mmQ4_0V1, mmQ4_0V2, mmQ4_0V3, mmQ4_0V4, mmQ4_0V5, mmQ4_0V6, mmQ4_0V7, mmQ4_0V8, mmQ4_0V9, mmQ4_0V10, mmQ4_0V11, mmQ4_0V12}
+
+// vnniQ4_KKernels are the Q4_K kernels by rows (index R-1).
+var vnniQ4_KKernels = []qKernelV{mmQ4_KV1, mmQ4_KV2, mmQ4_KV3, mmQ4_KV4, mmQ4_KV5, mmQ4_KV6, mmQ4_KV7, mmQ4_KV8}
+
+// vnniQ6_KKernels are the Q6_K kernels by rows (index R-1).
+var vnniQ6_KKernels = []qKernelV{mmQ6_KV1, mmQ6_KV2, mmQ6_KV3, mmQ6_KV4, mmQ6_KV5, mmQ6_KV6, mmQ6_KV7, mmQ6_KV8}
 
 // mmQ8_0V1: 1 row(s) of interleaved x by one Q8_0 panel (quant_vnni_amd64.s).
 //
@@ -134,3 +137,83 @@ func mmQ4_0V11(y unsafe.Pointer, ys uintptr, x, w unsafe.Pointer, nb int)
 //
 //go:noescape
 func mmQ4_0V12(y unsafe.Pointer, ys uintptr, x, w unsafe.Pointer, nb int)
+
+// mmQ4_KV1: 1 row(s) of interleaved x by one Q4_K panel (quant_vnni_amd64.s).
+//
+//go:noescape
+func mmQ4_KV1(y unsafe.Pointer, ys uintptr, x, w unsafe.Pointer, nb int)
+
+// mmQ4_KV2: 2 row(s) of interleaved x by one Q4_K panel (quant_vnni_amd64.s).
+//
+//go:noescape
+func mmQ4_KV2(y unsafe.Pointer, ys uintptr, x, w unsafe.Pointer, nb int)
+
+// mmQ4_KV3: 3 row(s) of interleaved x by one Q4_K panel (quant_vnni_amd64.s).
+//
+//go:noescape
+func mmQ4_KV3(y unsafe.Pointer, ys uintptr, x, w unsafe.Pointer, nb int)
+
+// mmQ4_KV4: 4 row(s) of interleaved x by one Q4_K panel (quant_vnni_amd64.s).
+//
+//go:noescape
+func mmQ4_KV4(y unsafe.Pointer, ys uintptr, x, w unsafe.Pointer, nb int)
+
+// mmQ4_KV5: 5 row(s) of interleaved x by one Q4_K panel (quant_vnni_amd64.s).
+//
+//go:noescape
+func mmQ4_KV5(y unsafe.Pointer, ys uintptr, x, w unsafe.Pointer, nb int)
+
+// mmQ4_KV6: 6 row(s) of interleaved x by one Q4_K panel (quant_vnni_amd64.s).
+//
+//go:noescape
+func mmQ4_KV6(y unsafe.Pointer, ys uintptr, x, w unsafe.Pointer, nb int)
+
+// mmQ4_KV7: 7 row(s) of interleaved x by one Q4_K panel (quant_vnni_amd64.s).
+//
+//go:noescape
+func mmQ4_KV7(y unsafe.Pointer, ys uintptr, x, w unsafe.Pointer, nb int)
+
+// mmQ4_KV8: 8 row(s) of interleaved x by one Q4_K panel (quant_vnni_amd64.s).
+//
+//go:noescape
+func mmQ4_KV8(y unsafe.Pointer, ys uintptr, x, w unsafe.Pointer, nb int)
+
+// mmQ6_KV1: 1 row(s) of interleaved x by one Q6_K panel (quant_vnni_amd64.s).
+//
+//go:noescape
+func mmQ6_KV1(y unsafe.Pointer, ys uintptr, x, w unsafe.Pointer, nb int)
+
+// mmQ6_KV2: 2 row(s) of interleaved x by one Q6_K panel (quant_vnni_amd64.s).
+//
+//go:noescape
+func mmQ6_KV2(y unsafe.Pointer, ys uintptr, x, w unsafe.Pointer, nb int)
+
+// mmQ6_KV3: 3 row(s) of interleaved x by one Q6_K panel (quant_vnni_amd64.s).
+//
+//go:noescape
+func mmQ6_KV3(y unsafe.Pointer, ys uintptr, x, w unsafe.Pointer, nb int)
+
+// mmQ6_KV4: 4 row(s) of interleaved x by one Q6_K panel (quant_vnni_amd64.s).
+//
+//go:noescape
+func mmQ6_KV4(y unsafe.Pointer, ys uintptr, x, w unsafe.Pointer, nb int)
+
+// mmQ6_KV5: 5 row(s) of interleaved x by one Q6_K panel (quant_vnni_amd64.s).
+//
+//go:noescape
+func mmQ6_KV5(y unsafe.Pointer, ys uintptr, x, w unsafe.Pointer, nb int)
+
+// mmQ6_KV6: 6 row(s) of interleaved x by one Q6_K panel (quant_vnni_amd64.s).
+//
+//go:noescape
+func mmQ6_KV6(y unsafe.Pointer, ys uintptr, x, w unsafe.Pointer, nb int)
+
+// mmQ6_KV7: 7 row(s) of interleaved x by one Q6_K panel (quant_vnni_amd64.s).
+//
+//go:noescape
+func mmQ6_KV7(y unsafe.Pointer, ys uintptr, x, w unsafe.Pointer, nb int)
+
+// mmQ6_KV8: 8 row(s) of interleaved x by one Q6_K panel (quant_vnni_amd64.s).
+//
+//go:noescape
+func mmQ6_KV8(y unsafe.Pointer, ys uintptr, x, w unsafe.Pointer, nb int)
