@@ -7,7 +7,6 @@ import (
 	"math/rand/v2"
 	"simd/archsimd"
 	"testing"
-
 )
 
 // TestQuantKernelSets: the avx512 set runs its own (VNNI) kernels exactly
