@@ -11,11 +11,12 @@ import (
 	"github.com/reprise-ml/reprise/accel"
 )
 
-// The quantized matmul's vector kernels are 256-bit (AVX2): AVX2 is on
-// every x86-64 CPU of the last decade, AVX-512 ones included, and the
-// machine they were written and measured on had no AVX-512 (a 512-bit
-// variant of the same loops is future work, untested here). They read each
-// 16-output panel as two 8-output halves. The same hazard rules hold as for
+// The quantized matmul's archsimd vector kernels are 256-bit (AVX2): AVX2
+// is on every x86-64 CPU of the last decade, AVX-512 ones included. They
+// read each 16-output panel as two 8-output halves. The avx512 kernel set
+// runs its own 512-bit kernels instead where the CPU has AVX512_VNNI
+// (quant_vnni_amd64.go: VPDPBUSD, in assembly), on the same panels with
+// the same bits; runMatMulQuantVec picks them by the set in use. The same hazard rules hold as for
 // the AVX-512 kernels (simd.go), plus one more: no constant-count shifts in
 // a loop (see mmQ4_0).
 
