@@ -55,10 +55,16 @@ type mmKernel func(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w
 // and over one: each set's fastest, measured by BenchmarkMatMulKernel.
 type mmBlocks struct{ f32, bf16, f32Row, bf16Row [2]int }
 
+// mmTable indexes a set's matmul kernels by [R-1][P-1], nil where a block
+// has none. A set whose blocks are (R, P) has every block of that
+// rectangle (the last rows and panels of a matmul take the smaller ones)
+// and (r, 1) for r <= 3 (the partial last panel, matmul.go).
+type mmTable [8][8]mmKernel
+
 // vecOps are the vector kernels of a build.
 type vecOps struct {
 	name      string
-	f32, bf16 [3][4]mmKernel // [R-1][P-1]
+	f32, bf16 mmTable
 	blocks    mmBlocks
 	// scale sets out[j] = w[j] * (s * x[j]).
 	scale func(out, x, w []float32, s float32)

@@ -49,12 +49,12 @@ func avx512Ops() *vecOps {
 	}
 	return &vecOps{
 		name: "avx512",
-		f32:  simdF32Kernels,
-		bf16: simdBF16Kernels,
-		// 2x3: 78-84 GFLOP/s on one core, 3x2: 70-74; bf16 2x2: 68-70,
-		// 2x3 and 3x2 spill: 40-43 (bf16 needs registers for the
-		// widened halves).
-		blocks:   mmBlocks{f32: [2]int{2, 3}, bf16: [2]int{2, 2}, f32Row: [2]int{1, 4}, bf16Row: [2]int{1, 4}},
+		// float32: Go assembly (gen_avx512fma.go); bf16: archsimd
+		// (gen_simd.go), 2x2: 68-70 GFLOP/s on one core, 2x3 and 3x2
+		// spill: 40-43 (bf16 needs registers for the widened halves).
+		f32:      avx512F32Kernels,
+		bf16:     simdBF16Kernels,
+		blocks:   mmBlocks{f32: [2]int{4, 6}, bf16: [2]int{2, 2}, f32Row: [2]int{1, 8}, bf16Row: [2]int{1, 4}},
 		scale:    vScaleGo,
 		expShift: vExpShiftGo,
 		div:      vDivGo,
