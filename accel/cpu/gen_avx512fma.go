@@ -1,9 +1,10 @@
 //go:build ignore
 
 // gen_avx512fma writes simd_avx512fma_amd64.s and
-// simd_gen_avx512fma_amd64.go: the AVX-512 set's float32 packed-panel
-// matmul kernels in Go assembly, with fused multiply-adds (VFMADD231PS on
-// Z registers). Run it with `GOEXPERIMENT=simd go generate ./accel/cpu`.
+// simd_gen_avx512fma_amd64.go: the AVX-512 set's float32 and bf16
+// packed-panel matmul kernels in Go assembly, with fused multiply-adds
+// (VFMADD231PS on Z registers). Run it with
+// `GOEXPERIMENT=simd go generate ./accel/cpu`.
 //
 // Why assembly, as for the AVX2 set (gen_avx2fma.go): archsimd offers only
 // VFMADD213PS, so an accumulating a = b*v + a compiled from Go copies an
@@ -12,7 +13,11 @@
 // the compiler holds about six accumulators. Here each accumulator stays in
 // its register (VFMADD231PS adds into its destination) and a block uses the
 // 32 Z registers: R·P accumulators, the P weight vectors of an input (as
-// many as fit; the others are the FMAs' memory operands) and one broadcast.
+// many as fit; the others are the FMAs' memory operands; for bf16 the
+// widened halves, genBF16) and one broadcast. On Zen 5 (one core) the
+// blocks of 12 to 28 accumulators run at 220-240 GFLOP/s, float32 and
+// bf16 alike, near the two 512-bit FMA pipes' peak; the archsimd kernels
+// ran at 90-135 (float32 2x3) and 105-113 (bf16 2x2).
 //
 // The panels are gen_simd.go's 16-output panels, each read as one Z
 // vector. Accumulator (r, q) is Z(P·r + q): lane j is output q*16+j of row
@@ -33,19 +38,27 @@ import (
 // [R-1][P-1].
 const maxR, maxP = 8, 8
 
-// shapes are the (R, P) blocks in the table. A block that a kernel set
-// walks (matmul.go) needs every smaller block of its rectangle, for the
-// last rows and panels, and the tail panel takes (r, 1) for r <= 3.
-var shapes = func() (s [][2]int) {
+// shapes are the (R, P) blocks in a table, those that fit: the float32
+// blocks hold R·P accumulators, the weights (as many as fit) and a
+// broadcast, the bf16 ones R·P accumulators, P widened weight vectors, the
+// mask and a broadcast; R + P pointers. A block that a kernel set walks
+// (matmul.go) needs every smaller block of its rectangle, for the last
+// rows and panels, and the tail panel takes (r, 1) for r <= 3: the limits
+// grow with R and P, so every table is such a rectangle's union.
+func shapes(bf16 bool) (s [][2]int) {
 	for r := 1; r <= maxR; r++ {
 		for q := 1; q <= maxP; q++ {
-			if r*q <= 28 && r+q <= len(ptrRegs) {
+			fits := r*q <= 28
+			if bf16 {
+				fits = r*q+q+2 <= 32
+			}
+			if fits && r+q <= len(ptrRegs) {
 				s = append(s, [2]int{r, q})
 			}
 		}
 	}
 	return
-}()
+}
 
 // ptrRegs hold the row pointers of x and the panel pointers of w (ABI0: any
 // general register but SP, BP, R14 (g for the wrapper) and R15 (dynamic
@@ -67,29 +80,25 @@ func main() {
 	p("//go:build goexperiment.simd && amd64\n\n")
 	p("package cpu\n\n")
 	p("import \"unsafe\"\n\n")
-	p("// avx512F32Kernels index the float32 kernels by [R-1][P-1].\n")
-	p("var avx512F32Kernels = mmTable{\n")
-	for r := 1; r <= maxR; r++ {
-		p("\t{")
-		for q := 1; q <= maxP; q++ {
-			if has(r, q) {
-				p("mmF32Z%dx%d, ", r, q)
-			} else {
-				p("nil, ")
-			}
-		}
-		p("},\n")
-	}
-	p("}\n\n")
-	for _, sh := range shapes {
+	p("// avx512F32Kernels and avx512BF16Kernels index the kernels by [R-1][P-1].\n")
+	table(p, "avx512F32Kernels", "mmF32Z", shapes(false))
+	table(p, "avx512BF16Kernels", "mmBF16Z", shapes(true))
+	for _, sh := range shapes(false) {
 		R, P := sh[0], sh[1]
 		name := fmt.Sprintf("mmF32Z%dx%d", R, P)
 		nw := min(P, 31-R*P)
 		p("// %s: %d row(s) of x by %d panel(s) of float32 weights, %d of the\n", name, R, P, P)
 		p("// %d weight vectors of an input in registers (simd_avx512fma_amd64.s).\n", nw)
-		p("//\n//go:noescape\n")
-		p("func %s(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)\n\n", name)
+		decl(p, name)
 		genAsm(a, name, R, P, nw)
+	}
+	for _, sh := range shapes(true) {
+		R, P := sh[0], sh[1]
+		name := fmt.Sprintf("mmBF16Z%dx%d", R, P)
+		p("// %s: %d row(s) of x by %d panel(s) of bfloat16 pair weights\n", name, R, P)
+		p("// (simd_avx512fma_amd64.s).\n")
+		decl(p, name)
+		genBF16(a, name, R, P)
 	}
 	src, err := format.Source(g.Bytes())
 	if err != nil {
@@ -103,13 +112,121 @@ func main() {
 	}
 }
 
-func has(r, q int) bool {
-	for _, s := range shapes {
-		if s[0] == r && s[1] == q {
-			return true
+// table writes the kernel table name: prefix<R>x<P> at [R-1][P-1] for the
+// shapes, nil elsewhere.
+func table(p func(string, ...any), name, prefix string, shapes [][2]int) {
+	p("var %s = mmTable{\n", name)
+	for r := 1; r <= maxR; r++ {
+		p("\t{")
+		for q := 1; q <= maxP; q++ {
+			k := "nil"
+			for _, s := range shapes {
+				if s == [2]int{r, q} {
+					k = fmt.Sprintf("%s%dx%d", prefix, r, q)
+				}
+			}
+			p("%s, ", k)
+		}
+		p("},\n")
+	}
+	p("}\n\n")
+}
+
+func decl(p func(string, ...any), name string) {
+	p("//\n//go:noescape\n")
+	p("func %s(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)\n\n", name)
+}
+
+// prologue loads the row pointers of x and the panel pointers of w, and
+// the input count into AX.
+func prologue(a func(string, ...any), name string, xr, wr []string, pre string) {
+	a("// func %s(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)\n", name)
+	a("TEXT ·%s(SB), NOSPLIT, $0-56\n", name)
+	a("%s", pre)
+	a("\tMOVQ x+16(FP), %s\n", xr[0])
+	if len(xr) > 1 {
+		a("\tMOVQ xs+24(FP), AX\n")
+		for r := 1; r < len(xr); r++ {
+			a("\tLEAQ (%s)(AX*1), %s\n", xr[r-1], xr[r])
 		}
 	}
-	return false
+	a("\tMOVQ w+32(FP), %s\n", wr[0])
+	if len(wr) > 1 {
+		a("\tMOVQ ps+40(FP), AX\n")
+		for q := 1; q < len(wr); q++ {
+			a("\tLEAQ (%s)(AX*1), %s\n", wr[q-1], wr[q])
+		}
+	}
+	a("\tMOVQ in+48(FP), AX\n")
+}
+
+// epilogue stores accumulator Z(P·r + q) to row r, panel q of y.
+func epilogue(a func(string, ...any), name string, R, P int) {
+	a("%s_store:\n", name)
+	a("\tMOVQ y+0(FP), AX\n")
+	if R > 1 {
+		a("\tMOVQ ys+8(FP), BX\n")
+	}
+	for r := 0; r < R; r++ {
+		if r > 0 {
+			a("\tADDQ BX, AX\n")
+		}
+		for q := 0; q < P; q++ {
+			a("\tVMOVUPS Z%d, %d(AX)\n", P*r+q, 64*q)
+		}
+	}
+	a("\tVZEROUPPER\n\tRET\n\n")
+}
+
+// genBF16 writes bf16 block (R, P). A panel holds, for each pair of inputs
+// (2k, 2k+1), one uint32 per output: input 2k in the low half, 2k+1 in the
+// high half. A shift left by 16 widens the low half to float32 exactly, a
+// mask (Z30) the high half; each is widened into Z(RP+q) from memory, and
+// every row's accumulators take input 2k before 2k+1, so each chain runs
+// in input order. An odd input count ends with the low half of the last
+// pair alone (its high half is padding).
+func genBF16(a func(string, ...any), name string, R, P int) {
+	xr, wr := ptrRegs[:R], ptrRegs[R:R+P]
+	// The mask from AX, before AX takes the pointers' strides.
+	prologue(a, name, xr, wr, "\tMOVL $0xffff0000, AX\n\tVPBROADCASTD AX, Z30\n")
+	for i := 0; i < R*P; i++ {
+		a("\tVPXORD Z%d, Z%d, Z%d\n", i, i, i)
+	}
+	half := func(hi bool) {
+		for q := 0; q < P; q++ {
+			if hi {
+				a("\tVPANDD (%s), Z30, Z%d\n", wr[q], R*P+q)
+			} else {
+				a("\tVPSLLD $16, (%s), Z%d\n", wr[q], R*P+q)
+			}
+		}
+		off := 0
+		if hi {
+			off = 4
+		}
+		for r := 0; r < R; r++ {
+			a("\tVBROADCASTSS %d(%s), Z31\n", off, xr[r])
+			for q := 0; q < P; q++ {
+				a("\tVFMADD231PS Z%d, Z31, Z%d\n", R*P+q, P*r+q)
+			}
+		}
+	}
+	a("\tSHRQ $1, AX\n")
+	a("\tJZ %s_odd\n", name)
+	a("%s_loop:\n", name)
+	half(false)
+	half(true)
+	for r := 0; r < R; r++ {
+		a("\tADDQ $8, %s\n", xr[r])
+	}
+	for q := 0; q < P; q++ {
+		a("\tADDQ $64, %s\n", wr[q])
+	}
+	a("\tDECQ AX\n\tJNZ %s_loop\n", name)
+	a("%s_odd:\n", name)
+	a("\tMOVQ in+48(FP), AX\n\tTESTQ $1, AX\n\tJZ %s_store\n", name)
+	half(false)
+	epilogue(a, name, R, P)
 }
 
 // genAsm writes block (R, P): accumulators Z0..Z(RP-1), nw of the P weight
@@ -117,24 +234,7 @@ func has(r, q int) bool {
 // the broadcast of a row's input in Z31.
 func genAsm(a func(string, ...any), name string, R, P, nw int) {
 	xr, wr := ptrRegs[:R], ptrRegs[R:R+P]
-	acc := func(r, q int) int { return P*r + q }
-	a("// func %s(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)\n", name)
-	a("TEXT ·%s(SB), NOSPLIT, $0-56\n", name)
-	a("\tMOVQ x+16(FP), %s\n", xr[0])
-	if R > 1 {
-		a("\tMOVQ xs+24(FP), AX\n")
-		for r := 1; r < R; r++ {
-			a("\tLEAQ (%s)(AX*1), %s\n", xr[r-1], xr[r])
-		}
-	}
-	a("\tMOVQ w+32(FP), %s\n", wr[0])
-	if P > 1 {
-		a("\tMOVQ ps+40(FP), AX\n")
-		for q := 1; q < P; q++ {
-			a("\tLEAQ (%s)(AX*1), %s\n", wr[q-1], wr[q])
-		}
-	}
-	a("\tMOVQ in+48(FP), AX\n")
+	prologue(a, name, xr, wr, "")
 	for i := 0; i < R*P; i++ {
 		a("\tVPXORD Z%d, Z%d, Z%d\n", i, i, i)
 	}
@@ -152,7 +252,7 @@ func genAsm(a func(string, ...any), name string, R, P, nw int) {
 	for r := 0; r < R; r++ {
 		a("\tVBROADCASTSS (%s), Z31\n", xr[r])
 		for q := 0; q < P; q++ {
-			a("\tVFMADD231PS %s, Z31, Z%d\n", src[q], acc(r, q))
+			a("\tVFMADD231PS %s, Z31, Z%d\n", src[q], P*r+q)
 		}
 	}
 	for r := 0; r < R; r++ {
@@ -162,18 +262,5 @@ func genAsm(a func(string, ...any), name string, R, P, nw int) {
 		a("\tADDQ $64, %s\n", wr[q])
 	}
 	a("\tDECQ AX\n\tJNZ %s_loop\n", name)
-	a("%s_store:\n", name)
-	a("\tMOVQ y+0(FP), AX\n")
-	if R > 1 {
-		a("\tMOVQ ys+8(FP), BX\n")
-	}
-	for r := 0; r < R; r++ {
-		if r > 0 {
-			a("\tADDQ BX, AX\n")
-		}
-		for q := 0; q < P; q++ {
-			a("\tVMOVUPS Z%d, %d(AX)\n", acc(r, q), 64*q)
-		}
-	}
-	a("\tVZEROUPPER\n\tRET\n\n")
+	epilogue(a, name, R, P)
 }

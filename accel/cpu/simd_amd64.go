@@ -49,12 +49,10 @@ func avx512Ops() *vecOps {
 	}
 	return &vecOps{
 		name: "avx512",
-		// float32: Go assembly (gen_avx512fma.go); bf16: archsimd
-		// (gen_simd.go), 2x2: 68-70 GFLOP/s on one core, 2x3 and 3x2
-		// spill: 40-43 (bf16 needs registers for the widened halves).
+		// Go assembly (gen_avx512fma.go).
 		f32:      avx512F32Kernels,
-		bf16:     simdBF16Kernels,
-		blocks:   mmBlocks{f32: [2]int{4, 6}, bf16: [2]int{2, 2}, f32Row: [2]int{1, 8}, bf16Row: [2]int{1, 4}},
+		bf16:     avx512BF16Kernels,
+		blocks:   mmBlocks{f32: [2]int{6, 4}, bf16: [2]int{6, 4}, f32Row: [2]int{1, 4}, bf16Row: [2]int{1, 4}},
 		scale:    vScaleGo,
 		expShift: vExpShiftGo,
 		div:      vDivGo,

@@ -6,7 +6,7 @@ package cpu
 
 import "unsafe"
 
-// avx512F32Kernels index the float32 kernels by [R-1][P-1].
+// avx512F32Kernels and avx512BF16Kernels index the kernels by [R-1][P-1].
 var avx512F32Kernels = mmTable{
 	{mmF32Z1x1, mmF32Z1x2, mmF32Z1x3, mmF32Z1x4, mmF32Z1x5, mmF32Z1x6, mmF32Z1x7, mmF32Z1x8},
 	{mmF32Z2x1, mmF32Z2x2, mmF32Z2x3, mmF32Z2x4, mmF32Z2x5, mmF32Z2x6, mmF32Z2x7, mmF32Z2x8},
@@ -16,6 +16,17 @@ var avx512F32Kernels = mmTable{
 	{mmF32Z6x1, mmF32Z6x2, mmF32Z6x3, mmF32Z6x4, nil, nil, nil, nil},
 	{mmF32Z7x1, mmF32Z7x2, mmF32Z7x3, mmF32Z7x4, nil, nil, nil, nil},
 	{mmF32Z8x1, mmF32Z8x2, mmF32Z8x3, nil, nil, nil, nil, nil},
+}
+
+var avx512BF16Kernels = mmTable{
+	{mmBF16Z1x1, mmBF16Z1x2, mmBF16Z1x3, mmBF16Z1x4, mmBF16Z1x5, mmBF16Z1x6, mmBF16Z1x7, mmBF16Z1x8},
+	{mmBF16Z2x1, mmBF16Z2x2, mmBF16Z2x3, mmBF16Z2x4, mmBF16Z2x5, mmBF16Z2x6, mmBF16Z2x7, mmBF16Z2x8},
+	{mmBF16Z3x1, mmBF16Z3x2, mmBF16Z3x3, mmBF16Z3x4, mmBF16Z3x5, mmBF16Z3x6, mmBF16Z3x7, nil},
+	{mmBF16Z4x1, mmBF16Z4x2, mmBF16Z4x3, mmBF16Z4x4, mmBF16Z4x5, mmBF16Z4x6, nil, nil},
+	{mmBF16Z5x1, mmBF16Z5x2, mmBF16Z5x3, mmBF16Z5x4, mmBF16Z5x5, nil, nil, nil},
+	{mmBF16Z6x1, mmBF16Z6x2, mmBF16Z6x3, mmBF16Z6x4, nil, nil, nil, nil},
+	{mmBF16Z7x1, mmBF16Z7x2, mmBF16Z7x3, nil, nil, nil, nil, nil},
+	{mmBF16Z8x1, mmBF16Z8x2, mmBF16Z8x3, nil, nil, nil, nil, nil},
 }
 
 // mmF32Z1x1: 1 row(s) of x by 1 panel(s) of float32 weights, 1 of the
@@ -299,3 +310,267 @@ func mmF32Z8x2(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w uns
 //
 //go:noescape
 func mmF32Z8x3(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+
+// mmBF16Z1x1: 1 row(s) of x by 1 panel(s) of bfloat16 pair weights
+// (simd_avx512fma_amd64.s).
+//
+//go:noescape
+func mmBF16Z1x1(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+
+// mmBF16Z1x2: 1 row(s) of x by 2 panel(s) of bfloat16 pair weights
+// (simd_avx512fma_amd64.s).
+//
+//go:noescape
+func mmBF16Z1x2(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+
+// mmBF16Z1x3: 1 row(s) of x by 3 panel(s) of bfloat16 pair weights
+// (simd_avx512fma_amd64.s).
+//
+//go:noescape
+func mmBF16Z1x3(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+
+// mmBF16Z1x4: 1 row(s) of x by 4 panel(s) of bfloat16 pair weights
+// (simd_avx512fma_amd64.s).
+//
+//go:noescape
+func mmBF16Z1x4(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+
+// mmBF16Z1x5: 1 row(s) of x by 5 panel(s) of bfloat16 pair weights
+// (simd_avx512fma_amd64.s).
+//
+//go:noescape
+func mmBF16Z1x5(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+
+// mmBF16Z1x6: 1 row(s) of x by 6 panel(s) of bfloat16 pair weights
+// (simd_avx512fma_amd64.s).
+//
+//go:noescape
+func mmBF16Z1x6(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+
+// mmBF16Z1x7: 1 row(s) of x by 7 panel(s) of bfloat16 pair weights
+// (simd_avx512fma_amd64.s).
+//
+//go:noescape
+func mmBF16Z1x7(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+
+// mmBF16Z1x8: 1 row(s) of x by 8 panel(s) of bfloat16 pair weights
+// (simd_avx512fma_amd64.s).
+//
+//go:noescape
+func mmBF16Z1x8(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+
+// mmBF16Z2x1: 2 row(s) of x by 1 panel(s) of bfloat16 pair weights
+// (simd_avx512fma_amd64.s).
+//
+//go:noescape
+func mmBF16Z2x1(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+
+// mmBF16Z2x2: 2 row(s) of x by 2 panel(s) of bfloat16 pair weights
+// (simd_avx512fma_amd64.s).
+//
+//go:noescape
+func mmBF16Z2x2(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+
+// mmBF16Z2x3: 2 row(s) of x by 3 panel(s) of bfloat16 pair weights
+// (simd_avx512fma_amd64.s).
+//
+//go:noescape
+func mmBF16Z2x3(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+
+// mmBF16Z2x4: 2 row(s) of x by 4 panel(s) of bfloat16 pair weights
+// (simd_avx512fma_amd64.s).
+//
+//go:noescape
+func mmBF16Z2x4(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+
+// mmBF16Z2x5: 2 row(s) of x by 5 panel(s) of bfloat16 pair weights
+// (simd_avx512fma_amd64.s).
+//
+//go:noescape
+func mmBF16Z2x5(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+
+// mmBF16Z2x6: 2 row(s) of x by 6 panel(s) of bfloat16 pair weights
+// (simd_avx512fma_amd64.s).
+//
+//go:noescape
+func mmBF16Z2x6(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+
+// mmBF16Z2x7: 2 row(s) of x by 7 panel(s) of bfloat16 pair weights
+// (simd_avx512fma_amd64.s).
+//
+//go:noescape
+func mmBF16Z2x7(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+
+// mmBF16Z2x8: 2 row(s) of x by 8 panel(s) of bfloat16 pair weights
+// (simd_avx512fma_amd64.s).
+//
+//go:noescape
+func mmBF16Z2x8(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+
+// mmBF16Z3x1: 3 row(s) of x by 1 panel(s) of bfloat16 pair weights
+// (simd_avx512fma_amd64.s).
+//
+//go:noescape
+func mmBF16Z3x1(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+
+// mmBF16Z3x2: 3 row(s) of x by 2 panel(s) of bfloat16 pair weights
+// (simd_avx512fma_amd64.s).
+//
+//go:noescape
+func mmBF16Z3x2(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+
+// mmBF16Z3x3: 3 row(s) of x by 3 panel(s) of bfloat16 pair weights
+// (simd_avx512fma_amd64.s).
+//
+//go:noescape
+func mmBF16Z3x3(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+
+// mmBF16Z3x4: 3 row(s) of x by 4 panel(s) of bfloat16 pair weights
+// (simd_avx512fma_amd64.s).
+//
+//go:noescape
+func mmBF16Z3x4(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+
+// mmBF16Z3x5: 3 row(s) of x by 5 panel(s) of bfloat16 pair weights
+// (simd_avx512fma_amd64.s).
+//
+//go:noescape
+func mmBF16Z3x5(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+
+// mmBF16Z3x6: 3 row(s) of x by 6 panel(s) of bfloat16 pair weights
+// (simd_avx512fma_amd64.s).
+//
+//go:noescape
+func mmBF16Z3x6(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+
+// mmBF16Z3x7: 3 row(s) of x by 7 panel(s) of bfloat16 pair weights
+// (simd_avx512fma_amd64.s).
+//
+//go:noescape
+func mmBF16Z3x7(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+
+// mmBF16Z4x1: 4 row(s) of x by 1 panel(s) of bfloat16 pair weights
+// (simd_avx512fma_amd64.s).
+//
+//go:noescape
+func mmBF16Z4x1(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+
+// mmBF16Z4x2: 4 row(s) of x by 2 panel(s) of bfloat16 pair weights
+// (simd_avx512fma_amd64.s).
+//
+//go:noescape
+func mmBF16Z4x2(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+
+// mmBF16Z4x3: 4 row(s) of x by 3 panel(s) of bfloat16 pair weights
+// (simd_avx512fma_amd64.s).
+//
+//go:noescape
+func mmBF16Z4x3(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+
+// mmBF16Z4x4: 4 row(s) of x by 4 panel(s) of bfloat16 pair weights
+// (simd_avx512fma_amd64.s).
+//
+//go:noescape
+func mmBF16Z4x4(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+
+// mmBF16Z4x5: 4 row(s) of x by 5 panel(s) of bfloat16 pair weights
+// (simd_avx512fma_amd64.s).
+//
+//go:noescape
+func mmBF16Z4x5(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+
+// mmBF16Z4x6: 4 row(s) of x by 6 panel(s) of bfloat16 pair weights
+// (simd_avx512fma_amd64.s).
+//
+//go:noescape
+func mmBF16Z4x6(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+
+// mmBF16Z5x1: 5 row(s) of x by 1 panel(s) of bfloat16 pair weights
+// (simd_avx512fma_amd64.s).
+//
+//go:noescape
+func mmBF16Z5x1(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+
+// mmBF16Z5x2: 5 row(s) of x by 2 panel(s) of bfloat16 pair weights
+// (simd_avx512fma_amd64.s).
+//
+//go:noescape
+func mmBF16Z5x2(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+
+// mmBF16Z5x3: 5 row(s) of x by 3 panel(s) of bfloat16 pair weights
+// (simd_avx512fma_amd64.s).
+//
+//go:noescape
+func mmBF16Z5x3(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+
+// mmBF16Z5x4: 5 row(s) of x by 4 panel(s) of bfloat16 pair weights
+// (simd_avx512fma_amd64.s).
+//
+//go:noescape
+func mmBF16Z5x4(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+
+// mmBF16Z5x5: 5 row(s) of x by 5 panel(s) of bfloat16 pair weights
+// (simd_avx512fma_amd64.s).
+//
+//go:noescape
+func mmBF16Z5x5(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+
+// mmBF16Z6x1: 6 row(s) of x by 1 panel(s) of bfloat16 pair weights
+// (simd_avx512fma_amd64.s).
+//
+//go:noescape
+func mmBF16Z6x1(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+
+// mmBF16Z6x2: 6 row(s) of x by 2 panel(s) of bfloat16 pair weights
+// (simd_avx512fma_amd64.s).
+//
+//go:noescape
+func mmBF16Z6x2(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+
+// mmBF16Z6x3: 6 row(s) of x by 3 panel(s) of bfloat16 pair weights
+// (simd_avx512fma_amd64.s).
+//
+//go:noescape
+func mmBF16Z6x3(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+
+// mmBF16Z6x4: 6 row(s) of x by 4 panel(s) of bfloat16 pair weights
+// (simd_avx512fma_amd64.s).
+//
+//go:noescape
+func mmBF16Z6x4(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+
+// mmBF16Z7x1: 7 row(s) of x by 1 panel(s) of bfloat16 pair weights
+// (simd_avx512fma_amd64.s).
+//
+//go:noescape
+func mmBF16Z7x1(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+
+// mmBF16Z7x2: 7 row(s) of x by 2 panel(s) of bfloat16 pair weights
+// (simd_avx512fma_amd64.s).
+//
+//go:noescape
+func mmBF16Z7x2(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+
+// mmBF16Z7x3: 7 row(s) of x by 3 panel(s) of bfloat16 pair weights
+// (simd_avx512fma_amd64.s).
+//
+//go:noescape
+func mmBF16Z7x3(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+
+// mmBF16Z8x1: 8 row(s) of x by 1 panel(s) of bfloat16 pair weights
+// (simd_avx512fma_amd64.s).
+//
+//go:noescape
+func mmBF16Z8x1(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+
+// mmBF16Z8x2: 8 row(s) of x by 2 panel(s) of bfloat16 pair weights
+// (simd_avx512fma_amd64.s).
+//
+//go:noescape
+func mmBF16Z8x2(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+
+// mmBF16Z8x3: 8 row(s) of x by 3 panel(s) of bfloat16 pair weights
+// (simd_avx512fma_amd64.s).
+//
+//go:noescape
+func mmBF16Z8x3(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
