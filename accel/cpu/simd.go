@@ -9,8 +9,10 @@ import (
 // Vector kernels.
 //
 // Built with GOEXPERIMENT=simd on amd64, the device has kernels on the
-// simd/archsimd package (simd_amd64.go, simd_gen_amd64.go), used when the
-// CPU has AVX-512 (F, CD, BW, DQ, VL), and 256-bit ones (simd_avx2_amd64.go,
+// simd/archsimd package (simd_amd64.go, simd_gen_amd64.go; the float32
+// and bf16 matmuls in the Go assembly of simd_avx512fma_amd64.s,
+// gen_avx512fma.go's), used when the CPU has AVX-512 (F, CD, BW, DQ, VL),
+// and 256-bit ones (simd_avx2_amd64.go,
 // simd_gen_avx2_amd64.go for the bf16 matmuls and the Go assembly of
 // simd_avx2fma_amd64.s, gen_avx2fma.go's, for the float32 ones) where it
 // has AVX2 and FMA but not AVX-512; every other build and machine runs the
