@@ -9,12 +9,12 @@ import (
 )
 
 // TestAsmStructure is TestSIMDStructure's rule for the Go assembly kernels
-// (gen_avx2fma.go's): Go inserts no VZEROUPPER after an assembly function
-// either, so each function that touches the vector registers' upper halves
-// (a Y or Z register) executes VZEROUPPER just before every RET, and none
-// uses a legacy-SSE instruction (an X register without the VEX encoding),
-// which would stall on its own dirty upper state. It reads the files
-// whatever the build tags.
+// (gen_avx2fma.go's and gen_avx512fma.go's): Go inserts no VZEROUPPER
+// after an assembly function either, so each function that touches the
+// vector registers' upper halves (a Y or Z register) executes VZEROUPPER
+// just before every RET, and none uses a legacy-SSE instruction (an X
+// register without the VEX encoding), which would stall on its own dirty
+// upper state. It reads the files whatever the build tags.
 func TestAsmStructure(t *testing.T) {
 	files, err := filepath.Glob("*.s")
 	if err != nil {

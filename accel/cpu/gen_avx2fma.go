@@ -58,7 +58,7 @@ func main() {
 	p("package cpu\n\n")
 	p("import \"unsafe\"\n\n")
 	p("// avx2F32Kernels index the float32 kernels by [R-1][P-1].\n")
-	p("var avx2F32Kernels = [3][4]mmKernel{\n")
+	p("var avx2F32Kernels = mmTable{\n")
 	for r := 1; r <= 3; r++ {
 		p("\t{")
 		for q := 1; q <= 4; q++ {

@@ -70,7 +70,7 @@ func main() {
 }
 
 func table(p func(string, ...any), name, prefix string) {
-	p("var %s = [3][4]mmKernel{\n", name)
+	p("var %s = mmTable{\n", name)
 	for r := 1; r <= 3; r++ {
 		p("\t{")
 		for q := 1; q <= 4; q++ {

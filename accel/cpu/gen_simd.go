@@ -56,10 +56,10 @@ func main() {
 	}
 }
 
-// kernelTable writes the table var name = [3][4]mmKernel of the kernels
+// kernelTable writes the table var name = mmTable of the kernels
 // prefixRxPy by [R-1][P-1], nil where the block shape has no kernel.
 func kernelTable(p func(string, ...any), name, prefix string) {
-	p("var %s = [3][4]mmKernel{\n", name)
+	p("var %s = mmTable{\n", name)
 	for r := 1; r <= 3; r++ {
 		p("\t{")
 		for q := 1; q <= 4; q++ {

@@ -229,6 +229,7 @@ func TestGeneratedUpToDate(t *testing.T) {
 	}
 	for _, g := range [][2]string{{"gen_simd.go", "simd_gen_amd64.go"}, {"gen_avx2mm.go", "simd_gen_avx2_amd64.go"},
 		{"gen_avx2fma.go", "simd_gen_avx2fma_amd64.go"}, {"gen_avx2fma.go", "simd_avx2fma_amd64.s"},
+		{"gen_avx512fma.go", "simd_gen_avx512fma_amd64.go"}, {"gen_avx512fma.go", "simd_avx512fma_amd64.s"},
 		{"gen_quantrows.go", "quant_rows_gen_amd64.go"}} {
 		dir := t.TempDir()
 		out := filepath.Join(dir, "gen.go")
@@ -236,7 +237,7 @@ func TestGeneratedUpToDate(t *testing.T) {
 		if strings.HasSuffix(g[1], ".s") {
 			out = filepath.Join(dir, "gen.s")
 			args = append(args, "-s", out)
-		} else if g[0] == "gen_avx2fma.go" {
+		} else if g[0] == "gen_avx2fma.go" || g[0] == "gen_avx512fma.go" {
 			args = append(args, "-s", filepath.Join(dir, "gen.s"))
 		}
 		cmd := osexec.Command(goTool, args...)

@@ -3,6 +3,7 @@ package cpu
 import (
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"testing"
 	"time"
 
@@ -12,9 +13,11 @@ import (
 
 // BenchmarkMatMulKernel times the packed matmul kernels on one thread, per
 // kernel set this CPU runs and register block, for the 25M model's shapes
-// and one that stays in L1 (in x out) at T rows, with the plain-Go
-// row-major kernel (the device's kernel without vector kernels) as "go":
-// GFLOP/s counts a multiply and an add per weight and row.
+// and one that stays in L1 (in x out) at T rows (at T1 only the blocks of
+// one row), with the plain-Go row-major kernel (the device's kernel
+// without vector kernels) as "go", and the benchmarks' extra sets
+// (benchExtraSets: the kernels the assembly replaced): GFLOP/s counts a
+// multiply and an add per weight and row.
 func BenchmarkMatMulKernel(b *testing.B) {
 	sets := vecSets()
 	if len(sets) == 0 {
@@ -34,7 +37,7 @@ func BenchmarkMatMulKernel(b *testing.B) {
 	// 64x48: the weights (12 KiB) stay in L1, which shows the kernels'
 	// own ceiling.
 	for _, sh := range [][2]int{{64, 48}, {512, 512}, {512, 1376}, {1376, 512}, {768, 2048}, {2048, 768}} {
-		for _, T := range []int{64, 512} {
+		for _, T := range []int{1, 64, 512} {
 			for _, dt := range []accel.DType{accel.F32, accel.BF16} {
 				in, out := sh[0], sh[1]
 				c := benchMatCall(r, dt, T, out, in)
@@ -51,11 +54,21 @@ func BenchmarkMatMulKernel(b *testing.B) {
 				})
 				p := packWeights(c.o[2])
 				k := &kctx{}
-				for _, set := range sets {
-					for _, blk := range [][2]int{{3, 2}, {2, 3}, {2, 2}, {3, 1}, {2, 1}, {1, 4}} {
+				for _, set := range append(sets, benchExtraSets()...) {
+					ks := &set.f32
+					if dt == accel.BF16 {
+						ks = &set.bf16
+					}
+					for _, blk := range benchBlocks {
+						if ks[blk[0]-1][blk[1]-1] == nil || blk[0] > T {
+							continue
+						}
 						b.Run(fmt.Sprintf("%s/%s/%dx%d/T%d/R%dP%d", set.name, dt, in, out, T, blk[0], blk[1]), func(b *testing.B) {
 							ops := *set
 							ops.blocks.f32, ops.blocks.bf16 = blk, blk
+							if blk[0] == 1 { // the block of one row of x (T1)
+								ops.blocks.f32Row, ops.blocks.bf16Row = blk, blk
+							}
 							vec.Store(&ops)
 							b.ResetTimer()
 							cpu0 = processCPU()
@@ -69,6 +82,15 @@ func BenchmarkMatMulKernel(b *testing.B) {
 			}
 		}
 	}
+}
+
+// benchBlocks are the register blocks BenchmarkMatMulKernel times, where a
+// set has them.
+var benchBlocks = [][2]int{
+	{3, 2}, {2, 3}, {2, 2}, {3, 1}, {2, 1}, {1, 4},
+	{4, 3}, {3, 4}, {4, 4}, {6, 2}, {8, 2}, {6, 3}, {8, 3}, {4, 5}, {5, 4}, {4, 6}, {6, 4}, {5, 5}, {7, 4}, {4, 7},
+	{2, 4}, {2, 6}, {2, 8}, {3, 6}, {3, 8},
+	{1, 6}, {1, 8},
 }
 
 // benchMatCall is matCall on normal numbers: subnormal products take a
@@ -89,9 +111,22 @@ func benchMatCall(r *rand.Rand, dt accel.DType, T, out, in int) *rcall {
 // T = 512 tokens (q, k, v, o: 512x512; w1, w3: 512x1376; w2: 1376x512),
 // launched on the device as a replayed graph over every thread: the
 // 512-token prefill's matmul throughput, on the plain-Go kernels ("go") and
-// on each vector kernel set this CPU runs.
+// on each vector kernel set this CPU runs, and on the benchmarks' extra
+// sets (benchExtraSets). REPRISE_BENCH_F32_BLOCK=RxP adds the device's set
+// on float32 block R x P, to choose the sets' blocks by.
 func BenchmarkPrefillMatMuls(b *testing.B) {
-	sets := append([]*vecOps{nil}, vecSets()...)
+	sets := append(append([]*vecOps{nil}, vecSets()...), benchExtraSets()...)
+	if blk := os.Getenv("REPRISE_BENCH_F32_BLOCK"); blk != "" {
+		// A block to try on the first set (RxP), for choosing the sets' blocks.
+		var b2 [2]int
+		if _, err := fmt.Sscanf(blk, "%dx%d", &b2[0], &b2[1]); err != nil || vecBuilt == nil {
+			b.Fatalf("REPRISE_BENCH_F32_BLOCK=%q: %v", blk, err)
+		}
+		v := *vecBuilt
+		v.name += "-" + blk
+		v.blocks.f32 = b2
+		sets = append(sets, &v)
+	}
 	for _, dt := range []accel.DType{accel.F32, accel.BF16} {
 		for _, set := range sets {
 			name := "go"

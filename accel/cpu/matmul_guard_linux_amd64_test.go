@@ -30,12 +30,12 @@ func TestMatMulKernelsStayInOperands(t *testing.T) {
 			continue
 		}
 		for _, dt := range []accel.DType{accel.F32, accel.BF16} {
-			for _, sh := range [][3]int{{1, 17, 1}, {2, 40, 3}, {3, 48, 7}, {4, 64, 2}, {3, 17, 64}} {
+			for _, sh := range [][3]int{{1, 17, 1}, {2, 40, 3}, {3, 48, 7}, {4, 64, 2}, {3, 17, 64}, {9, 130, 5}, {8, 257, 3}} {
 				T, out, in := sh[0], sh[1], sh[2]
 				c := matCall(r, dt, T, out, in)
 				p := packWeights(c.o[2])
 				n, _ := unitsMatMul(c)
-				for _, blk := range [][2]int{{1, 1}, {1, 2}, {1, 3}, {1, 4}, {2, 1}, {2, 2}, {2, 3}, {3, 1}, {3, 2}} {
+				for _, blk := range tableBlocks(set, dt) {
 					t.Run(fmt.Sprintf("%s/%s/T%d/out%d/in%d/R%dP%d", set.name, dt, T, out, in, blk[0], blk[1]), func(t *testing.T) {
 						ops := *set
 						ops.blocks = mmBlocks{f32: blk, bf16: blk, f32Row: [2]int{1, blk[1]}, bf16Row: [2]int{1, blk[1]}}

@@ -383,3 +383,22 @@ func TestScheduleCopiesAndNested(t *testing.T) {
 		pool.Release()
 	}
 }
+
+// tableBlocks are the register blocks of v's kernel table for dt's weights,
+// every (R, P) that has a kernel, R rows first: the tests run each as the
+// set's block, so that every kernel of the table runs.
+func tableBlocks(v *vecOps, dt accel.DType) [][2]int {
+	ks := &v.f32
+	if dt == accel.BF16 {
+		ks = &v.bf16
+	}
+	var blks [][2]int
+	for r := range ks {
+		for q := range ks[r] {
+			if ks[r][q] != nil {
+				blks = append(blks, [2]int{r + 1, q + 1})
+			}
+		}
+	}
+	return blks
+}

@@ -9,8 +9,10 @@ import (
 // Vector kernels.
 //
 // Built with GOEXPERIMENT=simd on amd64, the device has kernels on the
-// simd/archsimd package (simd_amd64.go, simd_gen_amd64.go), used when the
-// CPU has AVX-512 (F, CD, BW, DQ, VL), and 256-bit ones (simd_avx2_amd64.go,
+// simd/archsimd package (simd_amd64.go, simd_gen_amd64.go; the float32
+// and bf16 matmuls in the Go assembly of simd_avx512fma_amd64.s,
+// gen_avx512fma.go's), used when the CPU has AVX-512 (F, CD, BW, DQ, VL),
+// and 256-bit ones (simd_avx2_amd64.go,
 // simd_gen_avx2_amd64.go for the bf16 matmuls and the Go assembly of
 // simd_avx2fma_amd64.s, gen_avx2fma.go's, for the float32 ones) where it
 // has AVX2 and FMA but not AVX-512; every other build and machine runs the
@@ -59,10 +61,16 @@ type mmKernel func(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w
 // and over one: each set's fastest, measured by BenchmarkMatMulKernel.
 type mmBlocks struct{ f32, bf16, f32Row, bf16Row [2]int }
 
+// mmTable indexes a set's matmul kernels by [R-1][P-1], nil where a block
+// has none. A set whose blocks are (R, P) has every block of that
+// rectangle (the last rows and panels of a matmul take the smaller ones)
+// and (r, 1) for r <= 3 (the partial last panel, matmul.go).
+type mmTable [8][8]mmKernel
+
 // vecOps are the vector kernels of a build.
 type vecOps struct {
 	name      string
-	f32, bf16 [3][4]mmKernel // [R-1][P-1]
+	f32, bf16 mmTable
 	blocks    mmBlocks
 	// scale sets out[j] = w[j] * (s * x[j]).
 	scale func(out, x, w []float32, s float32)

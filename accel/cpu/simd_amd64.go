@@ -49,12 +49,10 @@ func avx512Ops() *vecOps {
 	}
 	return &vecOps{
 		name: "avx512",
-		f32:  simdF32Kernels,
-		bf16: simdBF16Kernels,
-		// 2x3: 78-84 GFLOP/s on one core, 3x2: 70-74; bf16 2x2: 68-70,
-		// 2x3 and 3x2 spill: 40-43 (bf16 needs registers for the
-		// widened halves).
-		blocks:   mmBlocks{f32: [2]int{2, 3}, bf16: [2]int{2, 2}, f32Row: [2]int{1, 4}, bf16Row: [2]int{1, 4}},
+		// Go assembly (gen_avx512fma.go).
+		f32:      avx512F32Kernels,
+		bf16:     avx512BF16Kernels,
+		blocks:   mmBlocks{f32: [2]int{6, 4}, bf16: [2]int{6, 4}, f32Row: [2]int{1, 4}, bf16Row: [2]int{1, 4}},
 		scale:    vScaleGo,
 		expShift: vExpShiftGo,
 		div:      vDivGo,

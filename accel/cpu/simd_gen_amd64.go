@@ -10,13 +10,13 @@ import (
 )
 
 // simdF32Kernels and simdBF16Kernels index the kernels by [R-1][P-1].
-var simdF32Kernels = [3][4]mmKernel{
+var simdF32Kernels = mmTable{
 	{mmF32R1P1, mmF32R1P2, mmF32R1P3, mmF32R1P4},
 	{mmF32R2P1, mmF32R2P2, mmF32R2P3, nil},
 	{mmF32R3P1, mmF32R3P2, nil, nil},
 }
 
-var simdBF16Kernels = [3][4]mmKernel{
+var simdBF16Kernels = mmTable{
 	{mmBF16R1P1, mmBF16R1P2, mmBF16R1P3, mmBF16R1P4},
 	{mmBF16R2P1, mmBF16R2P2, mmBF16R2P3, nil},
 	{mmBF16R3P1, mmBF16R3P2, nil, nil},

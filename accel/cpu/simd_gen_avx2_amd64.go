@@ -10,7 +10,7 @@ import (
 )
 
 // avx2BF16Kernels index the kernels by [R-1][P-1].
-var avx2BF16Kernels = [3][4]mmKernel{
+var avx2BF16Kernels = mmTable{
 	{mmBF16x8R1P1, mmBF16x8R1P2, mmBF16x8R1P3, mmBF16x8R1P4},
 	{mmBF16x8R2P1, mmBF16x8R2P2, mmBF16x8R2P3, nil},
 	{mmBF16x8R3P1, mmBF16x8R3P2, nil, nil},

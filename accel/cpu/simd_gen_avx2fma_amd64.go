@@ -7,7 +7,7 @@ package cpu
 import "unsafe"
 
 // avx2F32Kernels index the float32 kernels by [R-1][P-1].
-var avx2F32Kernels = [3][4]mmKernel{
+var avx2F32Kernels = mmTable{
 	{mmF32FMAR1P1, mmF32FMAR1P2, mmF32FMAR1P3, mmF32FMAR1P4},
 	{mmF32FMAR2P1, mmF32FMAR2P2, mmF32FMAR2P3, nil},
 	{mmF32FMAR3P1, mmF32FMAR3P2, nil, nil},

@@ -189,8 +189,8 @@ func TestVecMatMul(t *testing.T) {
 	defer vec.Store(old)
 	r := rand.New(rand.NewPCG(7, 8))
 	for _, dt := range []accel.DType{accel.F32, accel.BF16} {
-		for _, T := range []int{1, 2, 3, 4, 5, 7, 64} {
-			for _, out := range []int{1, 15, 16, 17, 48, 64, 100} {
+		for _, T := range []int{1, 2, 3, 4, 5, 7, 9, 17, 64} {
+			for _, out := range []int{1, 15, 16, 17, 48, 64, 100, 130, 257} {
 				for _, in := range []int{1, 2, 3, 7, 64, 65} {
 					c := matCall(r, dt, T, out, in)
 					want := runRef(c, func(c *rcall, lo, hi int) { p0, p1, t0, t1 := matUnits(c, lo, hi); runMatMulRows(c, p0, p1, t0, t1) })
@@ -201,7 +201,7 @@ func TestVecMatMul(t *testing.T) {
 						runMatMulPackedGo(c, p, p0, p1, t0, t1)
 					})
 					for _, set := range sets {
-						for _, blk := range [][2]int{{0, 0}, {1, 1}, {1, 2}, {1, 3}, {1, 4}, {2, 1}, {2, 2}, {2, 3}, {3, 1}, {3, 2}} {
+						for _, blk := range append([][2]int{{0, 0}}, tableBlocks(set, dt)...) {
 							if blk[0] > T {
 								continue
 							}
