@@ -202,7 +202,7 @@ func attnRun(c *rcall, h, t0, t1 int, k *kctx, vk *vecOps) {
 }
 
 // attnPanel is the width in positions of a panel of transposed keys: six
-// blocks of eight, vScoresT's widest.
+// blocks of eight (vScoresT's widest), three of sixteen (vScoresT16x2's).
 const attnPanel = 48
 
 // attnAVBlock is how many positions' values the queries of a group add in
@@ -226,12 +226,26 @@ func attnGroup(c *rcall, h int, ts, ns []int, stride int, kt, vb []float32, scal
 	for _, n := range ns {
 		nlong = max(nlong, n)
 	}
+	qh := func(t int) []float32 { return q[t*nh*hd+h*hd : t*nh*hd+(h+1)*hd] }
 	for p0 := 0; p0 < nlong; p0 += attnPanel {
 		w := min(attnPanel, stride-p0)
 		kp := kt[p0*hd : (p0+w)*hd]
-		for i, t := range ts {
-			if e := min((ns[i]+7)&^7, p0+w); e > p0 {
-				vk.scoresT(att[i*stride+p0:i*stride+e], kp, w, q[t*nh*hd+h*hd:t*nh*hd+(h+1)*hd], scale)
+		for i := 0; i < len(ts); i++ {
+			e := min((ns[i]+7)&^7, p0+w)
+			if vk.scoresT2 != nil && i+1 < len(ts) {
+				// Two queries over the longer one's positions of the
+				// panel: the shorter one's scores past its own length
+				// (at most the rest of the panel, inside its row of
+				// stride) are computed and not used.
+				e = max(e, min((ns[i+1]+7)&^7, p0+w))
+				if e > p0 {
+					vk.scoresT2(att[i*stride+p0:i*stride+e], att[(i+1)*stride+p0:(i+1)*stride+e], kp, w, qh(ts[i]), qh(ts[i+1]), scale)
+				}
+				i++
+				continue
+			}
+			if e > p0 {
+				vk.scoresT(att[i*stride+p0:i*stride+e], kp, w, qh(ts[i]), scale)
 			}
 		}
 	}

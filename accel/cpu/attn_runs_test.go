@@ -58,8 +58,8 @@ func prefillAttnCall(r *rand.Rand, seqs []int, nh, nkv, hd, page int, jitter boo
 // queries, whose keys the runs path transposes once) gives the plain-Go
 // bits on every kernel set, whole and cut into pieces anywhere (a piece
 // boundary splits a run, a head, or both), for runs shorter and longer than
-// attnRunMin, grouped and single KV heads, and with scores that overflow
-// or a NaN query.
+// attnRunMin, over one panel of keys and several, grouped and single KV
+// heads, head dims 8 to 128, and with scores that overflow or a NaN query.
 func TestVecAttentionRuns(t *testing.T) { eachVecSet(t, testVecAttentionRuns) }
 
 func testVecAttentionRuns(t *testing.T, vk *vecOps) {
@@ -73,6 +73,8 @@ func testVecAttentionRuns(t *testing.T, vk *vecOps) {
 		{[]int{5, 70}, 2, 1, 16, 16, true},
 		{[]int{1, 2, 3, 4, 5, 6, 7, 8}, 2, 2, 8, 4, false},
 		{[]int{19}, 3, 3, 24, 16, true},
+		{[]int{130, 11}, 2, 1, 128, 16, true},
+		{[]int{101}, 1, 1, 64, 8, false},
 	} {
 		for _, special := range []string{"", "big", "nan"} {
 			name := fmt.Sprintf("%v/h%d/kv%d/hd%d/%s", tc.seqs, tc.nh, tc.nkv, tc.hd, special)
@@ -136,7 +138,8 @@ func BenchmarkAttentionRuns(b *testing.B) {
 // bit for bit, for head dims of 8 to 136, row lengths of one block of eight
 // to past twelve (odd and even counts of eight, so that a sixteen-lane
 // kernel's half block and every width of its side-by-side blocks run), in
-// panels wider than the row, with scores that overflow and NaN keys.
+// panels wider than the row, with scores that overflow and NaN keys; and
+// scoresT2, where the set has it, for two queries at once.
 func TestVecScoresT(t *testing.T) { eachVecSet(t, testVecScoresT) }
 
 func testVecScoresT(t *testing.T, vk *vecOps) {
@@ -154,26 +157,48 @@ func testVecScoresT(t *testing.T, vk *vecOps) {
 				if special == "nan" {
 					kt[r.IntN(len(kt))] = float32(math.NaN())
 				}
+				q1 := normF32(r, hd)
 				scale := sqrt32(float32(hd))
-				want := make([]float32, n)
-				for p := range want {
-					var s float32
-					for i, a := range q {
-						s += float32(a * kt[i*width+p])
+				ref := func(q []float32) []float32 {
+					want := make([]float32, n)
+					for p := range want {
+						var s float32
+						for i, a := range q {
+							s += float32(a * kt[i*width+p])
+						}
+						want[p] = s / scale
 					}
-					want[p] = s / scale
+					return want
 				}
-				got := make([]float32, n+8)
-				for i := range got {
-					got[i] = 7
+				want, want1 := ref(q), ref(q1)
+				row := func() []float32 {
+					got := make([]float32, n+8)
+					for i := range got {
+						got[i] = 7
+					}
+					return got
 				}
+				what := fmt.Sprintf("hd %d, n %d, width %d, %s", hd, n, width, special)
+				untouched := func(what string, got []float32) {
+					for i, v := range got[n:] {
+						if v != 7 {
+							t.Fatalf("%s: wrote att[%d] past the row", what, n+i)
+						}
+					}
+				}
+				got := row()
 				vk.scoresT(got[:n], kt, width, q, scale)
-				sameAttnBits(t, fmt.Sprintf("hd %d, n %d, width %d, %s", hd, n, width, special), got[:n], want)
-				for i, v := range got[n:] {
-					if v != 7 {
-						t.Fatalf("hd %d, n %d: wrote att[%d] past the row", hd, n, n+i)
-					}
+				sameAttnBits(t, what, got[:n], want)
+				untouched(what, got)
+				if vk.scoresT2 == nil {
+					continue
 				}
+				g0, g1 := row(), row()
+				vk.scoresT2(g0[:n], g1[:n], kt, width, q, q1, scale)
+				sameAttnBits(t, what+", scoresT2 first", g0[:n], want)
+				sameAttnBits(t, what+", scoresT2 second", g1[:n], want1)
+				untouched(what+", scoresT2 first", g0)
+				untouched(what+", scoresT2 second", g1)
 			}
 		}
 	}
@@ -195,7 +220,10 @@ func testVecAVRows(t *testing.T, vk *vecOps) {
 			for _, two := range []bool{false, true} {
 				vb := normF32(r, n*hd)
 				a0, a1 := normF32(r, n), normF32(r, n)
-				a0[r.IntN(n)] = 3e38
+				if n == 33 {
+					// An overflow: that element's chains end at ±Inf or NaN.
+					a0[r.IntN(n)] = 3e38
+				}
 				d0, d1 := normF32(r, hd), normF32(r, hd)
 				w0, w1 := append([]float32(nil), d0...), append([]float32(nil), d1...)
 				for p := 0; p < n; p++ {
