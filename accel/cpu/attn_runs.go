@@ -66,21 +66,43 @@ func runAttentionRuns(c *rcall, lo, hi int, k *kctx, vk *vecOps) {
 // attnValid is token t's context length and whether its row, position and
 // pages are in range (else its output stays zero, as runAttention's).
 func attnValid(c *rcall, t int) (int, bool) {
-	rows, pos, pages := c.o[4].i32(), c.o[5].i32(), c.o[6].i32()
+	return attnValidIn(c, t, -1)
+}
+
+// attnValidIn is attnValid where good, if not negative, is how many of
+// the pages of t's row, from the first, are in range (rowGoodPages): the
+// tokens of a run share a row, and walking its page table once for the
+// run, not once per token and head, was a tenth of a prefill's attention.
+func attnValidIn(c *rcall, t, good int) (int, bool) {
+	rows, pos := c.o[4].i32(), c.o[5].i32()
 	page := c.i[3]
 	nrows, ppr := c.o[6].rows, c.o[6].cols
-	npages := c.o[2].rows / page
 	r, n := int(rows[t]), int(pos[t])+1
 	if r < 0 || r >= nrows || n <= 0 || n > ppr*page {
 		return 0, false
 	}
-	pt := pages[r*ppr : (r+1)*ppr]
-	for p := 0; p < (n+page-1)/page; p++ {
-		if pt[p] < 0 || int(pt[p]) >= npages {
-			return 0, false
-		}
+	if good < 0 {
+		good = rowGoodPages(c, r, (n+page-1)/page)
+	}
+	if (n+page-1)/page > good {
+		return 0, false
 	}
 	return n, true
+}
+
+// rowGoodPages is how many of the first np pages of row r (in range) are
+// in the cache, counted from the first up to one that is not.
+func rowGoodPages(c *rcall, r, np int) int {
+	pages := c.o[6].i32()
+	ppr := c.o[6].cols
+	npages := c.o[2].rows / c.i[3]
+	pt := pages[r*ppr : (r+1)*ppr]
+	for p := 0; p < np; p++ {
+		if pt[p] < 0 || int(pt[p]) >= npages {
+			return p
+		}
+	}
+	return np
 }
 
 // attnRun is head h of tokens [t0, t1), all of one cache row.
@@ -100,8 +122,12 @@ func attnRun(c *rcall, h, t0, t1 int, k *kctx, vk *vecOps) {
 	}
 	ns := k.ns[:t1-t0]
 	nmax, valid := 0, 0
+	good := 0 // leading pages of the row in range, where the row is
+	if r := int(rows[t0]); r >= 0 && r < c.o[6].rows {
+		good = rowGoodPages(c, r, ppr)
+	}
 	for t := t0; t < t1; t++ {
-		n, ok := attnValid(c, t) // n is 0 where !ok
+		n, ok := attnValidIn(c, t, good) // n is 0 where !ok
 		ns[t-t0] = n
 		if ok {
 			nmax = max(nmax, n)
@@ -202,7 +228,7 @@ func attnRun(c *rcall, h, t0, t1 int, k *kctx, vk *vecOps) {
 }
 
 // attnPanel is the width in positions of a panel of transposed keys: six
-// blocks of eight, vScoresT's widest.
+// blocks of eight (vScoresT's widest), three of sixteen (vScoresT16x2's).
 const attnPanel = 48
 
 // attnAVBlock is how many positions' values the queries of a group add in
@@ -226,12 +252,26 @@ func attnGroup(c *rcall, h int, ts, ns []int, stride int, kt, vb []float32, scal
 	for _, n := range ns {
 		nlong = max(nlong, n)
 	}
+	qh := func(t int) []float32 { return q[t*nh*hd+h*hd : t*nh*hd+(h+1)*hd] }
 	for p0 := 0; p0 < nlong; p0 += attnPanel {
 		w := min(attnPanel, stride-p0)
 		kp := kt[p0*hd : (p0+w)*hd]
-		for i, t := range ts {
-			if e := min((ns[i]+7)&^7, p0+w); e > p0 {
-				vk.scoresT(att[i*stride+p0:i*stride+e], kp, w, q[t*nh*hd+h*hd:t*nh*hd+(h+1)*hd], scale)
+		for i := 0; i < len(ts); i++ {
+			e := min((ns[i]+7)&^7, p0+w)
+			if vk.scoresT2 != nil && i+1 < len(ts) {
+				// Two queries over the longer one's positions of the
+				// panel: the shorter one's scores past its own length
+				// (at most the rest of the panel, inside its row of
+				// stride) are computed and not used.
+				e = max(e, min((ns[i+1]+7)&^7, p0+w))
+				if e > p0 {
+					vk.scoresT2(att[i*stride+p0:i*stride+e], att[(i+1)*stride+p0:(i+1)*stride+e], kp, w, qh(ts[i]), qh(ts[i+1]), scale)
+				}
+				i++
+				continue
+			}
+			if e > p0 {
+				vk.scoresT(att[i*stride+p0:i*stride+e], kp, w, qh(ts[i]), scale)
 			}
 		}
 	}

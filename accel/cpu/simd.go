@@ -94,6 +94,11 @@ type vecOps struct {
 	// none: attention then transposes the keys inside scores, per query
 	// (attn_runs.go).
 	scoresT func(att, kt []float32, width int, q []float32, scale float32)
+	// scoresT2 is scoresT for two queries over the same panel, a0 from q0
+	// and a1 from q1 (len(a1) = len(a0), len(q1) = len(q0)), each vector of
+	// keys loaded once for both. nil where the set has none (scoresT then
+	// runs for each).
+	scoresT2 func(a0, a1, kt []float32, width int, q0, q1 []float32, scale float32)
 	// keysT8 transposes eight keys: dst[i*width+j] = kc[offs[j]+i] for
 	// j < 8, i < hd (a multiple of eight). Set with scoresT.
 	keysT8 func(dst []float32, width int, kc []float32, offs []int, hd int)
