@@ -21,8 +21,10 @@
 // Built with GOEXPERIMENT=simd on amd64 and run on a CPU with AVX-512, the
 // heavy kernels (matmul, the exponentials of SiLU and softmax, attention's
 // scores and weighted sums, RMSNorm's scaling) run on simd/archsimd vector
-// code (simd_amd64.go, attn8_amd64.go for eight-wide heads, and
-// simd_gen_amd64.go from gen_simd.go); on a CPU with AVX2 and FMA but not
+// code (simd_amd64.go, attn8_amd64.go for eight-wide heads,
+// attn_runs512_amd64.go for a prefill's attention), the float32 and bf16
+// matmuls on Go assembly (simd_avx512fma_amd64.s from gen_avx512fma.go);
+// on a CPU with AVX2 and FMA but not
 // AVX-512 all of them but the eight-wide heads' attention run on 256-bit
 // kernels (simd_avx2_amd64.go, and simd_gen_avx2_amd64.go from
 // gen_avx2mm.go for the matmuls); every other
@@ -30,7 +32,7 @@
 // the same bits (simd.go says how, and how the two hazards of archsimd code
 // are kept out; hazard_test.go checks the code's structure).
 //
-// Attention on the AVX2 set takes a prefill's queries by runs of one
+// Attention on both vector sets takes a prefill's queries by runs of one
 // sequence (attn_runs.go): per head and piece, the sequence's keys are
 // transposed once into panels and its values gathered in rows, and its
 // queries read them four at a time; each score, softmax and weighted sum
@@ -60,8 +62,11 @@
 // does: each row of x quantized to 8 bits per block, exact integer block
 // dot products, one float32 sum per output in block order (quant.go). The
 // vector kernels for them are AVX2 (quant_amd64.go: on any x86-64 CPU with
-// AVX2, AVX-512 ones included) over packed panels of the same shape
-// (quant_pack.go); the plain-Go kernels read ggml's blocks as they are.
+// AVX2) over packed panels of the same shape (quant_pack.go), and, for the
+// avx512 set on a CPU with AVX512_VNNI, VPDPBUSD kernels in Go assembly on
+// the same panels (quant_vnni_amd64.go, gen_quantvnni.go); the plain-Go
+// kernels read ggml's blocks as they are. REPRISE_CPU_SIMD=avx2 runs the
+// AVX2 set on an AVX-512 CPU (the same bits), for comparison.
 // x's quantization has AVX2 kernels too (quant_acts_amd64.go), and Q4_0 and
 // Q8_0 have four-row kernels that split each weight vector once for four
 // rows (quant_rows_amd64.go); both give the scalar code's bits, so a row's
