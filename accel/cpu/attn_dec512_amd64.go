@@ -5,22 +5,23 @@ package cpu
 import "unsafe"
 
 // The AVX-512 set's attention of a decode step: one token per sequence,
-// each reading its own sequence's keys and values, which the steps between
-// two layers' attention (the weights passing through the caches) have
-// evicted. The general per-token path waited on those reads: a head reads
-// a few hundred bytes of each of its positions' rows, scattered over the
-// sequence's pages, and with contexts of a few dozen positions the
-// hardware prefetchers see too little of a pattern to run ahead
-// (BenchmarkAttentionBatch64: "cold" twice "hot" at ctx12). This path
-// asks for the next token's rows while the current one computes, or, where
-// a token's rows are too many to hold in L2 beside the current one's, the
-// next head's rows while the current head computes. The arithmetic is the
-// general path's, kernel for kernel: the bits are its bits.
-
-// decPrefetchMax is the most bytes of a token's keys and values (for the
-// heads of its piece) that are fetched a whole token ahead: two tokens'
-// must sit in L2 (1 MiB on Zen 5) with room to spare.
-const decPrefetchMax = 0
+// each reading its own sequence's keys and values, for heads of a multiple
+// of sixteen. Against the general per-token path (scoresHead, softmaxRows,
+// avHead, which it keeps for the softmax):
+//   - scores: sixteen positions per chain, not eight, the block's keys
+//     transposed in registers by a Go assembly kernel (scoresDec16), with
+//     no per-head broadcast copy of q; rows padded to whole blocks of
+//     sixteen with copies of the last position;
+//   - weighted sums: two heads side by side (eight chains, vAVDec2x64)
+//     where one head's four waited on the add's latency;
+//   - the next head's rows asked for (prefetchOffs) while a head computes:
+//     the caches lose a layer's keys and values to the weights between
+//     two layers' attention, and a head's few hundred bytes of each of its
+//     positions, scattered over the sequence's pages, are too little of a
+//     pattern for the hardware prefetchers (BenchmarkAttentionBatch64:
+//     "cold" twice "hot" at ctx12 on the general path).
+// Each score, softmax and weighted sum is the general path's chain, in its
+// order: the bits are its bits (TestAttnDecMatchesGeneral).
 
 // prefetchRows asks for lines cache lines from p, then from p+stride, and
 // so on for rows rows (attn_dec512_amd64.s). A prefetch never faults, so the
@@ -96,10 +97,12 @@ func attnDec512(c *rcall, lo, hi int, k *kctx, vk *vecOps) bool {
 			fetched = false
 			continue
 		}
-		if !fetched {
-			fetchToken(t)
+		if decPrefetchMax > 0 {
+			if !fetched {
+				fetchToken(t)
+			}
+			fetched = t+1 < T && fetchToken(t+1)
 		}
-		fetched = t+1 < T && fetchToken(t+1)
 		a, b := kvRange(h0, h1)
 		long := 2*n*(b-a)*4 > decPrefetchMax
 		nhp := h1 - h0
