@@ -33,6 +33,7 @@ func testAttnDecMatchesGeneral(t *testing.T, vk *vecOps) {
 		shape{3, 8, 2, 64, 16, 47}, shape{2, 4, 4, 128, 16, 17}, shape{3, 4, 2, 128, 32, 40},
 		shape{2, 6, 6, 64, 16, 300}, shape{2, 4, 2, 128, 16, 260}, shape{2, 12, 12, 64, 32, 513},
 		shape{2, 4, 4, 32, 16, 21}, shape{2, 4, 4, 16, 16, 19}, shape{2, 2, 2, 192, 16, 23},
+		shape{3, 4, 4, 64, 16, 64}, shape{3, 8, 2, 128, 16, 70}, shape{2, 3, 3, 64, 16, 97}, shape{2, 2, 2, 192, 16, 90},
 	)
 	for _, tc := range shapes {
 		for _, special := range []string{"", "big", "nan"} {
