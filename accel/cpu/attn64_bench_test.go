@@ -45,30 +45,54 @@ func BenchmarkAttentionBatch64(b *testing.B) {
 			if cold {
 				name = fmt.Sprintf("ctx%d/cold", ctx)
 			}
-			b.Run(name, func(b *testing.B) {
-				if vecBuilt == nil {
-					b.Skip("no vector kernels in this build")
-				}
-				cs := calls()
-				units, _ := unitsAttention(cs[0])
-				old := vec.Load()
-				defer vec.Store(old)
-				vec.Store(vecBuilt)
-				// The thread's CPU time: what the kernel needed, which the
-				// machine's other work does not inflate.
-				runtime.LockOSThread()
-				defer runtime.UnlockOSThread()
-				b.ResetTimer()
-				cpu0 := cputime.Thread()
-				for i := 0; i < b.N; i++ {
-					c := cs[i%layers]
-					runAttention(c, 0, units/2, k)
-					runAttention(c, units/2, units, k)
-				}
-				per := float64(b.N) * float64(units)
-				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/per, "ns/item")
-				b.ReportMetric(float64((cputime.Thread()-cpu0).Nanoseconds())/per, "cpu-ns/item")
-			})
+			// "set" is the build's kernel set; "general" the same without
+			// its decode path (attnDec), where it has one: the per-token
+			// path it replaces, timed in the same run.
+			// "set-tok" is the set with the next token's rows fetched
+			// where they are few (decPrefetchMax), not the next head's.
+			for _, variant := range []string{"set", "general", "set-tok"} {
+				b.Run(name+"/"+variant, func(b *testing.B) {
+					if vecBuilt == nil {
+						b.Skip("no vector kernels in this build")
+					}
+					vk := vecBuilt
+					if variant == "general" {
+						if vk.attnDec == nil {
+							b.Skip("the set has no decode path")
+						}
+						g := *vk
+						g.attnDec = nil
+						vk = &g
+					}
+					if variant == "set-tok" {
+						if vk.attnDec == nil {
+							b.Skip("the set has no decode path")
+						}
+						old := decPrefetchMax
+						decPrefetchMax = 256 << 10
+						defer func() { decPrefetchMax = old }()
+					}
+					cs := calls()
+					units, _ := unitsAttention(cs[0])
+					old := vec.Load()
+					defer vec.Store(old)
+					vec.Store(vk)
+					// The thread's CPU time: what the kernel needed, which the
+					// machine's other work does not inflate.
+					runtime.LockOSThread()
+					defer runtime.UnlockOSThread()
+					b.ResetTimer()
+					cpu0 := cputime.Thread()
+					for i := 0; i < b.N; i++ {
+						c := cs[i%layers]
+						runAttention(c, 0, units/2, k)
+						runAttention(c, units/2, units, k)
+					}
+					per := float64(b.N) * float64(units)
+					b.ReportMetric(float64(b.Elapsed().Nanoseconds())/per, "ns/item")
+					b.ReportMetric(float64((cputime.Thread()-cpu0).Nanoseconds())/per, "cpu-ns/item")
+				})
+			}
 		}
 	}
 }

@@ -772,6 +772,9 @@ func runAttention(c *rcall, lo, hi int, k *kctx) {
 		runAttentionRuns(c, lo, hi, k, vk)
 		return
 	}
+	if vk != nil && vk.attnDec != nil && vk.attnDec(c, lo, hi, k, vk) {
+		return
+	}
 	for t := 0; t < T; t++ {
 		h0, h1 := headRange(lo, hi, t, T)
 		if h0 >= h1 {

@@ -64,6 +64,7 @@ func avx512Ops() *vecOps {
 		avRows:   vAVRows16Go,
 		keysT8:   vKeysT8Go,
 		attn8:    attn8Go,
+		attnDec:  attnDec512,
 		sum:      vSumGo,
 		max:      vMaxGo,
 		rowSums4: vRowSums4Go,
