@@ -32,6 +32,12 @@
 // the same bits (simd.go says how, and how the two hazards of archsimd code
 // are kept out; hazard_test.go checks the code's structure).
 //
+// A decode token's attention on the AVX-512 set, for heads of a multiple of
+// 16 (attn_dec512_amd64.go), scores sixteen positions per chain after an
+// in-register transpose of their keys (assembly) and sums two heads'
+// values side by side, requesting the next head's rows meanwhile; each
+// score and sum keeps the general path's chain.
+//
 // Attention on both vector sets takes a prefill's queries by runs of one
 // sequence (attn_runs.go): per head and piece, the sequence's keys are
 // transposed once into panels and its values gathered in rows, and its
