@@ -102,7 +102,7 @@ func main() {
 			name := fmt.Sprintf("mm%sV%d", typ, R)
 			p("// %s: %d row(s) of interleaved x by one %s panel (quant_vnni_amd64.s).\n", name, R, typ)
 			p("//\n//go:noescape\n")
-			p("func %s(y unsafe.Pointer, ys uintptr, x, w unsafe.Pointer, nb int)\n\n", name)
+			p("func %s(y unsafe.Pointer, ys uintptr, x, w unsafe.Pointer, nb int, pf uintptr)\n\n", name)
 			switch typ {
 			case "Q4_K":
 				genQ4_K(a, name, R)
@@ -139,9 +139,10 @@ func genKernel(a func(string, ...any), name, typ string, R int) {
 	acc := func(r int) int { return r }
 	alt := func(r int) int { return zAlt + r }
 	yacc := func(r int) int { return R + r }
-	a("// func %s(y unsafe.Pointer, ys uintptr, x, w unsafe.Pointer, nb int)\n", name)
-	a("TEXT ·%s(SB), NOSPLIT, $0-40\n", name)
+	a("// func %s(y unsafe.Pointer, ys uintptr, x, w unsafe.Pointer, nb int, pf uintptr)\n", name)
+	a("TEXT ·%s(SB), NOSPLIT, $0-48\n", name)
 	a("\tMOVQ y+0(FP), AX\n\tMOVQ ys+8(FP), BX\n\tMOVQ x+16(FP), CX\n\tMOVQ w+24(FP), SI\n")
+	a("\tMOVQ pf+40(FP), R9\n")
 	a("\tMOVQ nb+32(FP), DX\n\tIMULQ $%d, DX\n\tADDQ SI, DX\n", blk)
 	for r := 0; r < R; r++ {
 		a("\tVPXORD Z%d, Z%d, Z%d\n", yacc(r), yacc(r), yacc(r))
@@ -151,6 +152,7 @@ func genKernel(a func(string, ...any), name, typ string, R int) {
 	}
 	a("\tCMPQ SI, DX\n\tJEQ %s_store\n", name)
 	a("%s_loop:\n", name)
+	prefetch(a, blk)
 	// The scales, widened in output order.
 	a("\tVPERMQ $0xd8, (SI), Y%d\n\tVCVTPH2PS Y%d, Z%d\n", zScale, zScale, zScale)
 	for r := 0; r < R; r++ {
@@ -208,13 +210,29 @@ func genKernel(a func(string, ...any), name, typ string, R int) {
 	a("\tVZEROUPPER\n\tRET\n\n")
 }
 
+// prefetch writes, at the top of a block loop, a prefetch of every cache
+// line of the block at pf bytes (R9) past the panel's current block (SI):
+// the caller passes pf so that it is the next panel's same block. Within a
+// matmul a panel is read by every group of rows in turn, the first group
+// from wherever the panel lies (L3, or memory: a model's weights are
+// larger than L2) and the others from the nearest caches; the first
+// group's block loop would otherwise wait on the panel's lines as they
+// come. Lines every 64 bytes of a block (the last block's lines included:
+// consecutive prefetches are at most 64 bytes apart across blocks).
+func prefetch(a func(string, ...any), blk int) {
+	for o := 0; o < blk; o += 64 {
+		a("\tPREFETCHT0 %d(SI)(R9*1)\n", o)
+	}
+}
+
 // genHeadK writes a K-quant kernel's start: the registers as genKernel's
 // (SI the panel, DX its end, blk bytes per super-block), the float32 sums
 // (Z16..) cleared, and ends with the loop's label.
 func genHeadK(a func(string, ...any), name string, R, blk int) {
-	a("// func %s(y unsafe.Pointer, ys uintptr, x, w unsafe.Pointer, nb int)\n", name)
-	a("TEXT ·%s(SB), NOSPLIT, $0-40\n", name)
+	a("// func %s(y unsafe.Pointer, ys uintptr, x, w unsafe.Pointer, nb int, pf uintptr)\n", name)
+	a("TEXT ·%s(SB), NOSPLIT, $0-48\n", name)
 	a("\tMOVQ y+0(FP), AX\n\tMOVQ ys+8(FP), BX\n\tMOVQ x+16(FP), CX\n\tMOVQ w+24(FP), SI\n")
+	a("\tMOVQ pf+40(FP), R9\n")
 	a("\tMOVQ nb+32(FP), DX\n\tIMULQ $%d, DX\n\tADDQ SI, DX\n", blk)
 	for r := 0; r < R; r++ {
 		a("\tVPXORD Z%d, Z%d, Z%d\n", 16+r, 16+r, 16+r)
@@ -255,6 +273,7 @@ func genQ4_K(a func(string, ...any), name string, R int) {
 	a("\tMOVL $0x0f0f0f0f, R8\n\tVPBROADCASTD R8, Z26\n")
 	a("\tCMPQ SI, DX\n\tJEQ %s_store\n", name)
 	a("%s_loop:\n", name)
+	prefetch(a, blk)
 	for r := 0; r < R; r++ {
 		a("\tVPXORD Z%d, Z%d, Z%d\n", r, r, r)
 	}
@@ -336,6 +355,7 @@ func genQ6_K(a func(string, ...any), name string, R int) {
 	a("\tMOVL $0x0f0f0f0f, R8\n\tVPBROADCASTD R8, Z30\n")
 	a("\tCMPQ SI, DX\n\tJEQ %s_store\n", name)
 	a("%s_loop:\n", name)
+	prefetch(a, blk)
 	for r := 0; r < R; r++ {
 		a("\tVPXORD Z%d, Z%d, Z%d\n", r, r, r)
 	}

@@ -45,6 +45,10 @@ type qacts struct {
 	ext  []int32
 	inv  []float32
 	slow []int32 // blocks left to the scalar functions
+	// am is Q8_0's largest magnitude per block, okb the blocks whose
+	// scales the vector code made (quant_acts_amd64.go's qScales).
+	am  []int32
+	okb []uint8
 	// inv32 is Q8_K's inverse per group of 32, s16 Q8_0's sums per 16.
 	inv32 []float32
 	s16   []int32

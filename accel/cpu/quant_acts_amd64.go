@@ -61,9 +61,29 @@ func quantActsVec(a *qacts, x []float32, k bool) bool {
 	}
 	a.ext = grow(a.ext, 2*nb)
 	a.inv = grow(a.inv, nb)
-	qExtremes(unsafe.Pointer(&x[0]), unsafe.Pointer(&a.ext[0]), nb, bl/8)
+	// Q8_0's scales of each run of eight blocks come from a kernel too
+	// (qScales, from qExtremes's largest magnitudes): the scalar code
+	// below, two divisions and the float16 rounding per block, was as
+	// slow as the rest of the quantization. Blocks it flags (zero,
+	// infinite or NaN, or a scale outside float16's normal range) and
+	// the last nb%8 take the scalar code.
+	var am unsafe.Pointer
+	nb8 := 0
+	if !k {
+		nb8 = nb &^ 7
+		a.am = grow(a.am, nb8+1)
+		a.okb = grow(a.okb, nb8/8+1)
+		am = unsafe.Pointer(&a.am[0])
+	}
+	qExtremes(unsafe.Pointer(&x[0]), unsafe.Pointer(&a.ext[0]), am, nb, bl/8)
+	if nb8 > 0 {
+		qScales(am, unsafe.Pointer(&a.dx[0]), unsafe.Pointer(&a.inv[0]), unsafe.Pointer(&a.okb[0]), nb8/8)
+	}
 	a.slow = a.slow[:0]
 	for b := 0; b < nb; b++ {
+		if b < nb8 && a.okb[b>>3]>>(b&7)&1 != 0 {
+			continue
+		}
 		p, n := a.ext[2*b], a.ext[2*b+1]
 		am := max(p, n)
 		if am > 0x7f800000 || (k && p == n && am != 0) {
@@ -131,18 +151,69 @@ func quantActsVec(a *qacts, x []float32, k bool) bool {
 
 // qExtremes sets ext[2b] to the largest of block b's values as int32 bits
 // and ext[2b+1] to the largest of their negations' (nv vectors of 8 per
-// block).
+// block), and where am is not nil am[b] to the larger of the two for the
+// blocks of whole runs of eight. Eight blocks at a time, their sixteen vectors of extremes are
+// reduced together, by interleaving pairs of them and taking the larger
+// (three steps, each halving the vectors), instead of each vector stored
+// and its lanes compared as scalars: the reduction was most of this
+// function's time, and this a few percent of a batched step's matmuls.
 //
 //go:noinline
 //go:norace
 //go:nocheckptr
-func qExtremes(x, ext unsafe.Pointer, nb, nv int) {
+func qExtremes(x, ext, am unsafe.Pointer, nb, nv int) {
 	sign := archsimd.BroadcastInt32x8(math.MinInt32)
+	least := sign
+	// (Written out, not in helper functions: a vector kernel takes and
+	// returns no vectors, simd.go.) Block k of eight: its extremes p and
+	// n; an even block's wait in pe and ne for the odd one after it, and
+	// the two are interleaved into lanes (e0∨e2, o0∨o2, e1∨e3, o1∨o3) of
+	// each 128-bit half (pp, np); two such pairs then into each half's
+	// lane j block j's extreme over that half (quads: blocks 0..3 in pq
+	// and nq till 4..7's are made), and the two quads into lane j block
+	// j's extreme.
+	b := 0
+	for ; b+8 <= nb; b += 8 {
+		var pe, ne, pq, nq, rp, rn archsimd.Int32x8
+		for k := 0; k < 8; k++ {
+			xb := unsafe.Add(x, uintptr((b+k)*nv)*32)
+			p, n := least, least
+			for v := 0; v < nv; v++ {
+				u := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(xb, uintptr(v)*32)))
+				p = p.Max(u)
+				n = n.Max(u.Xor(sign))
+			}
+			if k%2 == 0 {
+				pe, ne = p, n
+				continue
+			}
+			pp := pe.InterleaveLoGrouped(p).Max(pe.InterleaveHiGrouped(p)).AsInt64x4()
+			np := ne.InterleaveLoGrouped(n).Max(ne.InterleaveHiGrouped(n)).AsInt64x4()
+			if k%4 == 1 {
+				pq, nq = pp.AsInt32x8(), np.AsInt32x8()
+				continue
+			}
+			p64, n64 := pq.AsInt64x4(), nq.AsInt64x4()
+			pq = p64.InterleaveLoGrouped(pp).AsInt32x8().Max(p64.InterleaveHiGrouped(pp).AsInt32x8())
+			nq = n64.InterleaveLoGrouped(np).AsInt32x8().Max(n64.InterleaveHiGrouped(np).AsInt32x8())
+			if k == 3 {
+				rp, rn = pq, nq
+			}
+		}
+		rp, rn = rp.Select128FromPair(0, 2, pq).Max(rp.Select128FromPair(1, 3, pq)), rn.Select128FromPair(0, 2, nq).Max(rn.Select128FromPair(1, 3, nq))
+		// (p, n) pairs in block order.
+		lo, hi := rp.InterleaveLoGrouped(rn), rp.InterleaveHiGrouped(rn)
+		e := unsafe.Add(ext, 8*b)
+		lo.Select128FromPair(0, 2, hi).Store((*[8]int32)(e))
+		lo.Select128FromPair(1, 3, hi).Store((*[8]int32)(unsafe.Add(e, 32)))
+		if am != nil {
+			rp.Max(rn).Store((*[8]int32)(unsafe.Add(am, 4*b)))
+		}
+	}
 	var t [8]int32
-	for b := 0; b < nb; b++ {
+	for ; b < nb; b++ {
 		xb := unsafe.Add(x, uintptr(b*nv)*32)
-		p := archsimd.BroadcastInt32x8(math.MinInt32)
-		n := p
+		p, n := least, least
 		for v := 0; v < nv; v++ {
 			u := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(xb, uintptr(v)*32)))
 			p = p.Max(u)
@@ -158,8 +229,44 @@ func qExtremes(x, ext unsafe.Pointer, nb, nv int) {
 	archsimd.ClearAVXUpperBits()
 }
 
+// qScales is quantActsVec's Q8_0 scales for ng runs of eight blocks from
+// their largest magnitudes am (float32 bits): dx = amax/127 rounded to
+// float16 and widened, inv = 127/amax, the same divisions as the scalar
+// code's (IEEE, correctly rounded either way). The rounding is the scalar
+// FloatToHalf's for a float16 normal: ties to even at the 13 bits that
+// float16 drops, the carry running into the exponent; HalfToFloat gives
+// those bits back as they are. Bit b%8 of ok[b/8] says block b's results
+// stand: its scale's exponent is float16's normal range's (so amax is
+// neither zero, infinite nor NaN, and inv finite) and rounding left it
+// there; the others are the scalar code's.
+//
+//go:noinline
+//go:norace
+//go:nocheckptr
+func qScales(am, dx, inv, ok unsafe.Pointer, ng int) {
+	c127 := archsimd.BroadcastFloat32x8(127)
+	half := archsimd.BroadcastInt32x8(0xfff)
+	one := archsimd.BroadcastInt32x8(1)
+	keep := archsimd.BroadcastInt32x8(^0x1fff)
+	lo := archsimd.BroadcastInt32x8(113<<23 - 1) // 2^-14 less one ulp: float16's least normal
+	hi := archsimd.BroadcastInt32x8(0x47800000)  // 65536: float16's overflow
+	for g := 0; g < ng; g++ {
+		amax := archsimd.LoadInt32x8((*[8]int32)(unsafe.Add(am, 32*g))).AsFloat32x8()
+		d := amax.Div(c127).AsInt32x8()
+		r := d.Add(half).Add(d.ShiftAllRight(13).And(one)).And(keep)
+		r.Store((*[8]int32)(unsafe.Add(dx, 32*g)))
+		c127.Div(amax).Store((*[8]float32)(unsafe.Add(inv, 32*g)))
+		*(*uint8)(unsafe.Add(ok, g)) = d.Greater(lo).And(hi.Greater(r)).ToBits()
+	}
+	archsimd.ClearAVXUpperBits()
+}
+
 // qRound: the values (at most 127) of ng groups of 32, each group's
-// x·inv[g] rounded, and the sums of each 16.
+// x·inv[g] rounded, and the sums of each 16. Four groups' eight sums are
+// reduced together as qExtremes reduces its extremes (adding where it
+// takes the larger; the sums are exact in any order), instead of each
+// vector of partial sums stored and its lanes added as scalars; the last
+// ng%4 groups as before.
 //
 //go:noinline
 //go:norace
@@ -174,21 +281,49 @@ func qRound(x, inv, q, sx unsafe.Pointer, ng int) {
 	g2 := archsimd.LoadInt8x32(&qGather[2])
 	g3 := archsimd.LoadInt8x32(&qGather[3])
 	perm := archsimd.LoadUint32x8(&qDwords)
+	// (Written out: a vector kernel takes and returns no vectors.) Group
+	// g's two vectors of partial sums, of its two sixteens, interleaved
+	// into lanes (s0, s1, s0, s1) of each 128-bit half (pr); two groups'
+	// (the first waiting in u) into each half's lanes (g.s0, g.s1, g+1.s0,
+	// g+1.s1) over that half (the first two groups' waiting in w), and two
+	// of those into the four groups' eight sums in order.
+	g := 0
 	var t [8]int32
-	for g := 0; g < ng; g++ {
-		id := archsimd.BroadcastFloat32x8(*(*float32)(unsafe.Add(inv, uintptr(g)*4)))
-		xb := unsafe.Add(x, uintptr(g)*128)
-		r0 := archsimd.LoadFloat32x8((*[8]float32)(xb)).Mul(id).Add(magic).AsInt32x8().And(low).Sub(off).Min(top)
-		r1 := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(xb, 32))).Mul(id).Add(magic).AsInt32x8().And(low).Sub(off).Min(top)
-		r2 := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(xb, 64))).Mul(id).Add(magic).AsInt32x8().And(low).Sub(off).Min(top)
-		r3 := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(xb, 96))).Mul(id).Add(magic).AsInt32x8().And(low).Sub(off).Min(top)
-		bytes := r0.AsInt8x32().PermuteOrZeroGrouped(g0).Or(r1.AsInt8x32().PermuteOrZeroGrouped(g1)).
-			Or(r2.AsInt8x32().PermuteOrZeroGrouped(g2)).Or(r3.AsInt8x32().PermuteOrZeroGrouped(g3))
-		bytes.AsInt32x8().Permute(perm).Store((*[8]int32)(unsafe.Add(q, uintptr(g)*32)))
-		r0.Add(r1).Store(&t)
-		*(*int32)(unsafe.Add(sx, uintptr(2*g)*4)) = t[0] + t[1] + t[2] + t[3] + t[4] + t[5] + t[6] + t[7]
-		r2.Add(r3).Store(&t)
-		*(*int32)(unsafe.Add(sx, uintptr(2*g+1)*4)) = t[0] + t[1] + t[2] + t[3] + t[4] + t[5] + t[6] + t[7]
+	for g < ng {
+		four := g+4 <= ng
+		var u, w archsimd.Int32x8
+		for k := 0; k < 4; k++ {
+			id := archsimd.BroadcastFloat32x8(*(*float32)(unsafe.Add(inv, uintptr(g)*4)))
+			xb := unsafe.Add(x, uintptr(g)*128)
+			r0 := archsimd.LoadFloat32x8((*[8]float32)(xb)).Mul(id).Add(magic).AsInt32x8().And(low).Sub(off).Min(top)
+			r1 := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(xb, 32))).Mul(id).Add(magic).AsInt32x8().And(low).Sub(off).Min(top)
+			r2 := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(xb, 64))).Mul(id).Add(magic).AsInt32x8().And(low).Sub(off).Min(top)
+			r3 := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(xb, 96))).Mul(id).Add(magic).AsInt32x8().And(low).Sub(off).Min(top)
+			bytes := r0.AsInt8x32().PermuteOrZeroGrouped(g0).Or(r1.AsInt8x32().PermuteOrZeroGrouped(g1)).
+				Or(r2.AsInt8x32().PermuteOrZeroGrouped(g2)).Or(r3.AsInt8x32().PermuteOrZeroGrouped(g3))
+			bytes.AsInt32x8().Permute(perm).Store((*[8]int32)(unsafe.Add(q, uintptr(g)*32)))
+			s0, s1 := r0.Add(r1), r2.Add(r3)
+			pr := s0.InterleaveLoGrouped(s1).Add(s0.InterleaveHiGrouped(s1))
+			g++
+			if !four {
+				// One of the last ng%4 groups.
+				pr.Store(&t)
+				*(*int32)(unsafe.Add(sx, uintptr(2*g-2)*4)) = t[0] + t[2] + t[4] + t[6]
+				*(*int32)(unsafe.Add(sx, uintptr(2*g-1)*4)) = t[1] + t[3] + t[5] + t[7]
+				break
+			}
+			if k%2 == 0 {
+				u = pr
+				continue
+			}
+			u64, v64 := u.AsInt64x4(), pr.AsInt64x4()
+			h := u64.InterleaveLoGrouped(v64).AsInt32x8().Add(u64.InterleaveHiGrouped(v64).AsInt32x8())
+			if k == 1 {
+				w = h
+				continue
+			}
+			w.Select128FromPair(0, 2, h).Add(w.Select128FromPair(1, 3, h)).Store((*[8]int32)(unsafe.Add(sx, uintptr(2*g-8)*4)))
+		}
 	}
 	archsimd.ClearAVXUpperBits()
 }

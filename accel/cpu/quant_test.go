@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/reprise-ml/reprise/accel"
@@ -202,28 +203,46 @@ func TestQuantizeActsVec(t *testing.T) {
 			x[j] = math.Float32frombits(uint32(r.IntN(1 << 23)))
 		}
 	})
+	// Every row at once too, so that the vector kernels' runs of eight
+	// blocks (qExtremes) take blocks of different rows, and (Q8_0 only,
+	// rows of 13 blocks) runs that end in fewer than eight.
+	all := slices.Concat(rows...)
+	type tcase struct {
+		x      []float32
+		in, t1 int
+		k      bool
+	}
+	var cases []tcase
 	for _, k := range []bool{false, true} {
-		for i, x := range rows {
+		for _, x := range rows {
+			cases = append(cases, tcase{x, in, 1, k})
+		}
+		cases = append(cases, tcase{all, in, len(rows), k})
+	}
+	cases = append(cases, tcase{all, 13 * 32, len(all) / (13 * 32), false}, tcase{all[:3*13*32], 13 * 32, 3, false})
+	for i, tc := range cases {
+		k, x, in := tc.k, tc.x, tc.in
+		{
 			var want, got qacts
 			old := quantVec.Load()
 			quantVec.Store(false)
-			quantizeActs(&want, x, in, 0, 1, k)
+			quantizeActs(&want, x, in, 0, tc.t1, k)
 			quantVec.Store(true)
-			quantizeActs(&got, x, in, 0, 1, k)
+			quantizeActs(&got, x, in, 0, tc.t1, k)
 			quantVec.Store(old)
 			for j := range want.qx {
 				if got.qx[j] != want.qx[j] {
-					t.Fatalf("k %v row %d: value %d: %d, scalar %d", k, i, j, got.qx[j], want.qx[j])
+					t.Fatalf("k %v case %d: value %d: %d, scalar %d", k, i, j, got.qx[j], want.qx[j])
 				}
 			}
 			for j := range want.dx {
 				if math.Float32bits(got.dx[j]) != math.Float32bits(want.dx[j]) {
-					t.Fatalf("k %v row %d: scale %d: %g, scalar %g", k, i, j, got.dx[j], want.dx[j])
+					t.Fatalf("k %v case %d: scale %d: %g, scalar %g", k, i, j, got.dx[j], want.dx[j])
 				}
 			}
 			for j := range want.sx {
 				if got.sx[j] != want.sx[j] {
-					t.Fatalf("k %v row %d: sum %d: %d, scalar %d", k, i, j, got.sx[j], want.sx[j])
+					t.Fatalf("k %v case %d: sum %d: %d, scalar %d", k, i, j, got.sx[j], want.sx[j])
 				}
 			}
 		}

@@ -25,8 +25,8 @@ import (
 
 // qKernelV is a VNNI kernel: R rows of interleaved x (vnniInterleave's
 // group) times one panel over nb blocks into 16 float32 per row at y +
-// r·ys.
-type qKernelV func(y unsafe.Pointer, ys uintptr, x, w unsafe.Pointer, nb int)
+// r·ys, prefetching the lines pf bytes past those of the panel it reads.
+type qKernelV func(y unsafe.Pointer, ys uintptr, x, w unsafe.Pointer, nb int, pf uintptr)
 
 // quantOps is a kernel set's own quantized kernels, where it has any
 // beyond the AVX2 ones (vecOps.quant; nil: the AVX2 kernels): per type,
@@ -151,6 +151,12 @@ func runQuantVNNI(c *rcall, a *qacts, p *packed, ks []qKernelV, lo, hi, t0, t1 i
 	yf := y.f32()
 	ys := uintptr(out) * 4
 	xs := unsafe.Pointer(&a.xs[0])
+	// Each call prefetches the next panel's lines as it reads its own
+	// (gen_quantvnni.go's prefetch): the first group's call waits on its
+	// panel no longer than on the one it prefetched. The others' prefetches
+	// find the lines cached. Past the last panel they fetch nothing that
+	// matters (a prefetch does not fault).
+	pf := p.ps
 	// Panel by panel, so that a panel's weights stay in the nearest cache
 	// for every group of rows.
 	for pn := lo; pn < hi; pn++ {
@@ -161,9 +167,9 @@ func runQuantVNNI(c *rcall, a *qacts, p *packed, ks []qKernelV, lo, hi, t0, t1 i
 			R := vnniGroup(n, ng, g)
 			xg := unsafe.Add(xs, rb*r0*nb)
 			if o0+panelWidth <= out {
-				ks[R-1](unsafe.Pointer(&yf[(t0+r0)*out+o0]), ys, xg, wp, nb)
+				ks[R-1](unsafe.Pointer(&yf[(t0+r0)*out+o0]), ys, xg, wp, nb, pf)
 			} else {
-				ks[R-1](unsafe.Pointer(&a.vtail[0]), panelWidth*4, xg, wp, nb)
+				ks[R-1](unsafe.Pointer(&a.vtail[0]), panelWidth*4, xg, wp, nb, pf)
 				for i := 0; i < R; i++ {
 					t := t0 + r0 + i
 					copyF32(yf[t*out+o0:(t+1)*out], a.vtail[i*panelWidth:i*panelWidth+out-o0])

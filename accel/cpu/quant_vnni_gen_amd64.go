@@ -21,199 +21,199 @@ var vnniQ6_KKernels = []qKernelV{mmQ6_KV1, mmQ6_KV2, mmQ6_KV3, mmQ6_KV4, mmQ6_KV
 // mmQ8_0V1: 1 row(s) of interleaved x by one Q8_0 panel (quant_vnni_amd64.s).
 //
 //go:noescape
-func mmQ8_0V1(y unsafe.Pointer, ys uintptr, x, w unsafe.Pointer, nb int)
+func mmQ8_0V1(y unsafe.Pointer, ys uintptr, x, w unsafe.Pointer, nb int, pf uintptr)
 
 // mmQ8_0V2: 2 row(s) of interleaved x by one Q8_0 panel (quant_vnni_amd64.s).
 //
 //go:noescape
-func mmQ8_0V2(y unsafe.Pointer, ys uintptr, x, w unsafe.Pointer, nb int)
+func mmQ8_0V2(y unsafe.Pointer, ys uintptr, x, w unsafe.Pointer, nb int, pf uintptr)
 
 // mmQ8_0V3: 3 row(s) of interleaved x by one Q8_0 panel (quant_vnni_amd64.s).
 //
 //go:noescape
-func mmQ8_0V3(y unsafe.Pointer, ys uintptr, x, w unsafe.Pointer, nb int)
+func mmQ8_0V3(y unsafe.Pointer, ys uintptr, x, w unsafe.Pointer, nb int, pf uintptr)
 
 // mmQ8_0V4: 4 row(s) of interleaved x by one Q8_0 panel (quant_vnni_amd64.s).
 //
 //go:noescape
-func mmQ8_0V4(y unsafe.Pointer, ys uintptr, x, w unsafe.Pointer, nb int)
+func mmQ8_0V4(y unsafe.Pointer, ys uintptr, x, w unsafe.Pointer, nb int, pf uintptr)
 
 // mmQ8_0V5: 5 row(s) of interleaved x by one Q8_0 panel (quant_vnni_amd64.s).
 //
 //go:noescape
-func mmQ8_0V5(y unsafe.Pointer, ys uintptr, x, w unsafe.Pointer, nb int)
+func mmQ8_0V5(y unsafe.Pointer, ys uintptr, x, w unsafe.Pointer, nb int, pf uintptr)
 
 // mmQ8_0V6: 6 row(s) of interleaved x by one Q8_0 panel (quant_vnni_amd64.s).
 //
 //go:noescape
-func mmQ8_0V6(y unsafe.Pointer, ys uintptr, x, w unsafe.Pointer, nb int)
+func mmQ8_0V6(y unsafe.Pointer, ys uintptr, x, w unsafe.Pointer, nb int, pf uintptr)
 
 // mmQ8_0V7: 7 row(s) of interleaved x by one Q8_0 panel (quant_vnni_amd64.s).
 //
 //go:noescape
-func mmQ8_0V7(y unsafe.Pointer, ys uintptr, x, w unsafe.Pointer, nb int)
+func mmQ8_0V7(y unsafe.Pointer, ys uintptr, x, w unsafe.Pointer, nb int, pf uintptr)
 
 // mmQ8_0V8: 8 row(s) of interleaved x by one Q8_0 panel (quant_vnni_amd64.s).
 //
 //go:noescape
-func mmQ8_0V8(y unsafe.Pointer, ys uintptr, x, w unsafe.Pointer, nb int)
+func mmQ8_0V8(y unsafe.Pointer, ys uintptr, x, w unsafe.Pointer, nb int, pf uintptr)
 
 // mmQ8_0V9: 9 row(s) of interleaved x by one Q8_0 panel (quant_vnni_amd64.s).
 //
 //go:noescape
-func mmQ8_0V9(y unsafe.Pointer, ys uintptr, x, w unsafe.Pointer, nb int)
+func mmQ8_0V9(y unsafe.Pointer, ys uintptr, x, w unsafe.Pointer, nb int, pf uintptr)
 
 // mmQ8_0V10: 10 row(s) of interleaved x by one Q8_0 panel (quant_vnni_amd64.s).
 //
 //go:noescape
-func mmQ8_0V10(y unsafe.Pointer, ys uintptr, x, w unsafe.Pointer, nb int)
+func mmQ8_0V10(y unsafe.Pointer, ys uintptr, x, w unsafe.Pointer, nb int, pf uintptr)
 
 // mmQ8_0V11: 11 row(s) of interleaved x by one Q8_0 panel (quant_vnni_amd64.s).
 //
 //go:noescape
-func mmQ8_0V11(y unsafe.Pointer, ys uintptr, x, w unsafe.Pointer, nb int)
+func mmQ8_0V11(y unsafe.Pointer, ys uintptr, x, w unsafe.Pointer, nb int, pf uintptr)
 
 // mmQ8_0V12: 12 row(s) of interleaved x by one Q8_0 panel (quant_vnni_amd64.s).
 //
 //go:noescape
-func mmQ8_0V12(y unsafe.Pointer, ys uintptr, x, w unsafe.Pointer, nb int)
+func mmQ8_0V12(y unsafe.Pointer, ys uintptr, x, w unsafe.Pointer, nb int, pf uintptr)
 
 // mmQ4_0V1: 1 row(s) of interleaved x by one Q4_0 panel (quant_vnni_amd64.s).
 //
 //go:noescape
-func mmQ4_0V1(y unsafe.Pointer, ys uintptr, x, w unsafe.Pointer, nb int)
+func mmQ4_0V1(y unsafe.Pointer, ys uintptr, x, w unsafe.Pointer, nb int, pf uintptr)
 
 // mmQ4_0V2: 2 row(s) of interleaved x by one Q4_0 panel (quant_vnni_amd64.s).
 //
 //go:noescape
-func mmQ4_0V2(y unsafe.Pointer, ys uintptr, x, w unsafe.Pointer, nb int)
+func mmQ4_0V2(y unsafe.Pointer, ys uintptr, x, w unsafe.Pointer, nb int, pf uintptr)
 
 // mmQ4_0V3: 3 row(s) of interleaved x by one Q4_0 panel (quant_vnni_amd64.s).
 //
 //go:noescape
-func mmQ4_0V3(y unsafe.Pointer, ys uintptr, x, w unsafe.Pointer, nb int)
+func mmQ4_0V3(y unsafe.Pointer, ys uintptr, x, w unsafe.Pointer, nb int, pf uintptr)
 
 // mmQ4_0V4: 4 row(s) of interleaved x by one Q4_0 panel (quant_vnni_amd64.s).
 //
 //go:noescape
-func mmQ4_0V4(y unsafe.Pointer, ys uintptr, x, w unsafe.Pointer, nb int)
+func mmQ4_0V4(y unsafe.Pointer, ys uintptr, x, w unsafe.Pointer, nb int, pf uintptr)
 
 // mmQ4_0V5: 5 row(s) of interleaved x by one Q4_0 panel (quant_vnni_amd64.s).
 //
 //go:noescape
-func mmQ4_0V5(y unsafe.Pointer, ys uintptr, x, w unsafe.Pointer, nb int)
+func mmQ4_0V5(y unsafe.Pointer, ys uintptr, x, w unsafe.Pointer, nb int, pf uintptr)
 
 // mmQ4_0V6: 6 row(s) of interleaved x by one Q4_0 panel (quant_vnni_amd64.s).
 //
 //go:noescape
-func mmQ4_0V6(y unsafe.Pointer, ys uintptr, x, w unsafe.Pointer, nb int)
+func mmQ4_0V6(y unsafe.Pointer, ys uintptr, x, w unsafe.Pointer, nb int, pf uintptr)
 
 // mmQ4_0V7: 7 row(s) of interleaved x by one Q4_0 panel (quant_vnni_amd64.s).
 //
 //go:noescape
-func mmQ4_0V7(y unsafe.Pointer, ys uintptr, x, w unsafe.Pointer, nb int)
+func mmQ4_0V7(y unsafe.Pointer, ys uintptr, x, w unsafe.Pointer, nb int, pf uintptr)
 
 // mmQ4_0V8: 8 row(s) of interleaved x by one Q4_0 panel (quant_vnni_amd64.s).
 //
 //go:noescape
-func mmQ4_0V8(y unsafe.Pointer, ys uintptr, x, w unsafe.Pointer, nb int)
+func mmQ4_0V8(y unsafe.Pointer, ys uintptr, x, w unsafe.Pointer, nb int, pf uintptr)
 
 // mmQ4_0V9: 9 row(s) of interleaved x by one Q4_0 panel (quant_vnni_amd64.s).
 //
 //go:noescape
-func mmQ4_0V9(y unsafe.Pointer, ys uintptr, x, w unsafe.Pointer, nb int)
+func mmQ4_0V9(y unsafe.Pointer, ys uintptr, x, w unsafe.Pointer, nb int, pf uintptr)
 
 // mmQ4_0V10: 10 row(s) of interleaved x by one Q4_0 panel (quant_vnni_amd64.s).
 //
 //go:noescape
-func mmQ4_0V10(y unsafe.Pointer, ys uintptr, x, w unsafe.Pointer, nb int)
+func mmQ4_0V10(y unsafe.Pointer, ys uintptr, x, w unsafe.Pointer, nb int, pf uintptr)
 
 // mmQ4_0V11: 11 row(s) of interleaved x by one Q4_0 panel (quant_vnni_amd64.s).
 //
 //go:noescape
-func mmQ4_0V11(y unsafe.Pointer, ys uintptr, x, w unsafe.Pointer, nb int)
+func mmQ4_0V11(y unsafe.Pointer, ys uintptr, x, w unsafe.Pointer, nb int, pf uintptr)
 
 // mmQ4_0V12: 12 row(s) of interleaved x by one Q4_0 panel (quant_vnni_amd64.s).
 //
 //go:noescape
-func mmQ4_0V12(y unsafe.Pointer, ys uintptr, x, w unsafe.Pointer, nb int)
+func mmQ4_0V12(y unsafe.Pointer, ys uintptr, x, w unsafe.Pointer, nb int, pf uintptr)
 
 // mmQ4_KV1: 1 row(s) of interleaved x by one Q4_K panel (quant_vnni_amd64.s).
 //
 //go:noescape
-func mmQ4_KV1(y unsafe.Pointer, ys uintptr, x, w unsafe.Pointer, nb int)
+func mmQ4_KV1(y unsafe.Pointer, ys uintptr, x, w unsafe.Pointer, nb int, pf uintptr)
 
 // mmQ4_KV2: 2 row(s) of interleaved x by one Q4_K panel (quant_vnni_amd64.s).
 //
 //go:noescape
-func mmQ4_KV2(y unsafe.Pointer, ys uintptr, x, w unsafe.Pointer, nb int)
+func mmQ4_KV2(y unsafe.Pointer, ys uintptr, x, w unsafe.Pointer, nb int, pf uintptr)
 
 // mmQ4_KV3: 3 row(s) of interleaved x by one Q4_K panel (quant_vnni_amd64.s).
 //
 //go:noescape
-func mmQ4_KV3(y unsafe.Pointer, ys uintptr, x, w unsafe.Pointer, nb int)
+func mmQ4_KV3(y unsafe.Pointer, ys uintptr, x, w unsafe.Pointer, nb int, pf uintptr)
 
 // mmQ4_KV4: 4 row(s) of interleaved x by one Q4_K panel (quant_vnni_amd64.s).
 //
 //go:noescape
-func mmQ4_KV4(y unsafe.Pointer, ys uintptr, x, w unsafe.Pointer, nb int)
+func mmQ4_KV4(y unsafe.Pointer, ys uintptr, x, w unsafe.Pointer, nb int, pf uintptr)
 
 // mmQ4_KV5: 5 row(s) of interleaved x by one Q4_K panel (quant_vnni_amd64.s).
 //
 //go:noescape
-func mmQ4_KV5(y unsafe.Pointer, ys uintptr, x, w unsafe.Pointer, nb int)
+func mmQ4_KV5(y unsafe.Pointer, ys uintptr, x, w unsafe.Pointer, nb int, pf uintptr)
 
 // mmQ4_KV6: 6 row(s) of interleaved x by one Q4_K panel (quant_vnni_amd64.s).
 //
 //go:noescape
-func mmQ4_KV6(y unsafe.Pointer, ys uintptr, x, w unsafe.Pointer, nb int)
+func mmQ4_KV6(y unsafe.Pointer, ys uintptr, x, w unsafe.Pointer, nb int, pf uintptr)
 
 // mmQ4_KV7: 7 row(s) of interleaved x by one Q4_K panel (quant_vnni_amd64.s).
 //
 //go:noescape
-func mmQ4_KV7(y unsafe.Pointer, ys uintptr, x, w unsafe.Pointer, nb int)
+func mmQ4_KV7(y unsafe.Pointer, ys uintptr, x, w unsafe.Pointer, nb int, pf uintptr)
 
 // mmQ4_KV8: 8 row(s) of interleaved x by one Q4_K panel (quant_vnni_amd64.s).
 //
 //go:noescape
-func mmQ4_KV8(y unsafe.Pointer, ys uintptr, x, w unsafe.Pointer, nb int)
+func mmQ4_KV8(y unsafe.Pointer, ys uintptr, x, w unsafe.Pointer, nb int, pf uintptr)
 
 // mmQ6_KV1: 1 row(s) of interleaved x by one Q6_K panel (quant_vnni_amd64.s).
 //
 //go:noescape
-func mmQ6_KV1(y unsafe.Pointer, ys uintptr, x, w unsafe.Pointer, nb int)
+func mmQ6_KV1(y unsafe.Pointer, ys uintptr, x, w unsafe.Pointer, nb int, pf uintptr)
 
 // mmQ6_KV2: 2 row(s) of interleaved x by one Q6_K panel (quant_vnni_amd64.s).
 //
 //go:noescape
-func mmQ6_KV2(y unsafe.Pointer, ys uintptr, x, w unsafe.Pointer, nb int)
+func mmQ6_KV2(y unsafe.Pointer, ys uintptr, x, w unsafe.Pointer, nb int, pf uintptr)
 
 // mmQ6_KV3: 3 row(s) of interleaved x by one Q6_K panel (quant_vnni_amd64.s).
 //
 //go:noescape
-func mmQ6_KV3(y unsafe.Pointer, ys uintptr, x, w unsafe.Pointer, nb int)
+func mmQ6_KV3(y unsafe.Pointer, ys uintptr, x, w unsafe.Pointer, nb int, pf uintptr)
 
 // mmQ6_KV4: 4 row(s) of interleaved x by one Q6_K panel (quant_vnni_amd64.s).
 //
 //go:noescape
-func mmQ6_KV4(y unsafe.Pointer, ys uintptr, x, w unsafe.Pointer, nb int)
+func mmQ6_KV4(y unsafe.Pointer, ys uintptr, x, w unsafe.Pointer, nb int, pf uintptr)
 
 // mmQ6_KV5: 5 row(s) of interleaved x by one Q6_K panel (quant_vnni_amd64.s).
 //
 //go:noescape
-func mmQ6_KV5(y unsafe.Pointer, ys uintptr, x, w unsafe.Pointer, nb int)
+func mmQ6_KV5(y unsafe.Pointer, ys uintptr, x, w unsafe.Pointer, nb int, pf uintptr)
 
 // mmQ6_KV6: 6 row(s) of interleaved x by one Q6_K panel (quant_vnni_amd64.s).
 //
 //go:noescape
-func mmQ6_KV6(y unsafe.Pointer, ys uintptr, x, w unsafe.Pointer, nb int)
+func mmQ6_KV6(y unsafe.Pointer, ys uintptr, x, w unsafe.Pointer, nb int, pf uintptr)
 
 // mmQ6_KV7: 7 row(s) of interleaved x by one Q6_K panel (quant_vnni_amd64.s).
 //
 //go:noescape
-func mmQ6_KV7(y unsafe.Pointer, ys uintptr, x, w unsafe.Pointer, nb int)
+func mmQ6_KV7(y unsafe.Pointer, ys uintptr, x, w unsafe.Pointer, nb int, pf uintptr)
 
 // mmQ6_KV8: 8 row(s) of interleaved x by one Q6_K panel (quant_vnni_amd64.s).
 //
 //go:noescape
-func mmQ6_KV8(y unsafe.Pointer, ys uintptr, x, w unsafe.Pointer, nb int)
+func mmQ6_KV8(y unsafe.Pointer, ys uintptr, x, w unsafe.Pointer, nb int, pf uintptr)
