@@ -48,9 +48,7 @@ func BenchmarkAttentionBatch64(b *testing.B) {
 			// "set" is the build's kernel set; "general" the same without
 			// its decode path (attnDec), where it has one: the per-token
 			// path it replaces, timed in the same run.
-			// "set-tok" is the set with the next token's rows fetched
-			// where they are few (decPrefetchMax), not the next head's.
-			for _, variant := range []string{"set", "general", "set-tok"} {
+			for _, variant := range []string{"set", "general"} {
 				b.Run(name+"/"+variant, func(b *testing.B) {
 					if vecBuilt == nil {
 						b.Skip("no vector kernels in this build")
@@ -63,14 +61,6 @@ func BenchmarkAttentionBatch64(b *testing.B) {
 						g := *vk
 						g.attnDec = nil
 						vk = &g
-					}
-					if variant == "set-tok" {
-						if vk.attnDec == nil {
-							b.Skip("the set has no decode path")
-						}
-						old := decPrefetchMax
-						decPrefetchMax = 256 << 10
-						defer func() { decPrefetchMax = old }()
 					}
 					cs := calls()
 					units, _ := unitsAttention(cs[0])

@@ -19,16 +19,12 @@ import "unsafe"
 //     two layers' attention, and a head's few hundred bytes of each of its
 //     positions, scattered over the sequence's pages, are too little of a
 //     pattern for the hardware prefetchers (BenchmarkAttentionBatch64:
-//     "cold" twice "hot" at ctx12 on the general path).
+//     "cold" twice "hot" at ctx12 on the general path). Asking for the
+//     whole next token's rows instead, a token ahead, measured no faster
+//     (ctx12 cold, ~695 against ~630 cpu-ns per item, load ~7): its
+//     ~600 lines' requests queue behind each other.
 // Each score, softmax and weighted sum is the general path's chain, in its
 // order: the bits are its bits (TestAttnDecMatchesGeneral).
-
-// prefetchRows asks for lines cache lines from p, then from p+stride, and
-// so on for rows rows (attn_dec512_amd64.s). A prefetch never faults, so the
-// addresses need no check.
-//
-//go:noescape
-func prefetchRows(p unsafe.Pointer, rows int, stride uintptr, lines int)
 
 // prefetchOffs asks for lines cache lines from base+4*offs[i] for each i
 // < n (attn_dec512_amd64.s).
@@ -56,35 +52,6 @@ func attnDec512(c *rcall, lo, hi int, k *kctx, vk *vecOps) bool {
 	group := nh / nkv
 	T := c.o[1].rows
 	scale := sqrt32(float32(hd))
-	// kvRange is the floats of a cache row the heads [h0,h1) read.
-	kvRange := func(h0, h1 int) (int, int) { return (h0 / group) * hd, ((h1-1)/group + 1) * hd }
-	// fetchToken asks for token t's rows of its heads in [lo, hi), where
-	// they are few enough; it reports whether it did.
-	fetchToken := func(t int) bool {
-		h0, h1 := headRange(lo, hi, t, T)
-		if h0 >= h1 {
-			return false
-		}
-		n, ok := attnValid(c, t)
-		if !ok {
-			return false
-		}
-		a, b := kvRange(h0, h1)
-		if 2*n*(b-a)*4 > decPrefetchMax {
-			return false
-		}
-		pt := pages[int(rows[t])*ppr : (int(rows[t])+1)*ppr]
-		lines := rowLines((b - a) * 4)
-		for p, pg := 0, 0; p < n; pg++ {
-			cnt := min(page, n-p)
-			o := int(pt[pg])*page*kvd + a
-			prefetchRows(unsafe.Pointer(&kc[o]), cnt, uintptr(kvd)*4, lines)
-			prefetchRows(unsafe.Pointer(&vc[o]), cnt, uintptr(kvd)*4, lines)
-			p += cnt
-		}
-		return true
-	}
-	fetched := false // whether the token about to run was asked for
 	for t := 0; t < T; t++ {
 		h0, h1 := headRange(lo, hi, t, T)
 		if h0 >= h1 {
@@ -94,17 +61,8 @@ func attnDec512(c *rcall, lo, hi int, k *kctx, vk *vecOps) bool {
 		clearF32(orow[h0*hd : h1*hd])
 		n, ok := attnValid(c, t)
 		if !ok {
-			fetched = false
 			continue
 		}
-		if decPrefetchMax > 0 {
-			if !fetched {
-				fetchToken(t)
-			}
-			fetched = t+1 < T && fetchToken(t+1)
-		}
-		a, b := kvRange(h0, h1)
-		long := 2*n*(b-a)*4 > decPrefetchMax
 		nhp := h1 - h0
 		r := int(rows[t])
 		offs, maxOff := cacheOffs(k, pages[r*ppr:(r+1)*ppr], n, page, kvd)
@@ -130,19 +88,17 @@ func attnDec512(c *rcall, lo, hi int, k *kctx, vk *vecOps) bool {
 		lines := rowLines(hd * 4)
 		for h := h0; h < h1; h++ {
 			koff := (h / group) * hd
-			if long && h+1 < h1 && (h+1)/group != h/group {
+			if h+1 < h1 && (h+1)/group != h/group {
 				prefetchOffs(unsafe.Pointer(&kc[koff+hd]), &offs[0], n, lines)
 			}
 			qh := q[t*nh*hd+h*hd : t*nh*hd+(h+1)*hd]
 			scoresDec16(unsafe.Pointer(&S[(h-h0)*ns]), unsafe.Pointer(&kc[koff]), &offs[0], ns/16, unsafe.Pointer(&qh[0]), hd, scale)
 		}
-		if long {
-			prefetchOffs(unsafe.Pointer(&vc[(h0/group)*hd]), &offs[0], n, lines)
-		}
+		prefetchOffs(unsafe.Pointer(&vc[(h0/group)*hd]), &offs[0], n, lines)
 		softmaxRowsPad(S, nhp, n, ns, vk, k)
 		for h := h0; h < h1; {
 			koff := (h / group) * hd
-			if long && h+1 < h1 && (h+1)/group != h/group {
+			if h+1 < h1 && (h+1)/group != h/group {
 				prefetchOffs(unsafe.Pointer(&vc[koff+hd]), &offs[0], n, lines)
 			}
 			a0 := unsafe.Pointer(&S[(h-h0)*ns])

@@ -2,31 +2,6 @@
 
 #include "textflag.h"
 
-// func prefetchRows(p unsafe.Pointer, rows int, stride uintptr, lines int)
-// Touches no vector register: no VZEROUPPER is needed.
-TEXT ·prefetchRows(SB), NOSPLIT, $0-32
-	MOVQ p+0(FP), AX
-	MOVQ rows+8(FP), BX
-	MOVQ stride+16(FP), CX
-	MOVQ lines+24(FP), DX
-	TESTQ BX, BX
-	JLE done
-	TESTQ DX, DX
-	JLE done
-row:
-	MOVQ AX, SI
-	MOVQ DX, DI
-line:
-	PREFETCHT0 (SI)
-	ADDQ $64, SI
-	DECQ DI
-	JNZ line
-	ADDQ CX, AX
-	DECQ BX
-	JNZ row
-done:
-	RET
-
 // func prefetchOffs(base unsafe.Pointer, offs *int, n int, lines int)
 TEXT ·prefetchOffs(SB), NOSPLIT, $0-32
 	MOVQ base+0(FP), AX
