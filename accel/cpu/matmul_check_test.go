@@ -140,7 +140,9 @@ func TestMatMulFusedChains(t *testing.T) {
 			p0, p1, t0, t1 := matUnits(c, lo, hi)
 			runMatMulPackedGo(c, p, p0, p1, t0, t1)
 		})
-		for _, set := range vecSets() {
+		// The benchmarks' extra sets too: their figures stand for
+		// kernels that compute what the others do.
+		for _, set := range append(vecSets(), benchExtraSets()...) {
 			if !set.hasMM() {
 				continue
 			}
