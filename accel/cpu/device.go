@@ -65,6 +65,7 @@ type Device struct {
 	work          *workers
 	threads       int
 	traceEvery    uint64 // EnvScheduleTrace
+	pfLimit       int64  // packed bytes up to which the kernels prefetch (prefetch.go)
 	packs         packTable
 
 	mu      sync.Mutex
@@ -112,7 +113,11 @@ func Open(opts accel.Options) (*Device, error) {
 		}
 		every = n
 	}
-	d := &Device{info: info(0), budget: budget, threads: threads, traceEvery: every, streams: map[*stream]struct{}{}, aliases: map[*mem]struct{}{}}
+	pf, err := prefetchLimit(os.Getenv(EnvPrefetch), LastLevelCache())
+	if err != nil {
+		return nil, err
+	}
+	d := &Device{info: info(0), budget: budget, threads: threads, traceEvery: every, pfLimit: pf, streams: map[*stream]struct{}{}, aliases: map[*mem]struct{}{}}
 	d.deviceMemory = alloc.NewDeviceMemory(budget, source{d}, d.check)
 	d.packs.init(d)
 	logHugePages()

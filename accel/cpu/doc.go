@@ -70,8 +70,10 @@
 // vector kernels for them are AVX2 (quant_amd64.go: on any x86-64 CPU with
 // AVX2) over packed panels of the same shape (quant_pack.go), and, for the
 // avx512 set on a CPU with AVX512_VNNI, VPDPBUSD kernels in Go assembly on
-// the same panels (quant_vnni_amd64.go, gen_quantvnni.go); the plain-Go
-// kernels read ggml's blocks as they are. REPRISE_CPU_SIMD=avx2 runs the
+// the same panels (quant_vnni_amd64.go, gen_quantvnni.go), which prefetch
+// the next panel while the device's packed weights fit in the last-level
+// cache and not once they stream from memory (prefetch.go; measured slower
+// there); the plain-Go kernels read ggml's blocks as they are. REPRISE_CPU_SIMD=avx2 runs the
 // AVX2 set on an AVX-512 CPU (the same bits), for comparison.
 // x's quantization has AVX2 kernels too (quant_acts_amd64.go), and Q4_0 and
 // Q8_0 have four-row kernels that split each weight vector once for four

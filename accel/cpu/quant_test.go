@@ -143,9 +143,15 @@ func runQuantVecOn(t *testing.T, vk *vecOps, c *rcall) []float32 {
 // W's packed panels, in runRef's two pieces, and returns y.
 func runQuantVec(t *testing.T, c *rcall) []float32 {
 	t.Helper()
+	return runQuantVecK(t, c, &kctx{})
+}
+
+// runQuantVecK is runQuantVec with the kernels' context k (its device's
+// settings: prefetch.go).
+func runQuantVecK(t *testing.T, c *rcall, k *kctx) []float32 {
+	t.Helper()
 	in, dt := c.o[1].cols, c.o[2].dt
 	p := packWeights(c.o[2])
-	k := &kctx{}
 	return runRef(c, func(c *rcall, lo, hi int) {
 		p0, p1, t0, t1 := matUnits(c, lo, hi)
 		quantizeActs(&k.qa, c.o[1].f32(), in, t0, t1, kBlocks(dt))

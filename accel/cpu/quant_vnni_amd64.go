@@ -155,8 +155,13 @@ func runQuantVNNI(c *rcall, a *qacts, p *packed, ks []qKernelV, lo, hi, t0, t1 i
 	// (gen_quantvnni.go's prefetch): the first group's call waits on its
 	// panel no longer than on the one it prefetched. The others' prefetches
 	// find the lines cached. Past the last panel they fetch nothing that
-	// matters (a prefetch does not fault).
+	// matters (a prefetch does not fault). Where the weights stream from
+	// memory the prefetch is slower (prefetch.go): pf 0 has each call
+	// prefetch the lines it is about to load, which costs nothing more.
 	pf := p.ps
+	if !k.d.prefetchPanels() {
+		pf = 0
+	}
 	// Panel by panel, so that a panel's weights stay in the nearest cache
 	// for every group of rows.
 	for pn := lo; pn < hi; pn++ {

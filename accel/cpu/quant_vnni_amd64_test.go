@@ -45,6 +45,48 @@ func TestQuantVNNIRows(t *testing.T) {
 	}
 }
 
+// TestQuantVNNINoPrefetch: with the prefetch of the next panel off (a
+// device whose packed weights outgrew the last-level cache: prefetch.go)
+// the VNNI kernels give the same bits as with it, many rows and one.
+func TestQuantVNNINoPrefetch(t *testing.T) {
+	useQuantVec(t)
+	if !archsimd.X86.AVX512VNNI() {
+		t.Skip("no VNNI kernels on this CPU")
+	}
+	r := rand.New(rand.NewPCG(23, 24))
+	off := &Device{pfLimit: -1}
+	if off.prefetchPanels() {
+		t.Fatal("a device with limit -1 prefetches")
+	}
+	for _, dt := range quantDTypes {
+		for _, T := range []int{1, 5, 33} {
+			t.Run(fmt.Sprintf("%s/T%d", dt, T), func(t *testing.T) {
+				c, _, _ := quantCall(t, r, dt, T, 40, 2*256)
+				want := runQuantVecOn(t, vnniSet(t), c)
+				old := vec.Load()
+				defer vec.Store(old)
+				vec.Store(vnniSet(t))
+				got := runQuantVecK(t, c, &kctx{d: off})
+				if i, ok := bitsEqual(got, want); !ok {
+					t.Fatalf("row %d out %d: %g without the prefetch, %g with it", i/40, i%40, got[i], want[i])
+				}
+			})
+		}
+	}
+}
+
+// vnniSet is the avx512 kernel set (the one with the VNNI kernels).
+func vnniSet(t *testing.T) *vecOps {
+	t.Helper()
+	for _, vk := range vecSets() {
+		if vk.name == "avx512" {
+			return vk
+		}
+	}
+	t.Skip("no avx512 set on this CPU")
+	return nil
+}
+
 // TestChooseSet: REPRISE_CPU_SIMD's values pick the sets they name where
 // this CPU runs them, 0 none, anything else the default.
 func TestChooseSet(t *testing.T) {

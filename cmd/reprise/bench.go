@@ -7,10 +7,8 @@ import (
 	"io"
 	"math"
 	"os"
-	"path/filepath"
 	"runtime/pprof"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -193,7 +191,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	for _, r := range rep.Rows {
 		if r.BatchSize == 1 && r.ReplayStep > 0 {
 			bw := float64(rep.ReadBytes) / (float64(r.ReplayStep) / 1e9)
-			rep.Roofline = &BenchRoof{WeightBytesPerS: bw, Fraction: bw / rep.MemoryBandwidth, LastLevelCache: lastLevelCache()}
+			rep.Roofline = &BenchRoof{WeightBytesPerS: bw, Fraction: bw / rep.MemoryBandwidth, LastLevelCache: cpu.LastLevelCache()}
 		}
 	}
 	if *plot != "" {
@@ -437,28 +435,4 @@ func plural(n int, noun string) string {
 		return "1 " + noun
 	}
 	return fmt.Sprintf("%d %ss", n, noun)
-}
-
-// lastLevelCache is the size of the CPU's largest data or unified cache in
-// bytes, from Linux's sysfs (0 where it does not say).
-func lastLevelCache() int64 {
-	dirs, _ := filepath.Glob("/sys/devices/system/cpu/cpu0/cache/index*")
-	var best, level int64
-	for _, d := range dirs {
-		typ, _ := os.ReadFile(filepath.Join(d, "type"))
-		if t := strings.TrimSpace(string(typ)); t != "Unified" && t != "Data" {
-			continue
-		}
-		lv, err1 := os.ReadFile(filepath.Join(d, "level"))
-		sz, err2 := os.ReadFile(filepath.Join(d, "size"))
-		if err1 != nil || err2 != nil {
-			continue
-		}
-		l, err1 := strconv.ParseInt(strings.TrimSpace(string(lv)), 10, 64)
-		n, err2 := cpu.ParseBytes(strings.TrimSpace(string(sz))) // "32768K"
-		if err1 == nil && err2 == nil && l >= level {
-			best, level = n, l
-		}
-	}
-	return best
 }
