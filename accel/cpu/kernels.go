@@ -87,7 +87,8 @@ type kctx struct {
 	rows4   [4][]float32
 	sums4   [4]float32
 	smp     sampleScratch
-	rope    []float32 // RoPE frequencies, cos and sin
+	rope    []float32 // RoPE frequencies
+	ropeCS  ropeAngles
 	tail    [4 * panelWidth]float32
 	qa      qacts     // quantized matmul: this piece's rows of x, quantized
 	qw      []byte    // quantized matmul: a panel widened for many rows (quant_rows_amd64.go)
@@ -627,16 +628,13 @@ func runRoPE(c *rcall, lo, hi int, k *kctx) {
 	T := c.o[0].rows
 	qc, kc := c.o[0].cols, c.o[1].cols
 	pairs := hd / 2
-	var buf []float32
-	if k != nil {
-		if cap(k.rope) < 3*pairs {
-			k.rope = make([]float32, 3*pairs)
-		}
-		buf = k.rope[:3*pairs]
-	} else {
-		buf = make([]float32, 3*pairs)
+	if k == nil {
+		k = &kctx{}
 	}
-	freq, fcr, fci := buf[:pairs], buf[pairs:2*pairs], buf[2*pairs:]
+	if cap(k.rope) < pairs {
+		k.rope = make([]float32, pairs)
+	}
+	freq := k.rope[:pairs]
 	rotate := rotateHead
 	if c.op == accel.OpRoPETable {
 		copyF32(freq, c.o[3].f32()[:pairs])
@@ -649,18 +647,15 @@ func runRoPE(c *rcall, lo, hi int, k *kctx) {
 			freq[i] = accel.RoPEFreq(2*i, hd, theta)
 		}
 	}
+	ac := &k.ropeCS
+	ac.use(freq, T)
 	sp := span{lo: lo, hi: hi, T: T, H: ropeUnitHeads(c), tm: rowSplit(T)}
 	for {
 		t, h0, h1, ok := sp.next()
 		if !ok {
 			break
 		}
-		p := float32(pos[t])
-		for i := 0; i < pairs; i++ {
-			val := p * freq[i]
-			fcr[i] = float32(math.Cos(float64(val)))
-			fci[i] = float32(math.Sin(float64(val)))
-		}
+		fcr, fci := ac.angles(t, pos[t], freq)
 		qr, kr := q[t*qc:(t+1)*qc], kk[t*kc:(t+1)*kc]
 		for h := h0; h < h1; h++ {
 			if h < nq {
@@ -672,6 +667,65 @@ func runRoPE(c *rcall, lo, hi int, k *kctx) {
 			}
 		}
 	}
+}
+
+// ropeAngles keeps a worker's cos and sin of each token's angles, so that
+// the layers of a step, which rotate the same positions by the same
+// frequencies, compute them once: per token t of a call, the position they
+// are for and the pairs' cos then sin. An entry is only used for the same
+// position and frequencies bit for bit, so the rotation reads the values it
+// would compute.
+type ropeAngles struct {
+	freq []float32 // the frequencies the entries are for
+	pos  []int64   // per token: the position of its entry (noAngles: none)
+	cs   []float32 // per token: 2*len(freq) values
+}
+
+const noAngles = math.MinInt64
+
+// use makes a hold entries for T tokens at frequencies freq, dropping them
+// all where freq differs from the last call's.
+func (a *ropeAngles) use(freq []float32, T int) {
+	same := len(a.freq) == len(freq)
+	for i := 0; same && i < len(freq); i++ {
+		same = math.Float32bits(a.freq[i]) == math.Float32bits(freq[i])
+	}
+	if !same {
+		a.freq = append(a.freq[:0], freq...)
+		for i := range a.pos {
+			a.pos[i] = noAngles
+		}
+	}
+	for len(a.pos) < T {
+		a.pos = append(a.pos, noAngles)
+	}
+	if need := len(a.pos) * 2 * len(freq); cap(a.cs) < need {
+		a.cs = make([]float32, need)
+		for i := range a.pos {
+			a.pos[i] = noAngles
+		}
+	} else {
+		a.cs = a.cs[:need]
+	}
+}
+
+// angles is token t's cos and sin at position p, computed where its entry
+// is for another position.
+func (a *ropeAngles) angles(t int, p int32, freq []float32) (fcr, fci []float32) {
+	n := len(freq)
+	e := a.cs[t*2*n : (t+1)*2*n]
+	fcr, fci = e[:n], e[n:]
+	if a.pos[t] == int64(p) {
+		return fcr, fci
+	}
+	pf := float32(p)
+	for i := 0; i < n; i++ {
+		val := pf * freq[i]
+		fcr[i] = float32(math.Cos(float64(val)))
+		fci[i] = float32(math.Sin(float64(val)))
+	}
+	a.pos[t] = int64(p)
+	return fcr, fci
 }
 
 //go:norace
