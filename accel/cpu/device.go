@@ -117,6 +117,7 @@ func Open(opts accel.Options) (*Device, error) {
 	if err != nil {
 		return nil, err
 	}
+	logPrefetch(pf)
 	d := &Device{info: info(0), budget: budget, threads: threads, traceEvery: every, pfLimit: pf, streams: map[*stream]struct{}{}, aliases: map[*mem]struct{}{}}
 	d.deviceMemory = alloc.NewDeviceMemory(budget, source{d}, d.check)
 	d.packs.init(d)

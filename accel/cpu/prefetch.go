@@ -2,11 +2,13 @@ package cpu
 
 import (
 	"fmt"
+	"log/slog"
 	"math"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 )
 
 // Software prefetch of packed weights.
@@ -60,6 +62,26 @@ func (d *Device) prefetchPanels() bool {
 	}
 	return d.packs.bytes.Load() <= d.pfLimit
 }
+
+// logPrefetch says once, at the first device's opening, up to how many
+// bytes of packed weights the kernels prefetch (debug level:
+// REPRISE_LOG=debug).
+var logPrefetch = func() func(int64) {
+	var done atomic.Bool
+	return func(limit int64) {
+		if done.Swap(true) {
+			return
+		}
+		switch {
+		case limit < 0:
+			slog.Debug("cpu: quantized kernels never prefetch the next panel", "why", EnvPrefetch+"=0")
+		case limit == math.MaxInt64:
+			slog.Debug("cpu: quantized kernels always prefetch the next panel")
+		default:
+			slog.Debug("cpu: quantized kernels prefetch the next panel while the packed weights fit in the last-level cache", "cache_bytes", limit)
+		}
+	}
+}()
 
 // LastLevelCache is the size in bytes of the CPU's largest data or
 // unified cache, from Linux's sysfs (0 where it cannot be read). On a
