@@ -683,8 +683,8 @@ type ropeAngles struct {
 
 const noAngles = math.MinInt64
 
-// use makes a hold entries for T tokens at frequencies freq, dropping them
-// all where freq differs from the last call's.
+// use readies a to hold entries for T tokens at frequencies freq, dropping
+// them all where freq differs from the last call's.
 func (a *ropeAngles) use(freq []float32, T int) {
 	same := len(a.freq) == len(freq)
 	for i := 0; same && i < len(freq); i++ {
