@@ -113,11 +113,11 @@ func Open(opts accel.Options) (*Device, error) {
 		}
 		every = n
 	}
-	pf, err := prefetchLimit(os.Getenv(EnvPrefetch), LastLevelCache())
+	pf, err := prefetchMode()
 	if err != nil {
 		return nil, err
 	}
-	logPrefetch(pf)
+	logPrefetch()
 	d := &Device{info: info(0), budget: budget, threads: threads, traceEvery: every, pfLimit: pf, streams: map[*stream]struct{}{}, aliases: map[*mem]struct{}{}}
 	d.deviceMemory = alloc.NewDeviceMemory(budget, source{d}, d.check)
 	d.packs.init(d)

@@ -8,7 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync/atomic"
+	"sync"
 )
 
 // Software prefetch of packed weights.
@@ -16,8 +16,8 @@ import (
 // The VNNI quantized kernels (quant_vnni_amd64.go) can prefetch, while they
 // read a panel, the next panel's lines (PREFETCHT0). Whether that helps
 // depends on where the weights come from, measured on a 2-core Intel Xeon
-// with AVX-512 VNNI and a 480 MiB L3 (docs/BENCH.md, "the run of
-// 2026-12-02, 16:28"):
+// with AVX-512 VNNI and a 480 MiB L3 (docs/BENCH.md, "An Intel Xeon with
+// AMX and a 480 MiB L3"):
 //   - weights the last-level cache holds (the 110M Q4_0 file, 65 MB):
 //     batch-1 decode 638-653 tok/s with the prefetch, 513-559 without;
 //   - weights that stream from memory every step (the 1B Q4_K_M file,
@@ -63,32 +63,36 @@ func (d *Device) prefetchPanels() bool {
 	return d.packs.bytes.Load() <= d.pfLimit
 }
 
+// prefetchMode is prefetchLimit for this process's environment and CPU,
+// read once, as hugeMode is.
+var prefetchMode = sync.OnceValues(func() (int64, error) {
+	return prefetchLimit(os.Getenv(EnvPrefetch), LastLevelCache())
+})
+
 // logPrefetch says once, at the first device's opening, up to how many
 // bytes of packed weights the kernels prefetch (debug level:
 // REPRISE_LOG=debug).
-var logPrefetch = func() func(int64) {
-	var done atomic.Bool
-	return func(limit int64) {
-		if done.Swap(true) {
-			return
-		}
-		switch {
-		case limit < 0:
-			slog.Debug("cpu: quantized kernels never prefetch the next panel", "why", EnvPrefetch+"=0")
-		case limit == math.MaxInt64:
-			slog.Debug("cpu: quantized kernels always prefetch the next panel")
-		default:
-			slog.Debug("cpu: quantized kernels prefetch the next panel while the packed weights fit in the last-level cache", "cache_bytes", limit)
-		}
+var logPrefetch = sync.OnceFunc(func() {
+	switch limit, err := prefetchMode(); {
+	case err != nil:
+	case limit < 0:
+		slog.Debug("cpu: quantized kernels never prefetch the next panel", "why", EnvPrefetch+"=0")
+	case limit == math.MaxInt64:
+		slog.Debug("cpu: quantized kernels always prefetch the next panel")
+	default:
+		slog.Debug("cpu: quantized kernels prefetch the next panel while the packed weights fit in the last-level cache", "cache_bytes", limit)
 	}
-}()
+})
 
 // LastLevelCache is the size in bytes of the CPU's largest data or
-// unified cache, from Linux's sysfs (0 where it cannot be read). On a
-// shared machine this process may hold less of it.
-func LastLevelCache() int64 {
+// unified cache, from Linux's sysfs (0 where it cannot be read), read
+// once per process (every Device's Open asks). On a shared machine this
+// process may hold less of it.
+func LastLevelCache() int64 { return lastLevelCache() }
+
+var lastLevelCache = sync.OnceValue(func() int64 {
 	return lastLevelCacheIn("/sys/devices/system/cpu/cpu0/cache")
-}
+})
 
 func lastLevelCacheIn(dir string) int64 {
 	dirs, _ := filepath.Glob(filepath.Join(dir, "index*"))
