@@ -9,8 +9,7 @@ import (
 // TestAttnDecMatchesGeneral: a set's decode attention path (attnDec) gives
 // its general per-token path's bits and the plain-Go kernels', at head
 // sizes 64 and 128, with and without grouped KV heads, at every context
-// length around its blocks of sixteen and at long contexts (where it asks
-// for the next head's rows instead of the next token's), for whole rows and
+// length around its blocks of sixteen and at long contexts, for whole rows and
 // rows split between workers (including splits inside a KV group), with
 // scores that overflow and a NaN query. A set without the path: its general
 // path against plain Go.

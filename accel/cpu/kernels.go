@@ -826,9 +826,6 @@ func runAttention(c *rcall, lo, hi int, k *kctx) {
 		runAttentionRuns(c, lo, hi, k, vk)
 		return
 	}
-	if vk != nil && vk.attnDec != nil && vk.attnDec(c, lo, hi, k, vk) {
-		return
-	}
 	for t := 0; t < T; t++ {
 		h0, h1 := headRange(lo, hi, t, T)
 		if h0 >= h1 {
@@ -844,6 +841,9 @@ func runAttention(c *rcall, lo, hi int, k *kctx) {
 		r := int(rows[t])
 		// hi is the largest offset, for the vector kernels' one bounds check.
 		offs, hi := cacheOffs(k, pages[r*ppr:(r+1)*ppr], n, page, kvd)
+		if vk != nil && vk.attnDec != nil && vk.attnDec(orow, q[t*nh*hd:(t+1)*nh*hd], kc, vc, offs, hi, n, h0, h1, group, hd, scale, k, vk) {
+			continue
+		}
 		if vk != nil && vk.attn8 != nil && vk.attn8(orow, q[t*nh*hd:(t+1)*nh*hd], kc, vc, offs, hi, h0, h1, group, hd, scale, k) {
 			continue
 		}
@@ -857,13 +857,7 @@ func runAttention(c *rcall, lo, hi int, k *kctx) {
 		ns := n
 		if vk != nil && hd%8 == 0 {
 			ns = (n + 7) &^ 7
-			if cap(k.offs) < ns {
-				k.offs = append(k.offs[:n], make([]int, ns-n)...)
-			}
-			offs = k.offs[:ns]
-			for p := n; p < ns; p++ {
-				offs[p] = offs[n-1]
-			}
+			offs = padOffs(k, n, ns)
 		}
 		if cap(k.att) < nhp*ns {
 			k.att = make([]float32, 0, max(nhp*ns, 1024))
@@ -879,6 +873,19 @@ func runAttention(c *rcall, lo, hi int, k *kctx) {
 			avHead(orow[h*hd:(h+1)*hd], vc[koff:], offs[:n], hi, S[(h-h0)*ns:(h-h0)*ns+n], vk)
 		}
 	}
+}
+
+// padOffs extends the n offsets cacheOffs left in k.offs to ns (> 0
+// rows), the pad repeating the last position, and returns them.
+func padOffs(k *kctx, n, ns int) []int {
+	if cap(k.offs) < ns {
+		k.offs = append(k.offs[:n], make([]int, ns-n)...)
+	}
+	offs := k.offs[:ns]
+	for p := n; p < ns; p++ {
+		offs[p] = offs[n-1]
+	}
+	return offs
 }
 
 // cacheOffs are the rows in the cache (times kvd, the floats of a position)

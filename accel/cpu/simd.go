@@ -111,11 +111,11 @@ type vecOps struct {
 	// layout suits it (attn8_amd64.go), false where it does not and nothing
 	// was written.
 	attn8 func(orow, qrow, kc, vc []float32, offs []int, maxOff, h0, h1, group, hd int, scale float32, k *kctx) bool
-	// attnDec is runAttention's per-token path for the units [lo, hi) (a
-	// decode step's tokens, one per sequence) where the set has its own
+	// attnDec is runAttention's work for one token and heads [h0, h1)
+	// (a decode step's token, one per sequence) where the set has its own
 	// (attn_dec512_amd64.go), false where it does not apply and nothing was
 	// written.
-	attnDec func(c *rcall, lo, hi int, k *kctx, vk *vecOps) bool
+	attnDec func(orow, qrow, kc, vc []float32, offs []int, maxOff, n, h0, h1, group, hd int, scale float32, k *kctx, vk *vecOps) bool
 	// sum adds x up in no particular order (bandwidth probe only).
 	sum func(x []float32) float32
 	// max is the maximum of x, false where x is empty or holds a NaN.
