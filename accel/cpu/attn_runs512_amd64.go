@@ -31,8 +31,8 @@ func vScoresT16Go(att, kt []float32, width int, q []float32, scale float32) {
 // vScoresT16 computes nb blocks of sixteen scores (lane j of block b is
 // position 16b+j) and, where half, eight more after them: each lane sums
 // its products over the head's elements in order from zero, a separate
-// multiply and add (the reference's chain), then divides by scale. Six
-// blocks run side by side where the panel is that wide, else three, then
+// multiply and add (the reference's chain), then divides by scale. Three
+// blocks run side by side (a panel of attnPanel positions is three), then
 // one: enough chains to hide the add's latency on both add pipes. The
 // loops keep the form of vScoresT's (gen_avx2mm.go's, the test at the
 // bottom), under which the compiler schedules in source order.
@@ -43,31 +43,6 @@ func vScoresT16Go(att, kt []float32, width int, q []float32, scale float32) {
 func vScoresT16(att, kt unsafe.Pointer, rs uintptr, q unsafe.Pointer, hd, nb int, half bool, scale float32) {
 	sv := archsimd.BroadcastFloat32x16(scale)
 	b := 0
-	for ; b+6 <= nb; b += 6 {
-		var a0, a1, a2, a3, a4, a5 archsimd.Float32x16
-		kp, qp := unsafe.Add(kt, b*64), q
-		for i := 0; ; {
-			qv := archsimd.BroadcastUint32x16(*(*uint32)(qp)).AsFloat32x16()
-			a0 = a0.Add(qv.Mul(archsimd.LoadFloat32x16((*[16]float32)(kp))))
-			a1 = a1.Add(qv.Mul(archsimd.LoadFloat32x16((*[16]float32)(unsafe.Add(kp, 64)))))
-			a2 = a2.Add(qv.Mul(archsimd.LoadFloat32x16((*[16]float32)(unsafe.Add(kp, 128)))))
-			a3 = a3.Add(qv.Mul(archsimd.LoadFloat32x16((*[16]float32)(unsafe.Add(kp, 192)))))
-			a4 = a4.Add(qv.Mul(archsimd.LoadFloat32x16((*[16]float32)(unsafe.Add(kp, 256)))))
-			a5 = a5.Add(qv.Mul(archsimd.LoadFloat32x16((*[16]float32)(unsafe.Add(kp, 320)))))
-			i++
-			if i >= hd {
-				break
-			}
-			kp, qp = unsafe.Add(kp, rs), unsafe.Add(qp, 4)
-		}
-		o := unsafe.Add(att, b*64)
-		a0.Div(sv).Store((*[16]float32)(o))
-		a1.Div(sv).Store((*[16]float32)(unsafe.Add(o, 64)))
-		a2.Div(sv).Store((*[16]float32)(unsafe.Add(o, 128)))
-		a3.Div(sv).Store((*[16]float32)(unsafe.Add(o, 192)))
-		a4.Div(sv).Store((*[16]float32)(unsafe.Add(o, 256)))
-		a5.Div(sv).Store((*[16]float32)(unsafe.Add(o, 320)))
-	}
 	for ; b+3 <= nb; b += 3 {
 		var a0, a1, a2 archsimd.Float32x16
 		kp, qp := unsafe.Add(kt, b*64), q

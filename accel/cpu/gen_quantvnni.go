@@ -1,9 +1,9 @@
 //go:build ignore
 
 // gen_quantvnni writes quant_vnni_amd64.s and quant_vnni_gen_amd64.go: the
-// AVX-512 VNNI quantized matmul kernels (Q8_0 and Q4_0) in Go assembly,
-// for the avx512 kernel set on CPUs with AVX512_VNNI (quant_vnni_amd64.go
-// says how they are used). Run it with
+// AVX-512 VNNI quantized matmul kernels (Q8_0, Q4_0, Q4_K, Q6_K) in Go
+// assembly, for the avx512 kernel set on CPUs with AVX512_VNNI
+// (quant_vnni_amd64.go says how they are used). Run it with
 // `GOEXPERIMENT=simd go generate ./accel/cpu`.
 //
 // Why assembly: archsimd has no VPDPBUSD (nor VCVTPH2PS, nor embedded
@@ -13,8 +13,9 @@
 // (and, for Q8_0, a sign trick or a nibble split to keep VPMADDUBSW's
 // int16 pair sums from saturating: VPDPBUSD's sums are int32, exact).
 //
-// One kernel per row count R = 1..maxRows: R rows of x by one 16-output
-// panel (quant_pack.go's, as the AVX2 kernels read it), a zmm register per
+// One kernel per row count R = 1..maxRows (1..maxRowsK for the
+// K-quants): R rows of x by one 16-output panel (quant_pack.go's, as the
+// AVX2 kernels read it), a zmm register per
 // row holding the panel's sixteen outputs. x comes interleaved per block
 // (vnniInterleave): the R rows' 32 values (32R bytes), then their scales
 // (R float32), then their corrections (R int32, -128·Σx for Q8_0, whose
@@ -46,7 +47,8 @@ import (
 	"os"
 )
 
-// maxRows is the most rows a kernel takes (vnniRows in the Go file): R
+// maxRows is the most rows a kernel takes (the length of each table in
+// quant_vnni_gen_amd64.go; kctx.tail holds that many rows' outputs): R
 // int32 sums and R float32 sums, plus five or six work registers, of the
 // 32 zmm registers.
 const maxRows = 12
@@ -161,7 +163,7 @@ func genKernel(a func(string, ...any), name, typ string, R int) {
 			a("\tVPXORD Z%d, Z%d, Z%d\n", alt(r), alt(r), alt(r))
 		}
 	}
-	// sum(r, k, g): VPDPBUSD of weight register Z(wreg) against row r's
+	// dot(r, k, wreg, xo): VPDPBUSD of weight register Z(wreg) against row r's
 	// four bytes at x offset xo, into the sum of chain k.
 	dot := func(r, k, wreg, xo int) {
 		d := acc(r)
@@ -227,7 +229,7 @@ func prefetch(a func(string, ...any), blk int) {
 
 // genHeadK writes a K-quant kernel's start: the registers as genKernel's
 // (SI the panel, DX its end, blk bytes per super-block), the float32 sums
-// (Z16..) cleared, and ends with the loop's label.
+// (Z16..) cleared; the caller writes the loop's label.
 func genHeadK(a func(string, ...any), name string, R, blk int) {
 	a("// func %s(y unsafe.Pointer, ys uintptr, x, w unsafe.Pointer, nb int, pf uintptr)\n", name)
 	a("TEXT ·%s(SB), NOSPLIT, $0-48\n", name)

@@ -89,11 +89,11 @@ type kctx struct {
 	smp     sampleScratch
 	rope    []float32 // RoPE frequencies
 	ropeCS  ropeAngles
-	tail    [4 * panelWidth]float32
-	qa      qacts     // quantized matmul: this piece's rows of x, quantized
-	qw      []byte    // quantized matmul: a panel widened for many rows (quant_rows_amd64.go)
-	lpMarks []uint64  // log probabilities: the vector top k's marks (logprobs.go)
-	zeros   []float32 // penalties: an all-zero bias row, never written (penalties.go)
+	tail    [12 * panelWidth]float32 // a partial last panel's outputs: up to 12 rows (the VNNI kernels' most)
+	qa      qacts                    // quantized matmul: this piece's rows of x, quantized
+	qw      []byte                   // quantized matmul: a panel widened for many rows (quant_rows_amd64.go)
+	lpMarks []uint64                 // log probabilities: the vector top k's marks (logprobs.go)
+	zeros   []float32                // penalties: an all-zero bias row, never written (penalties.go)
 
 	// reuseActs: the schedule item running says that the item before it
 	// on this goroutine was a quantized matmul reading the same rows of
@@ -692,20 +692,19 @@ func (a *ropeAngles) use(freq []float32, T int) {
 	}
 	if !same {
 		a.freq = append(a.freq[:0], freq...)
-		for i := range a.pos {
-			a.pos[i] = noAngles
-		}
 	}
 	for len(a.pos) < T {
 		a.pos = append(a.pos, noAngles)
 	}
 	if need := len(a.pos) * 2 * len(freq); cap(a.cs) < need {
-		a.cs = make([]float32, need)
+		a.cs, same = make([]float32, need), false
+	} else {
+		a.cs = a.cs[:need]
+	}
+	if !same {
 		for i := range a.pos {
 			a.pos[i] = noAngles
 		}
-	} else {
-		a.cs = a.cs[:need]
 	}
 }
 

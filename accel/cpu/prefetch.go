@@ -73,8 +73,8 @@ var prefetchMode = sync.OnceValues(func() (int64, error) {
 // bytes of packed weights the kernels prefetch (debug level:
 // REPRISE_LOG=debug).
 var logPrefetch = sync.OnceFunc(func() {
-	switch limit, err := prefetchMode(); {
-	case err != nil:
+	// Open calls it only once prefetchMode has no error.
+	switch limit, _ := prefetchMode(); {
 	case limit < 0:
 		slog.Debug("cpu: quantized kernels never prefetch the next panel", "why", EnvPrefetch+"=0")
 	case limit == math.MaxInt64:

@@ -66,8 +66,6 @@ type qacts struct {
 	// xsVNNI: xs is interleaved for the VNNI kernels
 	// (quant_vnni_amd64.go), not spread for the AVX2 ones.
 	xsVNNI bool
-	// vtail is the VNNI kernels' output for a partial last panel.
-	vtail []float32
 }
 
 // actsKey names a quantization of x: its rows [t0, t1) of in columns at

@@ -96,10 +96,10 @@ func TestQuantMatMul(t *testing.T) {
 				oldQ := quantVec.Load()
 				quantVec.Store(true)
 				defer quantVec.Store(oldQ)
-				for _, vk := range vecSets() {
+				for _, vk := range quantSets() {
 					got := runQuantVecOn(t, vk, c)
 					if i, ok := bitsEqual(got, plain); !ok {
-						t.Fatalf("%s: vector kernels differ at %d: %g, plain Go %g", vk.name, i, got[i], plain[i])
+						t.Fatalf("%s: vector kernels differ at %d: %g, plain Go %g", setName(vk), i, got[i], plain[i])
 					}
 				}
 			})
@@ -120,14 +120,32 @@ func vecEqualsPlain(t *testing.T, c *rcall) []float32 {
 	plain := runRef(c, func(c *rcall, lo, hi int) { runMatMul(c, lo, hi, k) })
 	quantVec.Store(true)
 	var got []float32
-	for _, vk := range vecSets() {
+	for _, vk := range quantSets() {
 		got = runQuantVecOn(t, vk, c)
 		if i, ok := bitsEqual(got, plain); !ok {
 			out := c.o[0].cols
-			t.Fatalf("%s: row %d out %d: %g, plain Go %g", vk.name, i/out, i%out, got[i], plain[i])
+			t.Fatalf("%s: row %d out %d: %g, plain Go %g", setName(vk), i/out, i%out, got[i], plain[i])
 		}
 	}
 	return got
+}
+
+// quantSets are the kernel sets the quantized tests run each of: every set
+// this CPU runs, or, where it runs none (AVX2 without FMA), the plain-Go
+// set (nil), whose quantized matmul still runs the AVX2 kernels.
+func quantSets() []*vecOps {
+	if s := vecSets(); len(s) > 0 {
+		return s
+	}
+	return []*vecOps{nil}
+}
+
+// setName names a kernel set in a test's message.
+func setName(vk *vecOps) string {
+	if vk == nil {
+		return "plain-Go set"
+	}
+	return vk.name
 }
 
 // runQuantVecOn is runQuantVec with the kernel set vk in use.
@@ -228,28 +246,26 @@ func TestQuantizeActsVec(t *testing.T) {
 	cases = append(cases, tcase{all, 13 * 32, len(all) / (13 * 32), false}, tcase{all[:3*13*32], 13 * 32, 3, false})
 	for i, tc := range cases {
 		k, x, in := tc.k, tc.x, tc.in
-		{
-			var want, got qacts
-			old := quantVec.Load()
-			quantVec.Store(false)
-			quantizeActs(&want, x, in, 0, tc.t1, k)
-			quantVec.Store(true)
-			quantizeActs(&got, x, in, 0, tc.t1, k)
-			quantVec.Store(old)
-			for j := range want.qx {
-				if got.qx[j] != want.qx[j] {
-					t.Fatalf("k %v case %d: value %d: %d, scalar %d", k, i, j, got.qx[j], want.qx[j])
-				}
+		var want, got qacts
+		old := quantVec.Load()
+		quantVec.Store(false)
+		quantizeActs(&want, x, in, 0, tc.t1, k)
+		quantVec.Store(true)
+		quantizeActs(&got, x, in, 0, tc.t1, k)
+		quantVec.Store(old)
+		for j := range want.qx {
+			if got.qx[j] != want.qx[j] {
+				t.Fatalf("k %v case %d: value %d: %d, scalar %d", k, i, j, got.qx[j], want.qx[j])
 			}
-			for j := range want.dx {
-				if math.Float32bits(got.dx[j]) != math.Float32bits(want.dx[j]) {
-					t.Fatalf("k %v case %d: scale %d: %g, scalar %g", k, i, j, got.dx[j], want.dx[j])
-				}
+		}
+		for j := range want.dx {
+			if math.Float32bits(got.dx[j]) != math.Float32bits(want.dx[j]) {
+				t.Fatalf("k %v case %d: scale %d: %g, scalar %g", k, i, j, got.dx[j], want.dx[j])
 			}
-			for j := range want.sx {
-				if got.sx[j] != want.sx[j] {
-					t.Fatalf("k %v case %d: sum %d: %d, scalar %d", k, i, j, got.sx[j], want.sx[j])
-				}
+		}
+		for j := range want.sx {
+			if got.sx[j] != want.sx[j] {
+				t.Fatalf("k %v case %d: sum %d: %d, scalar %d", k, i, j, got.sx[j], want.sx[j])
 			}
 		}
 	}

@@ -147,7 +147,9 @@ func runQuantVNNI(c *rcall, a *qacts, p *packed, ks []qKernelV, lo, hi, t0, t1 i
 		a.xsFor, a.xsVNNI = p.dt, true
 		vnniInterleave(a, p.dt, n, nb, ng)
 	}
-	a.vtail = grow(a.vtail, len(ks)*panelWidth)
+	if len(ks) > len(k.tail)/panelWidth {
+		panic("cpu: VNNI kernels of more rows than kctx.tail holds")
+	}
 	yf := y.f32()
 	ys := uintptr(out) * 4
 	xs := unsafe.Pointer(&a.xs[0])
@@ -174,10 +176,10 @@ func runQuantVNNI(c *rcall, a *qacts, p *packed, ks []qKernelV, lo, hi, t0, t1 i
 			if o0+panelWidth <= out {
 				ks[R-1](unsafe.Pointer(&yf[(t0+r0)*out+o0]), ys, xg, wp, nb, pf)
 			} else {
-				ks[R-1](unsafe.Pointer(&a.vtail[0]), panelWidth*4, xg, wp, nb, pf)
+				ks[R-1](unsafe.Pointer(&k.tail[0]), panelWidth*4, xg, wp, nb, pf)
 				for i := 0; i < R; i++ {
 					t := t0 + r0 + i
-					copyF32(yf[t*out+o0:(t+1)*out], a.vtail[i*panelWidth:i*panelWidth+out-o0])
+					copyF32(yf[t*out+o0:(t+1)*out], k.tail[i*panelWidth:i*panelWidth+out-o0])
 				}
 			}
 			r0 += R
