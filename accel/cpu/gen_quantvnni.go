@@ -141,14 +141,7 @@ func genKernel(a func(string, ...any), name, typ string, R int) {
 	acc := func(r int) int { return r }
 	alt := func(r int) int { return zAlt + r }
 	yacc := func(r int) int { return R + r }
-	a("// func %s(y unsafe.Pointer, ys uintptr, x, w unsafe.Pointer, nb int, pf uintptr)\n", name)
-	a("TEXT ·%s(SB), NOSPLIT, $0-48\n", name)
-	a("\tMOVQ y+0(FP), AX\n\tMOVQ ys+8(FP), BX\n\tMOVQ x+16(FP), CX\n\tMOVQ w+24(FP), SI\n")
-	a("\tMOVQ pf+40(FP), R9\n")
-	a("\tMOVQ nb+32(FP), DX\n\tIMULQ $%d, DX\n\tADDQ SI, DX\n", blk)
-	for r := 0; r < R; r++ {
-		a("\tVPXORD Z%d, Z%d, Z%d\n", yacc(r), yacc(r), yacc(r))
-	}
+	genHead(a, name, R, blk, yacc(0))
 	if typ == "Q4_0" {
 		a("\tMOVL $0x0f0f0f0f, R8\n\tVPBROADCASTD R8, Z%d\n", zMask)
 	}
@@ -201,15 +194,7 @@ func genKernel(a func(string, ...any), name, typ string, R int) {
 		a("\tVMULPS Z%d, Z%d, Z%d\n", acc(r), zT, zT)
 		a("\tVADDPS Z%d, Z%d, Z%d\n", zT, yacc(r), yacc(r))
 	}
-	a("\tADDQ $%d, CX\n\tADDQ $%d, SI\n\tCMPQ SI, DX\n\tJNE %s_loop\n", xb, blk, name)
-	a("%s_store:\n", name)
-	for r := 0; r < R; r++ {
-		if r > 0 {
-			a("\tADDQ BX, AX\n")
-		}
-		a("\tVMOVUPS Z%d, (AX)\n", yacc(r))
-	}
-	a("\tVZEROUPPER\n\tRET\n\n")
+	genTail(a, name, R, blk, xb, yacc(0))
 }
 
 // prefetch writes, at the top of a block loop, a prefetch of every cache
@@ -227,30 +212,31 @@ func prefetch(a func(string, ...any), blk int) {
 	}
 }
 
-// genHeadK writes a K-quant kernel's start: the registers as genKernel's
-// (SI the panel, DX its end, blk bytes per super-block), the float32 sums
-// (Z16..) cleared; the caller writes the loop's label.
-func genHeadK(a func(string, ...any), name string, R, blk int) {
+// genHead writes a kernel's start: AX y, BX its stride, CX x, SI the
+// panel, DX its end (blk bytes per block or super-block), R9 the prefetch
+// offset, and the R float32 sums (Z(y0)..) cleared; the caller writes the
+// loop's label.
+func genHead(a func(string, ...any), name string, R, blk, y0 int) {
 	a("// func %s(y unsafe.Pointer, ys uintptr, x, w unsafe.Pointer, nb int, pf uintptr)\n", name)
 	a("TEXT ·%s(SB), NOSPLIT, $0-48\n", name)
 	a("\tMOVQ y+0(FP), AX\n\tMOVQ ys+8(FP), BX\n\tMOVQ x+16(FP), CX\n\tMOVQ w+24(FP), SI\n")
 	a("\tMOVQ pf+40(FP), R9\n")
 	a("\tMOVQ nb+32(FP), DX\n\tIMULQ $%d, DX\n\tADDQ SI, DX\n", blk)
 	for r := 0; r < R; r++ {
-		a("\tVPXORD Z%d, Z%d, Z%d\n", 16+r, 16+r, 16+r)
+		a("\tVPXORD Z%d, Z%d, Z%d\n", y0+r, y0+r, y0+r)
 	}
 }
 
-// genTailK writes a K-quant kernel's loop end (x advancing xb bytes) and
-// the stores of the float32 sums.
-func genTailK(a func(string, ...any), name string, R, blk, xb int) {
+// genTail writes a kernel's loop end (x advancing xb bytes, the panel blk)
+// and the stores of the float32 sums Z(y0)...
+func genTail(a func(string, ...any), name string, R, blk, xb, y0 int) {
 	a("\tADDQ $%d, CX\n\tADDQ $%d, SI\n\tCMPQ SI, DX\n\tJNE %s_loop\n", xb, blk, name)
 	a("%s_store:\n", name)
 	for r := 0; r < R; r++ {
 		if r > 0 {
 			a("\tADDQ BX, AX\n")
 		}
-		a("\tVMOVUPS Z%d, (AX)\n", 16+r)
+		a("\tVMOVUPS Z%d, (AX)\n", y0+r)
 	}
 	a("\tVZEROUPPER\n\tRET\n\n")
 }
@@ -271,7 +257,7 @@ func genQ4_K(a func(string, ...any), name string, R int) {
 	const blk = 2368
 	xb := 276 * R
 	two := R <= 2
-	genHeadK(a, name, R, blk)
+	genHead(a, name, R, blk, 16)
 	a("\tMOVL $0x0f0f0f0f, R8\n\tVPBROADCASTD R8, Z26\n")
 	a("\tCMPQ SI, DX\n\tJEQ %s_store\n", name)
 	a("%s_loop:\n", name)
@@ -330,7 +316,7 @@ func genQ4_K(a func(string, ...any), name string, R int) {
 		a("\tVMULPS Z%d, Z27, Z27\n\tVMULPS Z%d, Z31, Z31\n", r, 8+r)
 		a("\tVSUBPS Z31, Z27, Z27\n\tVADDPS Z27, Z%d, Z%d\n", 16+r, 16+r)
 	}
-	genTailK(a, name, R, blk, xb)
+	genTail(a, name, R, blk, xb, 16)
 }
 
 // genQ6_K writes a Q6_K kernel: R rows by one Q6_K panel (3360 bytes per
@@ -351,7 +337,7 @@ func genQ6_K(a func(string, ...any), name string, R int) {
 	const blk = 3360
 	xb := 324 * R
 	two := R <= 2
-	genHeadK(a, name, R, blk)
+	genHead(a, name, R, blk, 16)
 	a("\tMOVL $0x3f3f3f3f, R8\n\tVPBROADCASTD R8, Z28\n")
 	a("\tMOVL $0x03030303, R8\n\tVPBROADCASTD R8, Z29\n")
 	a("\tMOVL $0x0f0f0f0f, R8\n\tVPBROADCASTD R8, Z30\n")
@@ -403,5 +389,5 @@ func genQ6_K(a func(string, ...any), name string, R int) {
 		a("\tVCVTDQ2PS Z%d, Z%d\n\tVMULPS Z%d, Z27, Z27\n", r, r, r)
 		a("\tVSUBPS Z27, Z%d, Z%d\n", 16+r, 16+r)
 	}
-	genTailK(a, name, R, blk, xb)
+	genTail(a, name, R, blk, xb, 16)
 }
