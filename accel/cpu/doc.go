@@ -96,7 +96,10 @@
 // (schedule.go): each kernel's work split into whole heads, panels of hidden
 // units, or rows, the same pieces for every kernel of a worker's chain, and
 // barriers only where one worker needs another's output, with no allocation
-// and no channel hand-off during a replay.
+// and no channel hand-off during a replay. A matmul split by panels over
+// many rows (a prefill's, a batch's float32 one) is shared instead: its
+// workers claim chunks of panels from one counter as they come (share.go),
+// so that the faster core takes more of it.
 //
 // Invariants:
 //   - Kernels are deterministic: each output element is computed by one

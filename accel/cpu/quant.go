@@ -243,7 +243,8 @@ func runMatMulQuant(c *rcall, lo, hi, t0, t1 int, k *kctx) {
 	key := actsKey{x: &x.b[0], in: in, t0: t0, t1: t1, k: kBlocks(w.dt), ok: true}
 	if k == nil || !k.reuseActs || a.held != key {
 		quantizeActs(a, x.f32(), in, t0, t1, key.k)
-		a.held = key
+		// Any spread copy (xs) was made from the quantization replaced.
+		a.held, a.xsFor = key, 0
 	}
 	if quantVec.Load() && quantPacks(w.dt) && k != nil && k.d != nil {
 		if p := k.d.packFor(c); p != nil {

@@ -21,7 +21,9 @@ import (
 // split into one contiguous range per worker; the unit orders are chosen so
 // that these ranges line up across kernels (the panels of the q, k and v
 // projections a worker computes are the heads it rotates, writes to the cache
-// and attends with). From each piece's footprint (the memory it reads and
+// and attends with). A matmul split by panels over many rows is the
+// exception: its workers claim its panels as they come (share.go), so that
+// a slower core does not hold the other at the barrier after it. From each piece's footprint (the memory it reads and
 // writes, conservatively) the builder inserts a barrier only before a piece
 // that reads what another worker wrote since the last barrier, or writes
 // what another worker read or wrote: independent kernels, and chains of
@@ -54,8 +56,12 @@ type item struct {
 	src    []byte
 	dm     *mem // segment of dst (copies)
 	doff   int64
-	rep    bool  // run by every worker
-	t      *task // itemSerial
+	rep    bool // run by every worker
+	// share: every worker's slot holds this same piece (lo 0, hi the
+	// kernel's units), whose units the workers claim in chunks as they
+	// come (shareClaim) instead of a fixed half each.
+	share *shareClaim
+	t     *task // itemSerial
 	// reuse: a quantized matmul whose slot runs, just before it, one on
 	// the same rows of the same x (builder.reusesActs): it takes that
 	// one's quantization of x instead of making its own.
@@ -92,6 +98,7 @@ type ScheduleStats struct {
 	Barriers   int // barriers per replay (phases less one)
 	Replicated int // single-unit kernels every worker runs
 	ReusedActs int // quantized matmul pieces that reuse the piece before's quantized x
+	Shared     int // matmuls whose panels the workers claim as they come (shareClaim)
 }
 
 // replay runs an executable's nodes: on its static schedule across the pool
@@ -208,6 +215,10 @@ func (s *schedule) runItems(j *job, items []item, k *kctx) {
 		switch it.kind {
 		case itemKernel:
 			d.noteWrites(it.c)
+			if it.share != nil {
+				runShared(j, it, k)
+				continue
+			}
 			if !it.reuse {
 				// What k holds was made before this slot or by an
 				// item that a later one may not trust.
@@ -605,6 +616,10 @@ func (b *builder) kernel(c *rcall) {
 		b.single(itemKernel, c, f, n*cost, nil)
 		return
 	}
+	if shareable(c, n, b.W) {
+		b.shared(c, n, cost)
+		return
+	}
 	conflict := false
 	for w := 0; w < b.W; w++ {
 		p := &b.parts[w]
@@ -645,7 +660,11 @@ func (b *builder) reusesActs(w int, it *item) bool {
 		return false
 	}
 	prev := &p[len(p)-1]
-	if prev.kind != itemKernel || prev.rep || it.rep || !quantMatMul(prev.c) || !quantMatMul(it.c) {
+	// (A shared piece follows only a shared one: a goroutine that ran none
+	// of the first's chunks holds no quantization of its x, which
+	// runShared then forgets, and otherwise holds one of every row.)
+	if prev.kind != itemKernel || prev.rep || it.rep || (prev.share == nil) != (it.share == nil) ||
+		!quantMatMul(prev.c) || !quantMatMul(it.c) {
 		return false
 	}
 	x, px := &it.c.o[1], &prev.c.o[1]
