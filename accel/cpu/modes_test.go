@@ -170,17 +170,8 @@ func TestScheduleSteal(t *testing.T) {
 		if s == nil {
 			t.Fatalf("%s: no schedule on two threads", sc.sh.name)
 		}
-		dev := e.Dev.(*Device)
 		for rep := 0; rep < 2; rep++ {
-			e.Zero(d.logits)
-			if err := e.S.Synchronize(); err != nil {
-				t.Fatal(err)
-			}
-			runAlone(dev, s, &kctx{d: dev})
-			if f := s.job.fault.Load(); f != nil {
-				t.Fatal(f.v)
-			}
-			if i, ok := bitsEqual(e.ReadF32(d.logits), want); !ok {
+			if i, ok := bitsEqual(aloneLogits(t, e, d, s), want); !ok {
 				t.Fatalf("%s, one goroutine, run %d: logit %d differs", sc.sh.name, rep, i)
 			}
 			e.Zero(d.logits)
@@ -190,6 +181,22 @@ func TestScheduleSteal(t *testing.T) {
 			}
 		}
 	}
+}
+
+// aloneLogits is d's logits after schedule s runs once on the calling
+// goroutine alone (runAlone).
+func aloneLogits(t *testing.T, e *acceltest.Env, d *decoder, s *schedule) []float32 {
+	t.Helper()
+	dev := e.Dev.(*Device)
+	e.Zero(d.logits)
+	if err := e.S.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	runAlone(dev, s, &kctx{d: dev})
+	if f := s.job.fault.Load(); f != nil {
+		t.Fatal(f.v)
+	}
+	return e.ReadF32(d.logits)
 }
 
 // runAlone runs schedule s once on the calling goroutine alone: with no job

@@ -83,16 +83,7 @@ func TestScheduleShared(t *testing.T) {
 				if st := s.stats; st.Shared == 0 || st.ReusedActs < sc.reused*threads {
 					t.Fatalf("%d threads: schedule %+v: want shared pieces, at least %d reusing x", threads, st, sc.reused*threads)
 				}
-				dev := e.Dev.(*Device)
-				e.Zero(d.logits)
-				if err := e.S.Synchronize(); err != nil {
-					t.Fatal(err)
-				}
-				runAlone(dev, s, &kctx{d: dev})
-				if f := s.job.fault.Load(); f != nil {
-					t.Fatal(f.v)
-				}
-				if i, ok := bitsEqual(e.ReadF32(d.logits), want); !ok {
+				if i, ok := bitsEqual(aloneLogits(t, e, d, s), want); !ok {
 					t.Fatalf("%d threads, one goroutine: logit %d differs", threads, i)
 				}
 			}
