@@ -78,7 +78,7 @@ func main() {
 		p("// %s: %d row(s) of x by %d panel(s) of float32 weights, %d of the\n", name, R, P, 2*P)
 		p("// %d weight vectors of an input in registers (simd_avx2fma_amd64.s).\n", nw)
 		p("//\n//go:noescape\n")
-		p("func %s(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)\n\n", name)
+		p("func %s(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)\n\n", name)
 		genAsm(a, name, R, P, nw)
 	}
 	src, err := format.Source(g.Bytes())
@@ -107,8 +107,8 @@ func has(r, q int) bool {
 // broadcast of each row's input is Y15.
 func genAsm(a func(string, ...any), name string, R, P, nw int) {
 	acc := func(r, k int) int { return 2*P*r + k }
-	a("// func %s(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)\n", name)
-	a("TEXT ·%s(SB), NOSPLIT, $0-56\n", name)
+	a("// func %s(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)\n", name)
+	a("TEXT ·%s(SB), NOSPLIT, $0-64\n", name)
 	a("\tMOVQ y+0(FP), AX\n\tMOVQ ys+8(FP), BX\n\tMOVQ x+16(FP), CX\n\tMOVQ xs+24(FP), R8\n")
 	a("\tMOVQ w+32(FP), SI\n\tMOVQ ps+40(FP), R9\n")
 	for r := 1; r < R; r++ {
@@ -117,40 +117,53 @@ func genAsm(a func(string, ...any), name string, R, P, nw int) {
 	for q := 1; q < P; q++ {
 		a("\tLEAQ (%s)(R9*1), %s\n", wRegs[q-1], wRegs[q])
 	}
+	a("\tMOVQ pf+56(FP), R13\n")
 	a("\tMOVQ in+48(FP), R9\n")
 	for i := 0; i < 2*R*P; i++ {
 		a("\tVXORPS Y%d, Y%d, Y%d\n", i, i, i)
 	}
 	a("\tTESTQ R9, R9\n\tJLE %s_store\n", name)
+	// The loop twice: first the one that prefetches, with each input, the
+	// line R13 bytes past the first panel's current one, then the one
+	// taken when pf is 0 (mmKernel, simd.go), which spends no load slot
+	// on it.
+	body := func() {
+		mem := func(k int) string {
+			q, h := k/2, k%2
+			if h == 0 {
+				return fmt.Sprintf("(%s)", wRegs[q])
+			}
+			return fmt.Sprintf("32(%s)", wRegs[q])
+		}
+		src := make([]string, 2*P)
+		for k := range src {
+			if k < nw {
+				a("\tVMOVUPS %s, Y%d\n", mem(k), 2*R*P+k)
+				src[k] = fmt.Sprintf("Y%d", 2*R*P+k)
+			} else {
+				src[k] = mem(k)
+			}
+		}
+		for r := 0; r < R; r++ {
+			a("\tVBROADCASTSS (%s), Y15\n", xRegs[r])
+			for k := 0; k < 2*P; k++ {
+				a("\tVFMADD231PS %s, Y15, Y%d\n", src[k], acc(r, k))
+			}
+		}
+		for r := 0; r < R; r++ {
+			a("\tADDQ $4, %s\n", xRegs[r])
+		}
+		for q := 0; q < P; q++ {
+			a("\tADDQ $64, %s\n", wRegs[q])
+		}
+	}
+	a("\tTESTQ R13, R13\n\tJZ %s_loop\n", name)
+	a("%s_pfloop:\n", name)
+	a("\tPREFETCHT1 (SI)(R13*1)\n")
+	body()
+	a("\tDECQ R9\n\tJNZ %s_pfloop\n\tJMP %s_store\n", name, name)
 	a("%s_loop:\n", name)
-	mem := func(k int) string {
-		q, h := k/2, k%2
-		if h == 0 {
-			return fmt.Sprintf("(%s)", wRegs[q])
-		}
-		return fmt.Sprintf("32(%s)", wRegs[q])
-	}
-	src := make([]string, 2*P)
-	for k := range src {
-		if k < nw {
-			a("\tVMOVUPS %s, Y%d\n", mem(k), 2*R*P+k)
-			src[k] = fmt.Sprintf("Y%d", 2*R*P+k)
-		} else {
-			src[k] = mem(k)
-		}
-	}
-	for r := 0; r < R; r++ {
-		a("\tVBROADCASTSS (%s), Y15\n", xRegs[r])
-		for k := 0; k < 2*P; k++ {
-			a("\tVFMADD231PS %s, Y15, Y%d\n", src[k], acc(r, k))
-		}
-	}
-	for r := 0; r < R; r++ {
-		a("\tADDQ $4, %s\n", xRegs[r])
-	}
-	for q := 0; q < P; q++ {
-		a("\tADDQ $64, %s\n", wRegs[q])
-	}
+	body()
 	a("\tDECQ R9\n\tJNZ %s_loop\n", name)
 	a("%s_store:\n", name)
 	for r := 0; r < R; r++ {

@@ -92,7 +92,7 @@ func table(p func(string, ...any), name, prefix string) {
 func genSplit(p func(string, ...any), prefix string, R, P int, fits func(r, q int) bool) {
 	name := fmt.Sprintf("%sR%dP%d", prefix, R, P)
 	p("// %s: %d row(s) of x by %d panel(s), as smaller blocks (this one would spill).\n", name, R, P)
-	p("func %s(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int) {\n", name)
+	p("func %s(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, _ uintptr) {\n", name)
 	for r0 := 0; r0 < R; {
 		rc := R - r0
 		for !fits(rc, 1) {
@@ -103,7 +103,7 @@ func genSplit(p func(string, ...any), prefix string, R, P int, fits func(r, q in
 			for !fits(rc, qc) {
 				qc--
 			}
-			p("\t%sR%dP%d(%s, ys, %s, xs, %s, ps, in)\n", prefix, rc, qc,
+			p("\t%sR%dP%d(%s, ys, %s, xs, %s, ps, in, 0)\n", prefix, rc, qc,
 				plus("y", r0, "ys", 64*q0), plus("x", r0, "xs", 0), plus("w", q0, "ps", 0))
 			q0 += qc
 		}
@@ -163,7 +163,7 @@ func off(h int) string {
 func header(p func(string, ...any), name string, R, P int, what string) {
 	p("// %s: %d row(s) of x by %d panel(s) of 16 outputs, %s, in 8-lane halves.\n", name, R, P, what)
 	p("//\n//go:noinline\n//go:norace\n//go:nocheckptr\n")
-	p("func %s(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int) {\n", name)
+	p("func %s(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, _ uintptr) {\n", name)
 	p("\tvar ")
 	for r := 0; r < R; r++ {
 		for q := 0; q < P; q++ {

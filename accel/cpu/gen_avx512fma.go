@@ -41,10 +41,12 @@ const maxR, maxP = 8, 8
 // shapes are the (R, P) blocks in a table, those that fit: the float32
 // blocks hold R·P accumulators, the weights (as many as fit) and a
 // broadcast, the bf16 ones R·P accumulators, P widened weight vectors, the
-// mask and a broadcast; R + P pointers. A block that a kernel set walks
-// (matmul.go) needs every smaller block of its rectangle, for the last
-// rows and panels, and the tail panel takes (r, 1) for r <= 3: the limits
-// grow with R and P, so every table is such a rectangle's union.
+// mask and a broadcast; R + P pointers and the prefetch offset (pf) in
+// ptrRegs, which leaves out the blocks of 11 rows and panels (4x7, 8x3).
+// A block that a kernel set walks (matmul.go) needs every smaller block of
+// its rectangle, for the last rows and panels, and the tail panel takes
+// (r, 1) for r <= 3: the limits grow with R and P, so every table is such
+// a rectangle's union.
 func shapes(bf16 bool) (s [][2]int) {
 	for r := 1; r <= maxR; r++ {
 		for q := 1; q <= maxP; q++ {
@@ -52,7 +54,7 @@ func shapes(bf16 bool) (s [][2]int) {
 			if bf16 {
 				fits = r*q+q+2 <= 32
 			}
-			if fits && r+q <= len(ptrRegs) {
+			if fits && r+q < len(ptrRegs) {
 				s = append(s, [2]int{r, q})
 			}
 		}
@@ -134,14 +136,14 @@ func table(p func(string, ...any), name, prefix string, shapes [][2]int) {
 
 func decl(p func(string, ...any), name string) {
 	p("//\n//go:noescape\n")
-	p("func %s(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)\n\n", name)
+	p("func %s(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)\n\n", name)
 }
 
 // prologue loads the row pointers of x and the panel pointers of w, and
 // the input count into AX.
 func prologue(a func(string, ...any), name string, xr, wr []string, pre string) {
-	a("// func %s(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)\n", name)
-	a("TEXT ·%s(SB), NOSPLIT, $0-56\n", name)
+	a("// func %s(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)\n", name)
+	a("TEXT ·%s(SB), NOSPLIT, $0-64\n", name)
 	a("%s", pre)
 	a("\tMOVQ x+16(FP), %s\n", xr[0])
 	if len(xr) > 1 {
@@ -157,6 +159,7 @@ func prologue(a func(string, ...any), name string, xr, wr []string, pre string) 
 			a("\tLEAQ (%s)(AX*1), %s\n", wr[q-1], wr[q])
 		}
 	}
+	a("\tMOVQ pf+56(FP), %s\n", ptrRegs[len(xr)+len(wr)])
 	a("\tMOVQ in+48(FP), AX\n")
 }
 
@@ -213,16 +216,16 @@ func genBF16(a func(string, ...any), name string, R, P int) {
 	}
 	a("\tSHRQ $1, AX\n")
 	a("\tJZ %s_odd\n", name)
-	a("%s_loop:\n", name)
-	half(false)
-	half(true)
-	for r := 0; r < R; r++ {
-		a("\tADDQ $8, %s\n", xr[r])
-	}
-	for q := 0; q < P; q++ {
-		a("\tADDQ $64, %s\n", wr[q])
-	}
-	a("\tDECQ AX\n\tJNZ %s_loop\n", name)
+	loops(a, name, wr[0], ptrRegs[R+P], "odd", func() {
+		half(false)
+		half(true)
+		for r := 0; r < R; r++ {
+			a("\tADDQ $8, %s\n", xr[r])
+		}
+		for q := 0; q < P; q++ {
+			a("\tADDQ $64, %s\n", wr[q])
+		}
+	})
 	a("%s_odd:\n", name)
 	a("\tMOVQ in+48(FP), AX\n\tTESTQ $1, AX\n\tJZ %s_store\n", name)
 	half(false)
@@ -239,28 +242,46 @@ func genAsm(a func(string, ...any), name string, R, P, nw int) {
 		a("\tVPXORD Z%d, Z%d, Z%d\n", i, i, i)
 	}
 	a("\tTESTQ AX, AX\n\tJLE %s_store\n", name)
-	a("%s_loop:\n", name)
-	src := make([]string, P)
-	for q := range src {
-		if q < nw {
-			a("\tVMOVUPS (%s), Z%d\n", wr[q], R*P+q)
-			src[q] = fmt.Sprintf("Z%d", R*P+q)
-		} else {
-			src[q] = fmt.Sprintf("(%s)", wr[q])
+	loops(a, name, wr[0], ptrRegs[R+P], "store", func() {
+		src := make([]string, P)
+		for q := range src {
+			if q < nw {
+				a("\tVMOVUPS (%s), Z%d\n", wr[q], R*P+q)
+				src[q] = fmt.Sprintf("Z%d", R*P+q)
+			} else {
+				src[q] = fmt.Sprintf("(%s)", wr[q])
+			}
 		}
-	}
-	for r := 0; r < R; r++ {
-		a("\tVBROADCASTSS (%s), Z31\n", xr[r])
+		for r := 0; r < R; r++ {
+			a("\tVBROADCASTSS (%s), Z31\n", xr[r])
+			for q := 0; q < P; q++ {
+				a("\tVFMADD231PS %s, Z31, Z%d\n", src[q], P*r+q)
+			}
+		}
+		for r := 0; r < R; r++ {
+			a("\tADDQ $4, %s\n", xr[r])
+		}
 		for q := 0; q < P; q++ {
-			a("\tVFMADD231PS %s, Z31, Z%d\n", src[q], P*r+q)
+			a("\tADDQ $64, %s\n", wr[q])
 		}
-	}
-	for r := 0; r < R; r++ {
-		a("\tADDQ $4, %s\n", xr[r])
-	}
-	for q := 0; q < P; q++ {
-		a("\tADDQ $64, %s\n", wr[q])
-	}
-	a("\tDECQ AX\n\tJNZ %s_loop\n", name)
+	})
 	epilogue(a, name, R, P)
+}
+
+// loops writes a kernel's input loop twice, each iteration body() and a
+// count down of AX, both going on to label name_next: first the one that
+// prefetches, with each input, the line pf (a register) bytes past the
+// first panel's current one (w0), then the one that does not, taken when
+// pf is 0 (mmKernel, simd.go), so that a block that prefetches nothing
+// spends no load slot on it.
+func loops(a func(string, ...any), name, w0, pf, next string, body func()) {
+	a("\tTESTQ %s, %s\n\tJZ %s_loop\n", pf, pf, name)
+	a("%s_pfloop:\n", name)
+	a("\tPREFETCHT1 (%s)(%s*1)\n", w0, pf)
+	body()
+	a("\tDECQ AX\n\tJNZ %s_pfloop\n", name)
+	a("\tJMP %s_%s\n", name, next)
+	a("%s_loop:\n", name)
+	body()
+	a("\tDECQ AX\n\tJNZ %s_loop\n", name)
 }

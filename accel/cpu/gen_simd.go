@@ -146,7 +146,7 @@ func accs(p func(string, ...any), R, P int) {
 func header(p func(string, ...any), name string, R, P int, what string) {
 	p("// %s: %d row(s) of x by %d panel(s) of 16 outputs, %s.\n", name, R, P, what)
 	p("//\n//go:noinline\n//go:norace\n//go:nocheckptr\n")
-	p("func %s(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int) {\n", name)
+	p("func %s(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, _ uintptr) {\n", name)
 }
 
 func genF32(p func(string, ...any), R, P int) {

@@ -26,7 +26,7 @@ func BenchmarkScalarAfterVector(b *testing.B) {
 	p := packWeights(c.o[2])
 	y := make([]float32, out)
 	vk := func(k mmKernel) {
-		k(unsafe.Pointer(&y[0]), 0, unsafe.Pointer(&c.o[1].b[0]), 0, p.panel(0), p.ps, in)
+		k(unsafe.Pointer(&y[0]), 0, unsafe.Pointer(&c.o[1].b[0]), 0, p.panel(0), p.ps, in, 0)
 	}
 	scalar := func() { runMatMulRows(c, 0, out/16, 0, 1) }
 	b.Run("scalar", func(b *testing.B) {

@@ -13,7 +13,7 @@ import (
 //go:noinline
 //go:norace
 //go:nocheckptr
-func mmF32R1P4Uncleared(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int) {
+func mmF32R1P4Uncleared(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, _ uintptr) {
 	var a0, a1, a2, a3 archsimd.Float32x16
 	w1 := unsafe.Add(w, ps)
 	w2 := unsafe.Add(w1, ps)

@@ -65,6 +65,13 @@ func runMatMulPacked(c *rcall, p *packed, lo, hi, t0, t1 int, k *kctx) {
 	if t1-t0 == 1 {
 		R, P = row[0], row[1]
 	}
+	// A group of panels is read from memory by its first block of rows and
+	// from cache by the others. So that the first block does not wait on
+	// memory, each block after it prefetches one panel of the next group
+	// (mmKernel's pf), until that group is all asked for: at 64 rows and
+	// 6-row blocks, the next group's 4 panels arrive during the 10 blocks
+	// left of this one.
+	pfn := lo + P // the next panel to prefetch
 	for pn := lo; pn < full; {
 		np := min(P, full-pn)
 		if rest := full - pn - np; rest > 0 && rest < np-1 {
@@ -73,10 +80,16 @@ func runMatMulPacked(c *rcall, p *packed, lo, hi, t0, t1 int, k *kctx) {
 			np = (full - pn + 1) / 2
 		}
 		wp := p.panel(pn)
+		pfn = max(pfn, pn+np)
 		for t := t0; t < t1; {
 			nr := min(R, t1-t)
+			var pf uintptr
+			if t > t0 && pfn < min(hi, pn+np+P) {
+				pf = uintptr(pfn-pn) * p.ps
+				pfn++
+			}
 			ks[nr-1][np-1](unsafe.Add(yp, uintptr(t)*ys+uintptr(pn)*panelWidth*4), ys,
-				unsafe.Add(xp, uintptr(t)*xs), xs, wp, p.ps, in)
+				unsafe.Add(xp, uintptr(t)*xs), xs, wp, p.ps, in, pf)
 			t += nr
 		}
 		pn += np
@@ -87,7 +100,7 @@ func runMatMulPacked(c *rcall, p *packed, lo, hi, t0, t1 int, k *kctx) {
 		yf := y.f32()
 		for t := t0; t < t1; {
 			nr := min(3, t1-t)
-			ks[nr-1][0](unsafe.Pointer(&k.tail[0]), panelWidth*4, unsafe.Add(xp, uintptr(t)*xs), xs, wp, p.ps, in)
+			ks[nr-1][0](unsafe.Pointer(&k.tail[0]), panelWidth*4, unsafe.Add(xp, uintptr(t)*xs), xs, wp, p.ps, in, 0)
 			for r := 0; r < nr; r++ {
 				copyF32(yf[(t+r)*out+c0:(t+r+1)*out], k.tail[r*panelWidth:r*panelWidth+out-c0])
 			}

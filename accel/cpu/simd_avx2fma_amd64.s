@@ -4,19 +4,34 @@
 
 #include "textflag.h"
 
-// func mmF32FMAR1P1(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
-TEXT ·mmF32FMAR1P1(SB), NOSPLIT, $0-56
+// func mmF32FMAR1P1(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
+TEXT ·mmF32FMAR1P1(SB), NOSPLIT, $0-64
 	MOVQ y+0(FP), AX
 	MOVQ ys+8(FP), BX
 	MOVQ x+16(FP), CX
 	MOVQ xs+24(FP), R8
 	MOVQ w+32(FP), SI
 	MOVQ ps+40(FP), R9
+	MOVQ pf+56(FP), R13
 	MOVQ in+48(FP), R9
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
 	TESTQ R9, R9
 	JLE mmF32FMAR1P1_store
+	TESTQ R13, R13
+	JZ mmF32FMAR1P1_loop
+mmF32FMAR1P1_pfloop:
+	PREFETCHT1 (SI)(R13*1)
+	VMOVUPS (SI), Y2
+	VMOVUPS 32(SI), Y3
+	VBROADCASTSS (CX), Y15
+	VFMADD231PS Y2, Y15, Y0
+	VFMADD231PS Y3, Y15, Y1
+	ADDQ $4, CX
+	ADDQ $64, SI
+	DECQ R9
+	JNZ mmF32FMAR1P1_pfloop
+	JMP mmF32FMAR1P1_store
 mmF32FMAR1P1_loop:
 	VMOVUPS (SI), Y2
 	VMOVUPS 32(SI), Y3
@@ -33,8 +48,8 @@ mmF32FMAR1P1_store:
 	VZEROUPPER
 	RET
 
-// func mmF32FMAR1P2(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
-TEXT ·mmF32FMAR1P2(SB), NOSPLIT, $0-56
+// func mmF32FMAR1P2(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
+TEXT ·mmF32FMAR1P2(SB), NOSPLIT, $0-64
 	MOVQ y+0(FP), AX
 	MOVQ ys+8(FP), BX
 	MOVQ x+16(FP), CX
@@ -42,6 +57,7 @@ TEXT ·mmF32FMAR1P2(SB), NOSPLIT, $0-56
 	MOVQ w+32(FP), SI
 	MOVQ ps+40(FP), R9
 	LEAQ (SI)(R9*1), DX
+	MOVQ pf+56(FP), R13
 	MOVQ in+48(FP), R9
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
@@ -49,6 +65,25 @@ TEXT ·mmF32FMAR1P2(SB), NOSPLIT, $0-56
 	VXORPS Y3, Y3, Y3
 	TESTQ R9, R9
 	JLE mmF32FMAR1P2_store
+	TESTQ R13, R13
+	JZ mmF32FMAR1P2_loop
+mmF32FMAR1P2_pfloop:
+	PREFETCHT1 (SI)(R13*1)
+	VMOVUPS (SI), Y4
+	VMOVUPS 32(SI), Y5
+	VMOVUPS (DX), Y6
+	VMOVUPS 32(DX), Y7
+	VBROADCASTSS (CX), Y15
+	VFMADD231PS Y4, Y15, Y0
+	VFMADD231PS Y5, Y15, Y1
+	VFMADD231PS Y6, Y15, Y2
+	VFMADD231PS Y7, Y15, Y3
+	ADDQ $4, CX
+	ADDQ $64, SI
+	ADDQ $64, DX
+	DECQ R9
+	JNZ mmF32FMAR1P2_pfloop
+	JMP mmF32FMAR1P2_store
 mmF32FMAR1P2_loop:
 	VMOVUPS (SI), Y4
 	VMOVUPS 32(SI), Y5
@@ -72,8 +107,8 @@ mmF32FMAR1P2_store:
 	VZEROUPPER
 	RET
 
-// func mmF32FMAR1P3(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
-TEXT ·mmF32FMAR1P3(SB), NOSPLIT, $0-56
+// func mmF32FMAR1P3(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
+TEXT ·mmF32FMAR1P3(SB), NOSPLIT, $0-64
 	MOVQ y+0(FP), AX
 	MOVQ ys+8(FP), BX
 	MOVQ x+16(FP), CX
@@ -82,6 +117,7 @@ TEXT ·mmF32FMAR1P3(SB), NOSPLIT, $0-56
 	MOVQ ps+40(FP), R9
 	LEAQ (SI)(R9*1), DX
 	LEAQ (DX)(R9*1), R11
+	MOVQ pf+56(FP), R13
 	MOVQ in+48(FP), R9
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
@@ -91,6 +127,30 @@ TEXT ·mmF32FMAR1P3(SB), NOSPLIT, $0-56
 	VXORPS Y5, Y5, Y5
 	TESTQ R9, R9
 	JLE mmF32FMAR1P3_store
+	TESTQ R13, R13
+	JZ mmF32FMAR1P3_loop
+mmF32FMAR1P3_pfloop:
+	PREFETCHT1 (SI)(R13*1)
+	VMOVUPS (SI), Y6
+	VMOVUPS 32(SI), Y7
+	VMOVUPS (DX), Y8
+	VMOVUPS 32(DX), Y9
+	VMOVUPS (R11), Y10
+	VMOVUPS 32(R11), Y11
+	VBROADCASTSS (CX), Y15
+	VFMADD231PS Y6, Y15, Y0
+	VFMADD231PS Y7, Y15, Y1
+	VFMADD231PS Y8, Y15, Y2
+	VFMADD231PS Y9, Y15, Y3
+	VFMADD231PS Y10, Y15, Y4
+	VFMADD231PS Y11, Y15, Y5
+	ADDQ $4, CX
+	ADDQ $64, SI
+	ADDQ $64, DX
+	ADDQ $64, R11
+	DECQ R9
+	JNZ mmF32FMAR1P3_pfloop
+	JMP mmF32FMAR1P3_store
 mmF32FMAR1P3_loop:
 	VMOVUPS (SI), Y6
 	VMOVUPS 32(SI), Y7
@@ -121,8 +181,8 @@ mmF32FMAR1P3_store:
 	VZEROUPPER
 	RET
 
-// func mmF32FMAR1P4(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
-TEXT ·mmF32FMAR1P4(SB), NOSPLIT, $0-56
+// func mmF32FMAR1P4(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
+TEXT ·mmF32FMAR1P4(SB), NOSPLIT, $0-64
 	MOVQ y+0(FP), AX
 	MOVQ ys+8(FP), BX
 	MOVQ x+16(FP), CX
@@ -132,6 +192,7 @@ TEXT ·mmF32FMAR1P4(SB), NOSPLIT, $0-56
 	LEAQ (SI)(R9*1), DX
 	LEAQ (DX)(R9*1), R11
 	LEAQ (R11)(R9*1), R12
+	MOVQ pf+56(FP), R13
 	MOVQ in+48(FP), R9
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
@@ -143,6 +204,34 @@ TEXT ·mmF32FMAR1P4(SB), NOSPLIT, $0-56
 	VXORPS Y7, Y7, Y7
 	TESTQ R9, R9
 	JLE mmF32FMAR1P4_store
+	TESTQ R13, R13
+	JZ mmF32FMAR1P4_loop
+mmF32FMAR1P4_pfloop:
+	PREFETCHT1 (SI)(R13*1)
+	VMOVUPS (SI), Y8
+	VMOVUPS 32(SI), Y9
+	VMOVUPS (DX), Y10
+	VMOVUPS 32(DX), Y11
+	VMOVUPS (R11), Y12
+	VMOVUPS 32(R11), Y13
+	VMOVUPS (R12), Y14
+	VBROADCASTSS (CX), Y15
+	VFMADD231PS Y8, Y15, Y0
+	VFMADD231PS Y9, Y15, Y1
+	VFMADD231PS Y10, Y15, Y2
+	VFMADD231PS Y11, Y15, Y3
+	VFMADD231PS Y12, Y15, Y4
+	VFMADD231PS Y13, Y15, Y5
+	VFMADD231PS Y14, Y15, Y6
+	VFMADD231PS 32(R12), Y15, Y7
+	ADDQ $4, CX
+	ADDQ $64, SI
+	ADDQ $64, DX
+	ADDQ $64, R11
+	ADDQ $64, R12
+	DECQ R9
+	JNZ mmF32FMAR1P4_pfloop
+	JMP mmF32FMAR1P4_store
 mmF32FMAR1P4_loop:
 	VMOVUPS (SI), Y8
 	VMOVUPS 32(SI), Y9
@@ -179,8 +268,8 @@ mmF32FMAR1P4_store:
 	VZEROUPPER
 	RET
 
-// func mmF32FMAR2P1(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
-TEXT ·mmF32FMAR2P1(SB), NOSPLIT, $0-56
+// func mmF32FMAR2P1(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
+TEXT ·mmF32FMAR2P1(SB), NOSPLIT, $0-64
 	MOVQ y+0(FP), AX
 	MOVQ ys+8(FP), BX
 	MOVQ x+16(FP), CX
@@ -188,6 +277,7 @@ TEXT ·mmF32FMAR2P1(SB), NOSPLIT, $0-56
 	MOVQ w+32(FP), SI
 	MOVQ ps+40(FP), R9
 	LEAQ (CX)(R8*1), DI
+	MOVQ pf+56(FP), R13
 	MOVQ in+48(FP), R9
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
@@ -195,6 +285,24 @@ TEXT ·mmF32FMAR2P1(SB), NOSPLIT, $0-56
 	VXORPS Y3, Y3, Y3
 	TESTQ R9, R9
 	JLE mmF32FMAR2P1_store
+	TESTQ R13, R13
+	JZ mmF32FMAR2P1_loop
+mmF32FMAR2P1_pfloop:
+	PREFETCHT1 (SI)(R13*1)
+	VMOVUPS (SI), Y4
+	VMOVUPS 32(SI), Y5
+	VBROADCASTSS (CX), Y15
+	VFMADD231PS Y4, Y15, Y0
+	VFMADD231PS Y5, Y15, Y1
+	VBROADCASTSS (DI), Y15
+	VFMADD231PS Y4, Y15, Y2
+	VFMADD231PS Y5, Y15, Y3
+	ADDQ $4, CX
+	ADDQ $4, DI
+	ADDQ $64, SI
+	DECQ R9
+	JNZ mmF32FMAR2P1_pfloop
+	JMP mmF32FMAR2P1_store
 mmF32FMAR2P1_loop:
 	VMOVUPS (SI), Y4
 	VMOVUPS 32(SI), Y5
@@ -218,8 +326,8 @@ mmF32FMAR2P1_store:
 	VZEROUPPER
 	RET
 
-// func mmF32FMAR2P2(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
-TEXT ·mmF32FMAR2P2(SB), NOSPLIT, $0-56
+// func mmF32FMAR2P2(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
+TEXT ·mmF32FMAR2P2(SB), NOSPLIT, $0-64
 	MOVQ y+0(FP), AX
 	MOVQ ys+8(FP), BX
 	MOVQ x+16(FP), CX
@@ -228,6 +336,7 @@ TEXT ·mmF32FMAR2P2(SB), NOSPLIT, $0-56
 	MOVQ ps+40(FP), R9
 	LEAQ (CX)(R8*1), DI
 	LEAQ (SI)(R9*1), DX
+	MOVQ pf+56(FP), R13
 	MOVQ in+48(FP), R9
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
@@ -239,6 +348,31 @@ TEXT ·mmF32FMAR2P2(SB), NOSPLIT, $0-56
 	VXORPS Y7, Y7, Y7
 	TESTQ R9, R9
 	JLE mmF32FMAR2P2_store
+	TESTQ R13, R13
+	JZ mmF32FMAR2P2_loop
+mmF32FMAR2P2_pfloop:
+	PREFETCHT1 (SI)(R13*1)
+	VMOVUPS (SI), Y8
+	VMOVUPS 32(SI), Y9
+	VMOVUPS (DX), Y10
+	VMOVUPS 32(DX), Y11
+	VBROADCASTSS (CX), Y15
+	VFMADD231PS Y8, Y15, Y0
+	VFMADD231PS Y9, Y15, Y1
+	VFMADD231PS Y10, Y15, Y2
+	VFMADD231PS Y11, Y15, Y3
+	VBROADCASTSS (DI), Y15
+	VFMADD231PS Y8, Y15, Y4
+	VFMADD231PS Y9, Y15, Y5
+	VFMADD231PS Y10, Y15, Y6
+	VFMADD231PS Y11, Y15, Y7
+	ADDQ $4, CX
+	ADDQ $4, DI
+	ADDQ $64, SI
+	ADDQ $64, DX
+	DECQ R9
+	JNZ mmF32FMAR2P2_pfloop
+	JMP mmF32FMAR2P2_store
 mmF32FMAR2P2_loop:
 	VMOVUPS (SI), Y8
 	VMOVUPS 32(SI), Y9
@@ -273,8 +407,8 @@ mmF32FMAR2P2_store:
 	VZEROUPPER
 	RET
 
-// func mmF32FMAR2P3(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
-TEXT ·mmF32FMAR2P3(SB), NOSPLIT, $0-56
+// func mmF32FMAR2P3(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
+TEXT ·mmF32FMAR2P3(SB), NOSPLIT, $0-64
 	MOVQ y+0(FP), AX
 	MOVQ ys+8(FP), BX
 	MOVQ x+16(FP), CX
@@ -284,6 +418,7 @@ TEXT ·mmF32FMAR2P3(SB), NOSPLIT, $0-56
 	LEAQ (CX)(R8*1), DI
 	LEAQ (SI)(R9*1), DX
 	LEAQ (DX)(R9*1), R11
+	MOVQ pf+56(FP), R13
 	MOVQ in+48(FP), R9
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
@@ -299,6 +434,35 @@ TEXT ·mmF32FMAR2P3(SB), NOSPLIT, $0-56
 	VXORPS Y11, Y11, Y11
 	TESTQ R9, R9
 	JLE mmF32FMAR2P3_store
+	TESTQ R13, R13
+	JZ mmF32FMAR2P3_loop
+mmF32FMAR2P3_pfloop:
+	PREFETCHT1 (SI)(R13*1)
+	VMOVUPS (SI), Y12
+	VMOVUPS 32(SI), Y13
+	VMOVUPS (DX), Y14
+	VBROADCASTSS (CX), Y15
+	VFMADD231PS Y12, Y15, Y0
+	VFMADD231PS Y13, Y15, Y1
+	VFMADD231PS Y14, Y15, Y2
+	VFMADD231PS 32(DX), Y15, Y3
+	VFMADD231PS (R11), Y15, Y4
+	VFMADD231PS 32(R11), Y15, Y5
+	VBROADCASTSS (DI), Y15
+	VFMADD231PS Y12, Y15, Y6
+	VFMADD231PS Y13, Y15, Y7
+	VFMADD231PS Y14, Y15, Y8
+	VFMADD231PS 32(DX), Y15, Y9
+	VFMADD231PS (R11), Y15, Y10
+	VFMADD231PS 32(R11), Y15, Y11
+	ADDQ $4, CX
+	ADDQ $4, DI
+	ADDQ $64, SI
+	ADDQ $64, DX
+	ADDQ $64, R11
+	DECQ R9
+	JNZ mmF32FMAR2P3_pfloop
+	JMP mmF32FMAR2P3_store
 mmF32FMAR2P3_loop:
 	VMOVUPS (SI), Y12
 	VMOVUPS 32(SI), Y13
@@ -341,8 +505,8 @@ mmF32FMAR2P3_store:
 	VZEROUPPER
 	RET
 
-// func mmF32FMAR3P1(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
-TEXT ·mmF32FMAR3P1(SB), NOSPLIT, $0-56
+// func mmF32FMAR3P1(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
+TEXT ·mmF32FMAR3P1(SB), NOSPLIT, $0-64
 	MOVQ y+0(FP), AX
 	MOVQ ys+8(FP), BX
 	MOVQ x+16(FP), CX
@@ -351,6 +515,7 @@ TEXT ·mmF32FMAR3P1(SB), NOSPLIT, $0-56
 	MOVQ ps+40(FP), R9
 	LEAQ (CX)(R8*1), DI
 	LEAQ (DI)(R8*1), R10
+	MOVQ pf+56(FP), R13
 	MOVQ in+48(FP), R9
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
@@ -360,6 +525,28 @@ TEXT ·mmF32FMAR3P1(SB), NOSPLIT, $0-56
 	VXORPS Y5, Y5, Y5
 	TESTQ R9, R9
 	JLE mmF32FMAR3P1_store
+	TESTQ R13, R13
+	JZ mmF32FMAR3P1_loop
+mmF32FMAR3P1_pfloop:
+	PREFETCHT1 (SI)(R13*1)
+	VMOVUPS (SI), Y6
+	VMOVUPS 32(SI), Y7
+	VBROADCASTSS (CX), Y15
+	VFMADD231PS Y6, Y15, Y0
+	VFMADD231PS Y7, Y15, Y1
+	VBROADCASTSS (DI), Y15
+	VFMADD231PS Y6, Y15, Y2
+	VFMADD231PS Y7, Y15, Y3
+	VBROADCASTSS (R10), Y15
+	VFMADD231PS Y6, Y15, Y4
+	VFMADD231PS Y7, Y15, Y5
+	ADDQ $4, CX
+	ADDQ $4, DI
+	ADDQ $4, R10
+	ADDQ $64, SI
+	DECQ R9
+	JNZ mmF32FMAR3P1_pfloop
+	JMP mmF32FMAR3P1_store
 mmF32FMAR3P1_loop:
 	VMOVUPS (SI), Y6
 	VMOVUPS 32(SI), Y7
@@ -390,8 +577,8 @@ mmF32FMAR3P1_store:
 	VZEROUPPER
 	RET
 
-// func mmF32FMAR3P2(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
-TEXT ·mmF32FMAR3P2(SB), NOSPLIT, $0-56
+// func mmF32FMAR3P2(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
+TEXT ·mmF32FMAR3P2(SB), NOSPLIT, $0-64
 	MOVQ y+0(FP), AX
 	MOVQ ys+8(FP), BX
 	MOVQ x+16(FP), CX
@@ -401,6 +588,7 @@ TEXT ·mmF32FMAR3P2(SB), NOSPLIT, $0-56
 	LEAQ (CX)(R8*1), DI
 	LEAQ (DI)(R8*1), R10
 	LEAQ (SI)(R9*1), DX
+	MOVQ pf+56(FP), R13
 	MOVQ in+48(FP), R9
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
@@ -416,6 +604,36 @@ TEXT ·mmF32FMAR3P2(SB), NOSPLIT, $0-56
 	VXORPS Y11, Y11, Y11
 	TESTQ R9, R9
 	JLE mmF32FMAR3P2_store
+	TESTQ R13, R13
+	JZ mmF32FMAR3P2_loop
+mmF32FMAR3P2_pfloop:
+	PREFETCHT1 (SI)(R13*1)
+	VMOVUPS (SI), Y12
+	VMOVUPS 32(SI), Y13
+	VMOVUPS (DX), Y14
+	VBROADCASTSS (CX), Y15
+	VFMADD231PS Y12, Y15, Y0
+	VFMADD231PS Y13, Y15, Y1
+	VFMADD231PS Y14, Y15, Y2
+	VFMADD231PS 32(DX), Y15, Y3
+	VBROADCASTSS (DI), Y15
+	VFMADD231PS Y12, Y15, Y4
+	VFMADD231PS Y13, Y15, Y5
+	VFMADD231PS Y14, Y15, Y6
+	VFMADD231PS 32(DX), Y15, Y7
+	VBROADCASTSS (R10), Y15
+	VFMADD231PS Y12, Y15, Y8
+	VFMADD231PS Y13, Y15, Y9
+	VFMADD231PS Y14, Y15, Y10
+	VFMADD231PS 32(DX), Y15, Y11
+	ADDQ $4, CX
+	ADDQ $4, DI
+	ADDQ $4, R10
+	ADDQ $64, SI
+	ADDQ $64, DX
+	DECQ R9
+	JNZ mmF32FMAR3P2_pfloop
+	JMP mmF32FMAR3P2_store
 mmF32FMAR3P2_loop:
 	VMOVUPS (SI), Y12
 	VMOVUPS 32(SI), Y13

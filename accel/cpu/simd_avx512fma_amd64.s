@@ -4,14 +4,27 @@
 
 #include "textflag.h"
 
-// func mmF32Z1x1(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
-TEXT ·mmF32Z1x1(SB), NOSPLIT, $0-56
+// func mmF32Z1x1(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
+TEXT ·mmF32Z1x1(SB), NOSPLIT, $0-64
 	MOVQ x+16(FP), CX
 	MOVQ w+32(FP), DX
+	MOVQ pf+56(FP), SI
 	MOVQ in+48(FP), AX
 	VPXORD Z0, Z0, Z0
 	TESTQ AX, AX
 	JLE mmF32Z1x1_store
+	TESTQ SI, SI
+	JZ mmF32Z1x1_loop
+mmF32Z1x1_pfloop:
+	PREFETCHT1 (DX)(SI*1)
+	VMOVUPS (DX), Z1
+	VBROADCASTSS (CX), Z31
+	VFMADD231PS Z1, Z31, Z0
+	ADDQ $4, CX
+	ADDQ $64, DX
+	DECQ AX
+	JNZ mmF32Z1x1_pfloop
+	JMP mmF32Z1x1_store
 mmF32Z1x1_loop:
 	VMOVUPS (DX), Z1
 	VBROADCASTSS (CX), Z31
@@ -26,17 +39,33 @@ mmF32Z1x1_store:
 	VZEROUPPER
 	RET
 
-// func mmF32Z1x2(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
-TEXT ·mmF32Z1x2(SB), NOSPLIT, $0-56
+// func mmF32Z1x2(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
+TEXT ·mmF32Z1x2(SB), NOSPLIT, $0-64
 	MOVQ x+16(FP), CX
 	MOVQ w+32(FP), DX
 	MOVQ ps+40(FP), AX
 	LEAQ (DX)(AX*1), SI
+	MOVQ pf+56(FP), DI
 	MOVQ in+48(FP), AX
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
 	TESTQ AX, AX
 	JLE mmF32Z1x2_store
+	TESTQ DI, DI
+	JZ mmF32Z1x2_loop
+mmF32Z1x2_pfloop:
+	PREFETCHT1 (DX)(DI*1)
+	VMOVUPS (DX), Z2
+	VMOVUPS (SI), Z3
+	VBROADCASTSS (CX), Z31
+	VFMADD231PS Z2, Z31, Z0
+	VFMADD231PS Z3, Z31, Z1
+	ADDQ $4, CX
+	ADDQ $64, DX
+	ADDQ $64, SI
+	DECQ AX
+	JNZ mmF32Z1x2_pfloop
+	JMP mmF32Z1x2_store
 mmF32Z1x2_loop:
 	VMOVUPS (DX), Z2
 	VMOVUPS (SI), Z3
@@ -55,19 +84,38 @@ mmF32Z1x2_store:
 	VZEROUPPER
 	RET
 
-// func mmF32Z1x3(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
-TEXT ·mmF32Z1x3(SB), NOSPLIT, $0-56
+// func mmF32Z1x3(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
+TEXT ·mmF32Z1x3(SB), NOSPLIT, $0-64
 	MOVQ x+16(FP), CX
 	MOVQ w+32(FP), DX
 	MOVQ ps+40(FP), AX
 	LEAQ (DX)(AX*1), SI
 	LEAQ (SI)(AX*1), DI
+	MOVQ pf+56(FP), R8
 	MOVQ in+48(FP), AX
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
 	VPXORD Z2, Z2, Z2
 	TESTQ AX, AX
 	JLE mmF32Z1x3_store
+	TESTQ R8, R8
+	JZ mmF32Z1x3_loop
+mmF32Z1x3_pfloop:
+	PREFETCHT1 (DX)(R8*1)
+	VMOVUPS (DX), Z3
+	VMOVUPS (SI), Z4
+	VMOVUPS (DI), Z5
+	VBROADCASTSS (CX), Z31
+	VFMADD231PS Z3, Z31, Z0
+	VFMADD231PS Z4, Z31, Z1
+	VFMADD231PS Z5, Z31, Z2
+	ADDQ $4, CX
+	ADDQ $64, DX
+	ADDQ $64, SI
+	ADDQ $64, DI
+	DECQ AX
+	JNZ mmF32Z1x3_pfloop
+	JMP mmF32Z1x3_store
 mmF32Z1x3_loop:
 	VMOVUPS (DX), Z3
 	VMOVUPS (SI), Z4
@@ -90,14 +138,15 @@ mmF32Z1x3_store:
 	VZEROUPPER
 	RET
 
-// func mmF32Z1x4(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
-TEXT ·mmF32Z1x4(SB), NOSPLIT, $0-56
+// func mmF32Z1x4(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
+TEXT ·mmF32Z1x4(SB), NOSPLIT, $0-64
 	MOVQ x+16(FP), CX
 	MOVQ w+32(FP), DX
 	MOVQ ps+40(FP), AX
 	LEAQ (DX)(AX*1), SI
 	LEAQ (SI)(AX*1), DI
 	LEAQ (DI)(AX*1), R8
+	MOVQ pf+56(FP), R9
 	MOVQ in+48(FP), AX
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
@@ -105,6 +154,27 @@ TEXT ·mmF32Z1x4(SB), NOSPLIT, $0-56
 	VPXORD Z3, Z3, Z3
 	TESTQ AX, AX
 	JLE mmF32Z1x4_store
+	TESTQ R9, R9
+	JZ mmF32Z1x4_loop
+mmF32Z1x4_pfloop:
+	PREFETCHT1 (DX)(R9*1)
+	VMOVUPS (DX), Z4
+	VMOVUPS (SI), Z5
+	VMOVUPS (DI), Z6
+	VMOVUPS (R8), Z7
+	VBROADCASTSS (CX), Z31
+	VFMADD231PS Z4, Z31, Z0
+	VFMADD231PS Z5, Z31, Z1
+	VFMADD231PS Z6, Z31, Z2
+	VFMADD231PS Z7, Z31, Z3
+	ADDQ $4, CX
+	ADDQ $64, DX
+	ADDQ $64, SI
+	ADDQ $64, DI
+	ADDQ $64, R8
+	DECQ AX
+	JNZ mmF32Z1x4_pfloop
+	JMP mmF32Z1x4_store
 mmF32Z1x4_loop:
 	VMOVUPS (DX), Z4
 	VMOVUPS (SI), Z5
@@ -131,8 +201,8 @@ mmF32Z1x4_store:
 	VZEROUPPER
 	RET
 
-// func mmF32Z1x5(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
-TEXT ·mmF32Z1x5(SB), NOSPLIT, $0-56
+// func mmF32Z1x5(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
+TEXT ·mmF32Z1x5(SB), NOSPLIT, $0-64
 	MOVQ x+16(FP), CX
 	MOVQ w+32(FP), DX
 	MOVQ ps+40(FP), AX
@@ -140,6 +210,7 @@ TEXT ·mmF32Z1x5(SB), NOSPLIT, $0-56
 	LEAQ (SI)(AX*1), DI
 	LEAQ (DI)(AX*1), R8
 	LEAQ (R8)(AX*1), R9
+	MOVQ pf+56(FP), R10
 	MOVQ in+48(FP), AX
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
@@ -148,6 +219,30 @@ TEXT ·mmF32Z1x5(SB), NOSPLIT, $0-56
 	VPXORD Z4, Z4, Z4
 	TESTQ AX, AX
 	JLE mmF32Z1x5_store
+	TESTQ R10, R10
+	JZ mmF32Z1x5_loop
+mmF32Z1x5_pfloop:
+	PREFETCHT1 (DX)(R10*1)
+	VMOVUPS (DX), Z5
+	VMOVUPS (SI), Z6
+	VMOVUPS (DI), Z7
+	VMOVUPS (R8), Z8
+	VMOVUPS (R9), Z9
+	VBROADCASTSS (CX), Z31
+	VFMADD231PS Z5, Z31, Z0
+	VFMADD231PS Z6, Z31, Z1
+	VFMADD231PS Z7, Z31, Z2
+	VFMADD231PS Z8, Z31, Z3
+	VFMADD231PS Z9, Z31, Z4
+	ADDQ $4, CX
+	ADDQ $64, DX
+	ADDQ $64, SI
+	ADDQ $64, DI
+	ADDQ $64, R8
+	ADDQ $64, R9
+	DECQ AX
+	JNZ mmF32Z1x5_pfloop
+	JMP mmF32Z1x5_store
 mmF32Z1x5_loop:
 	VMOVUPS (DX), Z5
 	VMOVUPS (SI), Z6
@@ -178,8 +273,8 @@ mmF32Z1x5_store:
 	VZEROUPPER
 	RET
 
-// func mmF32Z1x6(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
-TEXT ·mmF32Z1x6(SB), NOSPLIT, $0-56
+// func mmF32Z1x6(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
+TEXT ·mmF32Z1x6(SB), NOSPLIT, $0-64
 	MOVQ x+16(FP), CX
 	MOVQ w+32(FP), DX
 	MOVQ ps+40(FP), AX
@@ -188,6 +283,7 @@ TEXT ·mmF32Z1x6(SB), NOSPLIT, $0-56
 	LEAQ (DI)(AX*1), R8
 	LEAQ (R8)(AX*1), R9
 	LEAQ (R9)(AX*1), R10
+	MOVQ pf+56(FP), R11
 	MOVQ in+48(FP), AX
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
@@ -197,6 +293,33 @@ TEXT ·mmF32Z1x6(SB), NOSPLIT, $0-56
 	VPXORD Z5, Z5, Z5
 	TESTQ AX, AX
 	JLE mmF32Z1x6_store
+	TESTQ R11, R11
+	JZ mmF32Z1x6_loop
+mmF32Z1x6_pfloop:
+	PREFETCHT1 (DX)(R11*1)
+	VMOVUPS (DX), Z6
+	VMOVUPS (SI), Z7
+	VMOVUPS (DI), Z8
+	VMOVUPS (R8), Z9
+	VMOVUPS (R9), Z10
+	VMOVUPS (R10), Z11
+	VBROADCASTSS (CX), Z31
+	VFMADD231PS Z6, Z31, Z0
+	VFMADD231PS Z7, Z31, Z1
+	VFMADD231PS Z8, Z31, Z2
+	VFMADD231PS Z9, Z31, Z3
+	VFMADD231PS Z10, Z31, Z4
+	VFMADD231PS Z11, Z31, Z5
+	ADDQ $4, CX
+	ADDQ $64, DX
+	ADDQ $64, SI
+	ADDQ $64, DI
+	ADDQ $64, R8
+	ADDQ $64, R9
+	ADDQ $64, R10
+	DECQ AX
+	JNZ mmF32Z1x6_pfloop
+	JMP mmF32Z1x6_store
 mmF32Z1x6_loop:
 	VMOVUPS (DX), Z6
 	VMOVUPS (SI), Z7
@@ -231,8 +354,8 @@ mmF32Z1x6_store:
 	VZEROUPPER
 	RET
 
-// func mmF32Z1x7(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
-TEXT ·mmF32Z1x7(SB), NOSPLIT, $0-56
+// func mmF32Z1x7(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
+TEXT ·mmF32Z1x7(SB), NOSPLIT, $0-64
 	MOVQ x+16(FP), CX
 	MOVQ w+32(FP), DX
 	MOVQ ps+40(FP), AX
@@ -242,6 +365,7 @@ TEXT ·mmF32Z1x7(SB), NOSPLIT, $0-56
 	LEAQ (R8)(AX*1), R9
 	LEAQ (R9)(AX*1), R10
 	LEAQ (R10)(AX*1), R11
+	MOVQ pf+56(FP), R12
 	MOVQ in+48(FP), AX
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
@@ -252,6 +376,36 @@ TEXT ·mmF32Z1x7(SB), NOSPLIT, $0-56
 	VPXORD Z6, Z6, Z6
 	TESTQ AX, AX
 	JLE mmF32Z1x7_store
+	TESTQ R12, R12
+	JZ mmF32Z1x7_loop
+mmF32Z1x7_pfloop:
+	PREFETCHT1 (DX)(R12*1)
+	VMOVUPS (DX), Z7
+	VMOVUPS (SI), Z8
+	VMOVUPS (DI), Z9
+	VMOVUPS (R8), Z10
+	VMOVUPS (R9), Z11
+	VMOVUPS (R10), Z12
+	VMOVUPS (R11), Z13
+	VBROADCASTSS (CX), Z31
+	VFMADD231PS Z7, Z31, Z0
+	VFMADD231PS Z8, Z31, Z1
+	VFMADD231PS Z9, Z31, Z2
+	VFMADD231PS Z10, Z31, Z3
+	VFMADD231PS Z11, Z31, Z4
+	VFMADD231PS Z12, Z31, Z5
+	VFMADD231PS Z13, Z31, Z6
+	ADDQ $4, CX
+	ADDQ $64, DX
+	ADDQ $64, SI
+	ADDQ $64, DI
+	ADDQ $64, R8
+	ADDQ $64, R9
+	ADDQ $64, R10
+	ADDQ $64, R11
+	DECQ AX
+	JNZ mmF32Z1x7_pfloop
+	JMP mmF32Z1x7_store
 mmF32Z1x7_loop:
 	VMOVUPS (DX), Z7
 	VMOVUPS (SI), Z8
@@ -290,8 +444,8 @@ mmF32Z1x7_store:
 	VZEROUPPER
 	RET
 
-// func mmF32Z1x8(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
-TEXT ·mmF32Z1x8(SB), NOSPLIT, $0-56
+// func mmF32Z1x8(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
+TEXT ·mmF32Z1x8(SB), NOSPLIT, $0-64
 	MOVQ x+16(FP), CX
 	MOVQ w+32(FP), DX
 	MOVQ ps+40(FP), AX
@@ -302,6 +456,7 @@ TEXT ·mmF32Z1x8(SB), NOSPLIT, $0-56
 	LEAQ (R9)(AX*1), R10
 	LEAQ (R10)(AX*1), R11
 	LEAQ (R11)(AX*1), R12
+	MOVQ pf+56(FP), R13
 	MOVQ in+48(FP), AX
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
@@ -313,6 +468,39 @@ TEXT ·mmF32Z1x8(SB), NOSPLIT, $0-56
 	VPXORD Z7, Z7, Z7
 	TESTQ AX, AX
 	JLE mmF32Z1x8_store
+	TESTQ R13, R13
+	JZ mmF32Z1x8_loop
+mmF32Z1x8_pfloop:
+	PREFETCHT1 (DX)(R13*1)
+	VMOVUPS (DX), Z8
+	VMOVUPS (SI), Z9
+	VMOVUPS (DI), Z10
+	VMOVUPS (R8), Z11
+	VMOVUPS (R9), Z12
+	VMOVUPS (R10), Z13
+	VMOVUPS (R11), Z14
+	VMOVUPS (R12), Z15
+	VBROADCASTSS (CX), Z31
+	VFMADD231PS Z8, Z31, Z0
+	VFMADD231PS Z9, Z31, Z1
+	VFMADD231PS Z10, Z31, Z2
+	VFMADD231PS Z11, Z31, Z3
+	VFMADD231PS Z12, Z31, Z4
+	VFMADD231PS Z13, Z31, Z5
+	VFMADD231PS Z14, Z31, Z6
+	VFMADD231PS Z15, Z31, Z7
+	ADDQ $4, CX
+	ADDQ $64, DX
+	ADDQ $64, SI
+	ADDQ $64, DI
+	ADDQ $64, R8
+	ADDQ $64, R9
+	ADDQ $64, R10
+	ADDQ $64, R11
+	ADDQ $64, R12
+	DECQ AX
+	JNZ mmF32Z1x8_pfloop
+	JMP mmF32Z1x8_store
 mmF32Z1x8_loop:
 	VMOVUPS (DX), Z8
 	VMOVUPS (SI), Z9
@@ -355,17 +543,33 @@ mmF32Z1x8_store:
 	VZEROUPPER
 	RET
 
-// func mmF32Z2x1(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
-TEXT ·mmF32Z2x1(SB), NOSPLIT, $0-56
+// func mmF32Z2x1(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
+TEXT ·mmF32Z2x1(SB), NOSPLIT, $0-64
 	MOVQ x+16(FP), CX
 	MOVQ xs+24(FP), AX
 	LEAQ (CX)(AX*1), DX
 	MOVQ w+32(FP), SI
+	MOVQ pf+56(FP), DI
 	MOVQ in+48(FP), AX
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
 	TESTQ AX, AX
 	JLE mmF32Z2x1_store
+	TESTQ DI, DI
+	JZ mmF32Z2x1_loop
+mmF32Z2x1_pfloop:
+	PREFETCHT1 (SI)(DI*1)
+	VMOVUPS (SI), Z2
+	VBROADCASTSS (CX), Z31
+	VFMADD231PS Z2, Z31, Z0
+	VBROADCASTSS (DX), Z31
+	VFMADD231PS Z2, Z31, Z1
+	ADDQ $4, CX
+	ADDQ $4, DX
+	ADDQ $64, SI
+	DECQ AX
+	JNZ mmF32Z2x1_pfloop
+	JMP mmF32Z2x1_store
 mmF32Z2x1_loop:
 	VMOVUPS (SI), Z2
 	VBROADCASTSS (CX), Z31
@@ -386,14 +590,15 @@ mmF32Z2x1_store:
 	VZEROUPPER
 	RET
 
-// func mmF32Z2x2(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
-TEXT ·mmF32Z2x2(SB), NOSPLIT, $0-56
+// func mmF32Z2x2(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
+TEXT ·mmF32Z2x2(SB), NOSPLIT, $0-64
 	MOVQ x+16(FP), CX
 	MOVQ xs+24(FP), AX
 	LEAQ (CX)(AX*1), DX
 	MOVQ w+32(FP), SI
 	MOVQ ps+40(FP), AX
 	LEAQ (SI)(AX*1), DI
+	MOVQ pf+56(FP), R8
 	MOVQ in+48(FP), AX
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
@@ -401,6 +606,25 @@ TEXT ·mmF32Z2x2(SB), NOSPLIT, $0-56
 	VPXORD Z3, Z3, Z3
 	TESTQ AX, AX
 	JLE mmF32Z2x2_store
+	TESTQ R8, R8
+	JZ mmF32Z2x2_loop
+mmF32Z2x2_pfloop:
+	PREFETCHT1 (SI)(R8*1)
+	VMOVUPS (SI), Z4
+	VMOVUPS (DI), Z5
+	VBROADCASTSS (CX), Z31
+	VFMADD231PS Z4, Z31, Z0
+	VFMADD231PS Z5, Z31, Z1
+	VBROADCASTSS (DX), Z31
+	VFMADD231PS Z4, Z31, Z2
+	VFMADD231PS Z5, Z31, Z3
+	ADDQ $4, CX
+	ADDQ $4, DX
+	ADDQ $64, SI
+	ADDQ $64, DI
+	DECQ AX
+	JNZ mmF32Z2x2_pfloop
+	JMP mmF32Z2x2_store
 mmF32Z2x2_loop:
 	VMOVUPS (SI), Z4
 	VMOVUPS (DI), Z5
@@ -427,8 +651,8 @@ mmF32Z2x2_store:
 	VZEROUPPER
 	RET
 
-// func mmF32Z2x3(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
-TEXT ·mmF32Z2x3(SB), NOSPLIT, $0-56
+// func mmF32Z2x3(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
+TEXT ·mmF32Z2x3(SB), NOSPLIT, $0-64
 	MOVQ x+16(FP), CX
 	MOVQ xs+24(FP), AX
 	LEAQ (CX)(AX*1), DX
@@ -436,6 +660,7 @@ TEXT ·mmF32Z2x3(SB), NOSPLIT, $0-56
 	MOVQ ps+40(FP), AX
 	LEAQ (SI)(AX*1), DI
 	LEAQ (DI)(AX*1), R8
+	MOVQ pf+56(FP), R9
 	MOVQ in+48(FP), AX
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
@@ -445,6 +670,29 @@ TEXT ·mmF32Z2x3(SB), NOSPLIT, $0-56
 	VPXORD Z5, Z5, Z5
 	TESTQ AX, AX
 	JLE mmF32Z2x3_store
+	TESTQ R9, R9
+	JZ mmF32Z2x3_loop
+mmF32Z2x3_pfloop:
+	PREFETCHT1 (SI)(R9*1)
+	VMOVUPS (SI), Z6
+	VMOVUPS (DI), Z7
+	VMOVUPS (R8), Z8
+	VBROADCASTSS (CX), Z31
+	VFMADD231PS Z6, Z31, Z0
+	VFMADD231PS Z7, Z31, Z1
+	VFMADD231PS Z8, Z31, Z2
+	VBROADCASTSS (DX), Z31
+	VFMADD231PS Z6, Z31, Z3
+	VFMADD231PS Z7, Z31, Z4
+	VFMADD231PS Z8, Z31, Z5
+	ADDQ $4, CX
+	ADDQ $4, DX
+	ADDQ $64, SI
+	ADDQ $64, DI
+	ADDQ $64, R8
+	DECQ AX
+	JNZ mmF32Z2x3_pfloop
+	JMP mmF32Z2x3_store
 mmF32Z2x3_loop:
 	VMOVUPS (SI), Z6
 	VMOVUPS (DI), Z7
@@ -477,8 +725,8 @@ mmF32Z2x3_store:
 	VZEROUPPER
 	RET
 
-// func mmF32Z2x4(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
-TEXT ·mmF32Z2x4(SB), NOSPLIT, $0-56
+// func mmF32Z2x4(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
+TEXT ·mmF32Z2x4(SB), NOSPLIT, $0-64
 	MOVQ x+16(FP), CX
 	MOVQ xs+24(FP), AX
 	LEAQ (CX)(AX*1), DX
@@ -487,6 +735,7 @@ TEXT ·mmF32Z2x4(SB), NOSPLIT, $0-56
 	LEAQ (SI)(AX*1), DI
 	LEAQ (DI)(AX*1), R8
 	LEAQ (R8)(AX*1), R9
+	MOVQ pf+56(FP), R10
 	MOVQ in+48(FP), AX
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
@@ -498,6 +747,33 @@ TEXT ·mmF32Z2x4(SB), NOSPLIT, $0-56
 	VPXORD Z7, Z7, Z7
 	TESTQ AX, AX
 	JLE mmF32Z2x4_store
+	TESTQ R10, R10
+	JZ mmF32Z2x4_loop
+mmF32Z2x4_pfloop:
+	PREFETCHT1 (SI)(R10*1)
+	VMOVUPS (SI), Z8
+	VMOVUPS (DI), Z9
+	VMOVUPS (R8), Z10
+	VMOVUPS (R9), Z11
+	VBROADCASTSS (CX), Z31
+	VFMADD231PS Z8, Z31, Z0
+	VFMADD231PS Z9, Z31, Z1
+	VFMADD231PS Z10, Z31, Z2
+	VFMADD231PS Z11, Z31, Z3
+	VBROADCASTSS (DX), Z31
+	VFMADD231PS Z8, Z31, Z4
+	VFMADD231PS Z9, Z31, Z5
+	VFMADD231PS Z10, Z31, Z6
+	VFMADD231PS Z11, Z31, Z7
+	ADDQ $4, CX
+	ADDQ $4, DX
+	ADDQ $64, SI
+	ADDQ $64, DI
+	ADDQ $64, R8
+	ADDQ $64, R9
+	DECQ AX
+	JNZ mmF32Z2x4_pfloop
+	JMP mmF32Z2x4_store
 mmF32Z2x4_loop:
 	VMOVUPS (SI), Z8
 	VMOVUPS (DI), Z9
@@ -536,8 +812,8 @@ mmF32Z2x4_store:
 	VZEROUPPER
 	RET
 
-// func mmF32Z2x5(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
-TEXT ·mmF32Z2x5(SB), NOSPLIT, $0-56
+// func mmF32Z2x5(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
+TEXT ·mmF32Z2x5(SB), NOSPLIT, $0-64
 	MOVQ x+16(FP), CX
 	MOVQ xs+24(FP), AX
 	LEAQ (CX)(AX*1), DX
@@ -547,6 +823,7 @@ TEXT ·mmF32Z2x5(SB), NOSPLIT, $0-56
 	LEAQ (DI)(AX*1), R8
 	LEAQ (R8)(AX*1), R9
 	LEAQ (R9)(AX*1), R10
+	MOVQ pf+56(FP), R11
 	MOVQ in+48(FP), AX
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
@@ -560,6 +837,37 @@ TEXT ·mmF32Z2x5(SB), NOSPLIT, $0-56
 	VPXORD Z9, Z9, Z9
 	TESTQ AX, AX
 	JLE mmF32Z2x5_store
+	TESTQ R11, R11
+	JZ mmF32Z2x5_loop
+mmF32Z2x5_pfloop:
+	PREFETCHT1 (SI)(R11*1)
+	VMOVUPS (SI), Z10
+	VMOVUPS (DI), Z11
+	VMOVUPS (R8), Z12
+	VMOVUPS (R9), Z13
+	VMOVUPS (R10), Z14
+	VBROADCASTSS (CX), Z31
+	VFMADD231PS Z10, Z31, Z0
+	VFMADD231PS Z11, Z31, Z1
+	VFMADD231PS Z12, Z31, Z2
+	VFMADD231PS Z13, Z31, Z3
+	VFMADD231PS Z14, Z31, Z4
+	VBROADCASTSS (DX), Z31
+	VFMADD231PS Z10, Z31, Z5
+	VFMADD231PS Z11, Z31, Z6
+	VFMADD231PS Z12, Z31, Z7
+	VFMADD231PS Z13, Z31, Z8
+	VFMADD231PS Z14, Z31, Z9
+	ADDQ $4, CX
+	ADDQ $4, DX
+	ADDQ $64, SI
+	ADDQ $64, DI
+	ADDQ $64, R8
+	ADDQ $64, R9
+	ADDQ $64, R10
+	DECQ AX
+	JNZ mmF32Z2x5_pfloop
+	JMP mmF32Z2x5_store
 mmF32Z2x5_loop:
 	VMOVUPS (SI), Z10
 	VMOVUPS (DI), Z11
@@ -604,8 +912,8 @@ mmF32Z2x5_store:
 	VZEROUPPER
 	RET
 
-// func mmF32Z2x6(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
-TEXT ·mmF32Z2x6(SB), NOSPLIT, $0-56
+// func mmF32Z2x6(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
+TEXT ·mmF32Z2x6(SB), NOSPLIT, $0-64
 	MOVQ x+16(FP), CX
 	MOVQ xs+24(FP), AX
 	LEAQ (CX)(AX*1), DX
@@ -616,6 +924,7 @@ TEXT ·mmF32Z2x6(SB), NOSPLIT, $0-56
 	LEAQ (R8)(AX*1), R9
 	LEAQ (R9)(AX*1), R10
 	LEAQ (R10)(AX*1), R11
+	MOVQ pf+56(FP), R12
 	MOVQ in+48(FP), AX
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
@@ -631,6 +940,41 @@ TEXT ·mmF32Z2x6(SB), NOSPLIT, $0-56
 	VPXORD Z11, Z11, Z11
 	TESTQ AX, AX
 	JLE mmF32Z2x6_store
+	TESTQ R12, R12
+	JZ mmF32Z2x6_loop
+mmF32Z2x6_pfloop:
+	PREFETCHT1 (SI)(R12*1)
+	VMOVUPS (SI), Z12
+	VMOVUPS (DI), Z13
+	VMOVUPS (R8), Z14
+	VMOVUPS (R9), Z15
+	VMOVUPS (R10), Z16
+	VMOVUPS (R11), Z17
+	VBROADCASTSS (CX), Z31
+	VFMADD231PS Z12, Z31, Z0
+	VFMADD231PS Z13, Z31, Z1
+	VFMADD231PS Z14, Z31, Z2
+	VFMADD231PS Z15, Z31, Z3
+	VFMADD231PS Z16, Z31, Z4
+	VFMADD231PS Z17, Z31, Z5
+	VBROADCASTSS (DX), Z31
+	VFMADD231PS Z12, Z31, Z6
+	VFMADD231PS Z13, Z31, Z7
+	VFMADD231PS Z14, Z31, Z8
+	VFMADD231PS Z15, Z31, Z9
+	VFMADD231PS Z16, Z31, Z10
+	VFMADD231PS Z17, Z31, Z11
+	ADDQ $4, CX
+	ADDQ $4, DX
+	ADDQ $64, SI
+	ADDQ $64, DI
+	ADDQ $64, R8
+	ADDQ $64, R9
+	ADDQ $64, R10
+	ADDQ $64, R11
+	DECQ AX
+	JNZ mmF32Z2x6_pfloop
+	JMP mmF32Z2x6_store
 mmF32Z2x6_loop:
 	VMOVUPS (SI), Z12
 	VMOVUPS (DI), Z13
@@ -681,8 +1025,8 @@ mmF32Z2x6_store:
 	VZEROUPPER
 	RET
 
-// func mmF32Z2x7(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
-TEXT ·mmF32Z2x7(SB), NOSPLIT, $0-56
+// func mmF32Z2x7(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
+TEXT ·mmF32Z2x7(SB), NOSPLIT, $0-64
 	MOVQ x+16(FP), CX
 	MOVQ xs+24(FP), AX
 	LEAQ (CX)(AX*1), DX
@@ -694,6 +1038,7 @@ TEXT ·mmF32Z2x7(SB), NOSPLIT, $0-56
 	LEAQ (R9)(AX*1), R10
 	LEAQ (R10)(AX*1), R11
 	LEAQ (R11)(AX*1), R12
+	MOVQ pf+56(FP), R13
 	MOVQ in+48(FP), AX
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
@@ -711,6 +1056,45 @@ TEXT ·mmF32Z2x7(SB), NOSPLIT, $0-56
 	VPXORD Z13, Z13, Z13
 	TESTQ AX, AX
 	JLE mmF32Z2x7_store
+	TESTQ R13, R13
+	JZ mmF32Z2x7_loop
+mmF32Z2x7_pfloop:
+	PREFETCHT1 (SI)(R13*1)
+	VMOVUPS (SI), Z14
+	VMOVUPS (DI), Z15
+	VMOVUPS (R8), Z16
+	VMOVUPS (R9), Z17
+	VMOVUPS (R10), Z18
+	VMOVUPS (R11), Z19
+	VMOVUPS (R12), Z20
+	VBROADCASTSS (CX), Z31
+	VFMADD231PS Z14, Z31, Z0
+	VFMADD231PS Z15, Z31, Z1
+	VFMADD231PS Z16, Z31, Z2
+	VFMADD231PS Z17, Z31, Z3
+	VFMADD231PS Z18, Z31, Z4
+	VFMADD231PS Z19, Z31, Z5
+	VFMADD231PS Z20, Z31, Z6
+	VBROADCASTSS (DX), Z31
+	VFMADD231PS Z14, Z31, Z7
+	VFMADD231PS Z15, Z31, Z8
+	VFMADD231PS Z16, Z31, Z9
+	VFMADD231PS Z17, Z31, Z10
+	VFMADD231PS Z18, Z31, Z11
+	VFMADD231PS Z19, Z31, Z12
+	VFMADD231PS Z20, Z31, Z13
+	ADDQ $4, CX
+	ADDQ $4, DX
+	ADDQ $64, SI
+	ADDQ $64, DI
+	ADDQ $64, R8
+	ADDQ $64, R9
+	ADDQ $64, R10
+	ADDQ $64, R11
+	ADDQ $64, R12
+	DECQ AX
+	JNZ mmF32Z2x7_pfloop
+	JMP mmF32Z2x7_store
 mmF32Z2x7_loop:
 	VMOVUPS (SI), Z14
 	VMOVUPS (DI), Z15
@@ -767,8 +1151,8 @@ mmF32Z2x7_store:
 	VZEROUPPER
 	RET
 
-// func mmF32Z2x8(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
-TEXT ·mmF32Z2x8(SB), NOSPLIT, $0-56
+// func mmF32Z2x8(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
+TEXT ·mmF32Z2x8(SB), NOSPLIT, $0-64
 	MOVQ x+16(FP), CX
 	MOVQ xs+24(FP), AX
 	LEAQ (CX)(AX*1), DX
@@ -781,6 +1165,7 @@ TEXT ·mmF32Z2x8(SB), NOSPLIT, $0-56
 	LEAQ (R10)(AX*1), R11
 	LEAQ (R11)(AX*1), R12
 	LEAQ (R12)(AX*1), R13
+	MOVQ pf+56(FP), BX
 	MOVQ in+48(FP), AX
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
@@ -800,6 +1185,49 @@ TEXT ·mmF32Z2x8(SB), NOSPLIT, $0-56
 	VPXORD Z15, Z15, Z15
 	TESTQ AX, AX
 	JLE mmF32Z2x8_store
+	TESTQ BX, BX
+	JZ mmF32Z2x8_loop
+mmF32Z2x8_pfloop:
+	PREFETCHT1 (SI)(BX*1)
+	VMOVUPS (SI), Z16
+	VMOVUPS (DI), Z17
+	VMOVUPS (R8), Z18
+	VMOVUPS (R9), Z19
+	VMOVUPS (R10), Z20
+	VMOVUPS (R11), Z21
+	VMOVUPS (R12), Z22
+	VMOVUPS (R13), Z23
+	VBROADCASTSS (CX), Z31
+	VFMADD231PS Z16, Z31, Z0
+	VFMADD231PS Z17, Z31, Z1
+	VFMADD231PS Z18, Z31, Z2
+	VFMADD231PS Z19, Z31, Z3
+	VFMADD231PS Z20, Z31, Z4
+	VFMADD231PS Z21, Z31, Z5
+	VFMADD231PS Z22, Z31, Z6
+	VFMADD231PS Z23, Z31, Z7
+	VBROADCASTSS (DX), Z31
+	VFMADD231PS Z16, Z31, Z8
+	VFMADD231PS Z17, Z31, Z9
+	VFMADD231PS Z18, Z31, Z10
+	VFMADD231PS Z19, Z31, Z11
+	VFMADD231PS Z20, Z31, Z12
+	VFMADD231PS Z21, Z31, Z13
+	VFMADD231PS Z22, Z31, Z14
+	VFMADD231PS Z23, Z31, Z15
+	ADDQ $4, CX
+	ADDQ $4, DX
+	ADDQ $64, SI
+	ADDQ $64, DI
+	ADDQ $64, R8
+	ADDQ $64, R9
+	ADDQ $64, R10
+	ADDQ $64, R11
+	ADDQ $64, R12
+	ADDQ $64, R13
+	DECQ AX
+	JNZ mmF32Z2x8_pfloop
+	JMP mmF32Z2x8_store
 mmF32Z2x8_loop:
 	VMOVUPS (SI), Z16
 	VMOVUPS (DI), Z17
@@ -862,19 +1290,38 @@ mmF32Z2x8_store:
 	VZEROUPPER
 	RET
 
-// func mmF32Z3x1(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
-TEXT ·mmF32Z3x1(SB), NOSPLIT, $0-56
+// func mmF32Z3x1(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
+TEXT ·mmF32Z3x1(SB), NOSPLIT, $0-64
 	MOVQ x+16(FP), CX
 	MOVQ xs+24(FP), AX
 	LEAQ (CX)(AX*1), DX
 	LEAQ (DX)(AX*1), SI
 	MOVQ w+32(FP), DI
+	MOVQ pf+56(FP), R8
 	MOVQ in+48(FP), AX
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
 	VPXORD Z2, Z2, Z2
 	TESTQ AX, AX
 	JLE mmF32Z3x1_store
+	TESTQ R8, R8
+	JZ mmF32Z3x1_loop
+mmF32Z3x1_pfloop:
+	PREFETCHT1 (DI)(R8*1)
+	VMOVUPS (DI), Z3
+	VBROADCASTSS (CX), Z31
+	VFMADD231PS Z3, Z31, Z0
+	VBROADCASTSS (DX), Z31
+	VFMADD231PS Z3, Z31, Z1
+	VBROADCASTSS (SI), Z31
+	VFMADD231PS Z3, Z31, Z2
+	ADDQ $4, CX
+	ADDQ $4, DX
+	ADDQ $4, SI
+	ADDQ $64, DI
+	DECQ AX
+	JNZ mmF32Z3x1_pfloop
+	JMP mmF32Z3x1_store
 mmF32Z3x1_loop:
 	VMOVUPS (DI), Z3
 	VBROADCASTSS (CX), Z31
@@ -900,8 +1347,8 @@ mmF32Z3x1_store:
 	VZEROUPPER
 	RET
 
-// func mmF32Z3x2(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
-TEXT ·mmF32Z3x2(SB), NOSPLIT, $0-56
+// func mmF32Z3x2(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
+TEXT ·mmF32Z3x2(SB), NOSPLIT, $0-64
 	MOVQ x+16(FP), CX
 	MOVQ xs+24(FP), AX
 	LEAQ (CX)(AX*1), DX
@@ -909,6 +1356,7 @@ TEXT ·mmF32Z3x2(SB), NOSPLIT, $0-56
 	MOVQ w+32(FP), DI
 	MOVQ ps+40(FP), AX
 	LEAQ (DI)(AX*1), R8
+	MOVQ pf+56(FP), R9
 	MOVQ in+48(FP), AX
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
@@ -918,6 +1366,29 @@ TEXT ·mmF32Z3x2(SB), NOSPLIT, $0-56
 	VPXORD Z5, Z5, Z5
 	TESTQ AX, AX
 	JLE mmF32Z3x2_store
+	TESTQ R9, R9
+	JZ mmF32Z3x2_loop
+mmF32Z3x2_pfloop:
+	PREFETCHT1 (DI)(R9*1)
+	VMOVUPS (DI), Z6
+	VMOVUPS (R8), Z7
+	VBROADCASTSS (CX), Z31
+	VFMADD231PS Z6, Z31, Z0
+	VFMADD231PS Z7, Z31, Z1
+	VBROADCASTSS (DX), Z31
+	VFMADD231PS Z6, Z31, Z2
+	VFMADD231PS Z7, Z31, Z3
+	VBROADCASTSS (SI), Z31
+	VFMADD231PS Z6, Z31, Z4
+	VFMADD231PS Z7, Z31, Z5
+	ADDQ $4, CX
+	ADDQ $4, DX
+	ADDQ $4, SI
+	ADDQ $64, DI
+	ADDQ $64, R8
+	DECQ AX
+	JNZ mmF32Z3x2_pfloop
+	JMP mmF32Z3x2_store
 mmF32Z3x2_loop:
 	VMOVUPS (DI), Z6
 	VMOVUPS (R8), Z7
@@ -951,8 +1422,8 @@ mmF32Z3x2_store:
 	VZEROUPPER
 	RET
 
-// func mmF32Z3x3(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
-TEXT ·mmF32Z3x3(SB), NOSPLIT, $0-56
+// func mmF32Z3x3(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
+TEXT ·mmF32Z3x3(SB), NOSPLIT, $0-64
 	MOVQ x+16(FP), CX
 	MOVQ xs+24(FP), AX
 	LEAQ (CX)(AX*1), DX
@@ -961,6 +1432,7 @@ TEXT ·mmF32Z3x3(SB), NOSPLIT, $0-56
 	MOVQ ps+40(FP), AX
 	LEAQ (DI)(AX*1), R8
 	LEAQ (R8)(AX*1), R9
+	MOVQ pf+56(FP), R10
 	MOVQ in+48(FP), AX
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
@@ -973,6 +1445,34 @@ TEXT ·mmF32Z3x3(SB), NOSPLIT, $0-56
 	VPXORD Z8, Z8, Z8
 	TESTQ AX, AX
 	JLE mmF32Z3x3_store
+	TESTQ R10, R10
+	JZ mmF32Z3x3_loop
+mmF32Z3x3_pfloop:
+	PREFETCHT1 (DI)(R10*1)
+	VMOVUPS (DI), Z9
+	VMOVUPS (R8), Z10
+	VMOVUPS (R9), Z11
+	VBROADCASTSS (CX), Z31
+	VFMADD231PS Z9, Z31, Z0
+	VFMADD231PS Z10, Z31, Z1
+	VFMADD231PS Z11, Z31, Z2
+	VBROADCASTSS (DX), Z31
+	VFMADD231PS Z9, Z31, Z3
+	VFMADD231PS Z10, Z31, Z4
+	VFMADD231PS Z11, Z31, Z5
+	VBROADCASTSS (SI), Z31
+	VFMADD231PS Z9, Z31, Z6
+	VFMADD231PS Z10, Z31, Z7
+	VFMADD231PS Z11, Z31, Z8
+	ADDQ $4, CX
+	ADDQ $4, DX
+	ADDQ $4, SI
+	ADDQ $64, DI
+	ADDQ $64, R8
+	ADDQ $64, R9
+	DECQ AX
+	JNZ mmF32Z3x3_pfloop
+	JMP mmF32Z3x3_store
 mmF32Z3x3_loop:
 	VMOVUPS (DI), Z9
 	VMOVUPS (R8), Z10
@@ -1014,8 +1514,8 @@ mmF32Z3x3_store:
 	VZEROUPPER
 	RET
 
-// func mmF32Z3x4(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
-TEXT ·mmF32Z3x4(SB), NOSPLIT, $0-56
+// func mmF32Z3x4(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
+TEXT ·mmF32Z3x4(SB), NOSPLIT, $0-64
 	MOVQ x+16(FP), CX
 	MOVQ xs+24(FP), AX
 	LEAQ (CX)(AX*1), DX
@@ -1025,6 +1525,7 @@ TEXT ·mmF32Z3x4(SB), NOSPLIT, $0-56
 	LEAQ (DI)(AX*1), R8
 	LEAQ (R8)(AX*1), R9
 	LEAQ (R9)(AX*1), R10
+	MOVQ pf+56(FP), R11
 	MOVQ in+48(FP), AX
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
@@ -1040,6 +1541,39 @@ TEXT ·mmF32Z3x4(SB), NOSPLIT, $0-56
 	VPXORD Z11, Z11, Z11
 	TESTQ AX, AX
 	JLE mmF32Z3x4_store
+	TESTQ R11, R11
+	JZ mmF32Z3x4_loop
+mmF32Z3x4_pfloop:
+	PREFETCHT1 (DI)(R11*1)
+	VMOVUPS (DI), Z12
+	VMOVUPS (R8), Z13
+	VMOVUPS (R9), Z14
+	VMOVUPS (R10), Z15
+	VBROADCASTSS (CX), Z31
+	VFMADD231PS Z12, Z31, Z0
+	VFMADD231PS Z13, Z31, Z1
+	VFMADD231PS Z14, Z31, Z2
+	VFMADD231PS Z15, Z31, Z3
+	VBROADCASTSS (DX), Z31
+	VFMADD231PS Z12, Z31, Z4
+	VFMADD231PS Z13, Z31, Z5
+	VFMADD231PS Z14, Z31, Z6
+	VFMADD231PS Z15, Z31, Z7
+	VBROADCASTSS (SI), Z31
+	VFMADD231PS Z12, Z31, Z8
+	VFMADD231PS Z13, Z31, Z9
+	VFMADD231PS Z14, Z31, Z10
+	VFMADD231PS Z15, Z31, Z11
+	ADDQ $4, CX
+	ADDQ $4, DX
+	ADDQ $4, SI
+	ADDQ $64, DI
+	ADDQ $64, R8
+	ADDQ $64, R9
+	ADDQ $64, R10
+	DECQ AX
+	JNZ mmF32Z3x4_pfloop
+	JMP mmF32Z3x4_store
 mmF32Z3x4_loop:
 	VMOVUPS (DI), Z12
 	VMOVUPS (R8), Z13
@@ -1089,8 +1623,8 @@ mmF32Z3x4_store:
 	VZEROUPPER
 	RET
 
-// func mmF32Z3x5(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
-TEXT ·mmF32Z3x5(SB), NOSPLIT, $0-56
+// func mmF32Z3x5(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
+TEXT ·mmF32Z3x5(SB), NOSPLIT, $0-64
 	MOVQ x+16(FP), CX
 	MOVQ xs+24(FP), AX
 	LEAQ (CX)(AX*1), DX
@@ -1101,6 +1635,7 @@ TEXT ·mmF32Z3x5(SB), NOSPLIT, $0-56
 	LEAQ (R8)(AX*1), R9
 	LEAQ (R9)(AX*1), R10
 	LEAQ (R10)(AX*1), R11
+	MOVQ pf+56(FP), R12
 	MOVQ in+48(FP), AX
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
@@ -1119,6 +1654,44 @@ TEXT ·mmF32Z3x5(SB), NOSPLIT, $0-56
 	VPXORD Z14, Z14, Z14
 	TESTQ AX, AX
 	JLE mmF32Z3x5_store
+	TESTQ R12, R12
+	JZ mmF32Z3x5_loop
+mmF32Z3x5_pfloop:
+	PREFETCHT1 (DI)(R12*1)
+	VMOVUPS (DI), Z15
+	VMOVUPS (R8), Z16
+	VMOVUPS (R9), Z17
+	VMOVUPS (R10), Z18
+	VMOVUPS (R11), Z19
+	VBROADCASTSS (CX), Z31
+	VFMADD231PS Z15, Z31, Z0
+	VFMADD231PS Z16, Z31, Z1
+	VFMADD231PS Z17, Z31, Z2
+	VFMADD231PS Z18, Z31, Z3
+	VFMADD231PS Z19, Z31, Z4
+	VBROADCASTSS (DX), Z31
+	VFMADD231PS Z15, Z31, Z5
+	VFMADD231PS Z16, Z31, Z6
+	VFMADD231PS Z17, Z31, Z7
+	VFMADD231PS Z18, Z31, Z8
+	VFMADD231PS Z19, Z31, Z9
+	VBROADCASTSS (SI), Z31
+	VFMADD231PS Z15, Z31, Z10
+	VFMADD231PS Z16, Z31, Z11
+	VFMADD231PS Z17, Z31, Z12
+	VFMADD231PS Z18, Z31, Z13
+	VFMADD231PS Z19, Z31, Z14
+	ADDQ $4, CX
+	ADDQ $4, DX
+	ADDQ $4, SI
+	ADDQ $64, DI
+	ADDQ $64, R8
+	ADDQ $64, R9
+	ADDQ $64, R10
+	ADDQ $64, R11
+	DECQ AX
+	JNZ mmF32Z3x5_pfloop
+	JMP mmF32Z3x5_store
 mmF32Z3x5_loop:
 	VMOVUPS (DI), Z15
 	VMOVUPS (R8), Z16
@@ -1176,8 +1749,8 @@ mmF32Z3x5_store:
 	VZEROUPPER
 	RET
 
-// func mmF32Z3x6(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
-TEXT ·mmF32Z3x6(SB), NOSPLIT, $0-56
+// func mmF32Z3x6(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
+TEXT ·mmF32Z3x6(SB), NOSPLIT, $0-64
 	MOVQ x+16(FP), CX
 	MOVQ xs+24(FP), AX
 	LEAQ (CX)(AX*1), DX
@@ -1189,6 +1762,7 @@ TEXT ·mmF32Z3x6(SB), NOSPLIT, $0-56
 	LEAQ (R9)(AX*1), R10
 	LEAQ (R10)(AX*1), R11
 	LEAQ (R11)(AX*1), R12
+	MOVQ pf+56(FP), R13
 	MOVQ in+48(FP), AX
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
@@ -1210,6 +1784,49 @@ TEXT ·mmF32Z3x6(SB), NOSPLIT, $0-56
 	VPXORD Z17, Z17, Z17
 	TESTQ AX, AX
 	JLE mmF32Z3x6_store
+	TESTQ R13, R13
+	JZ mmF32Z3x6_loop
+mmF32Z3x6_pfloop:
+	PREFETCHT1 (DI)(R13*1)
+	VMOVUPS (DI), Z18
+	VMOVUPS (R8), Z19
+	VMOVUPS (R9), Z20
+	VMOVUPS (R10), Z21
+	VMOVUPS (R11), Z22
+	VMOVUPS (R12), Z23
+	VBROADCASTSS (CX), Z31
+	VFMADD231PS Z18, Z31, Z0
+	VFMADD231PS Z19, Z31, Z1
+	VFMADD231PS Z20, Z31, Z2
+	VFMADD231PS Z21, Z31, Z3
+	VFMADD231PS Z22, Z31, Z4
+	VFMADD231PS Z23, Z31, Z5
+	VBROADCASTSS (DX), Z31
+	VFMADD231PS Z18, Z31, Z6
+	VFMADD231PS Z19, Z31, Z7
+	VFMADD231PS Z20, Z31, Z8
+	VFMADD231PS Z21, Z31, Z9
+	VFMADD231PS Z22, Z31, Z10
+	VFMADD231PS Z23, Z31, Z11
+	VBROADCASTSS (SI), Z31
+	VFMADD231PS Z18, Z31, Z12
+	VFMADD231PS Z19, Z31, Z13
+	VFMADD231PS Z20, Z31, Z14
+	VFMADD231PS Z21, Z31, Z15
+	VFMADD231PS Z22, Z31, Z16
+	VFMADD231PS Z23, Z31, Z17
+	ADDQ $4, CX
+	ADDQ $4, DX
+	ADDQ $4, SI
+	ADDQ $64, DI
+	ADDQ $64, R8
+	ADDQ $64, R9
+	ADDQ $64, R10
+	ADDQ $64, R11
+	ADDQ $64, R12
+	DECQ AX
+	JNZ mmF32Z3x6_pfloop
+	JMP mmF32Z3x6_store
 mmF32Z3x6_loop:
 	VMOVUPS (DI), Z18
 	VMOVUPS (R8), Z19
@@ -1275,8 +1892,8 @@ mmF32Z3x6_store:
 	VZEROUPPER
 	RET
 
-// func mmF32Z3x7(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
-TEXT ·mmF32Z3x7(SB), NOSPLIT, $0-56
+// func mmF32Z3x7(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
+TEXT ·mmF32Z3x7(SB), NOSPLIT, $0-64
 	MOVQ x+16(FP), CX
 	MOVQ xs+24(FP), AX
 	LEAQ (CX)(AX*1), DX
@@ -1289,6 +1906,7 @@ TEXT ·mmF32Z3x7(SB), NOSPLIT, $0-56
 	LEAQ (R10)(AX*1), R11
 	LEAQ (R11)(AX*1), R12
 	LEAQ (R12)(AX*1), R13
+	MOVQ pf+56(FP), BX
 	MOVQ in+48(FP), AX
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
@@ -1313,6 +1931,54 @@ TEXT ·mmF32Z3x7(SB), NOSPLIT, $0-56
 	VPXORD Z20, Z20, Z20
 	TESTQ AX, AX
 	JLE mmF32Z3x7_store
+	TESTQ BX, BX
+	JZ mmF32Z3x7_loop
+mmF32Z3x7_pfloop:
+	PREFETCHT1 (DI)(BX*1)
+	VMOVUPS (DI), Z21
+	VMOVUPS (R8), Z22
+	VMOVUPS (R9), Z23
+	VMOVUPS (R10), Z24
+	VMOVUPS (R11), Z25
+	VMOVUPS (R12), Z26
+	VMOVUPS (R13), Z27
+	VBROADCASTSS (CX), Z31
+	VFMADD231PS Z21, Z31, Z0
+	VFMADD231PS Z22, Z31, Z1
+	VFMADD231PS Z23, Z31, Z2
+	VFMADD231PS Z24, Z31, Z3
+	VFMADD231PS Z25, Z31, Z4
+	VFMADD231PS Z26, Z31, Z5
+	VFMADD231PS Z27, Z31, Z6
+	VBROADCASTSS (DX), Z31
+	VFMADD231PS Z21, Z31, Z7
+	VFMADD231PS Z22, Z31, Z8
+	VFMADD231PS Z23, Z31, Z9
+	VFMADD231PS Z24, Z31, Z10
+	VFMADD231PS Z25, Z31, Z11
+	VFMADD231PS Z26, Z31, Z12
+	VFMADD231PS Z27, Z31, Z13
+	VBROADCASTSS (SI), Z31
+	VFMADD231PS Z21, Z31, Z14
+	VFMADD231PS Z22, Z31, Z15
+	VFMADD231PS Z23, Z31, Z16
+	VFMADD231PS Z24, Z31, Z17
+	VFMADD231PS Z25, Z31, Z18
+	VFMADD231PS Z26, Z31, Z19
+	VFMADD231PS Z27, Z31, Z20
+	ADDQ $4, CX
+	ADDQ $4, DX
+	ADDQ $4, SI
+	ADDQ $64, DI
+	ADDQ $64, R8
+	ADDQ $64, R9
+	ADDQ $64, R10
+	ADDQ $64, R11
+	ADDQ $64, R12
+	ADDQ $64, R13
+	DECQ AX
+	JNZ mmF32Z3x7_pfloop
+	JMP mmF32Z3x7_store
 mmF32Z3x7_loop:
 	VMOVUPS (DI), Z21
 	VMOVUPS (R8), Z22
@@ -1386,136 +2052,15 @@ mmF32Z3x7_store:
 	VZEROUPPER
 	RET
 
-// func mmF32Z3x8(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
-TEXT ·mmF32Z3x8(SB), NOSPLIT, $0-56
-	MOVQ x+16(FP), CX
-	MOVQ xs+24(FP), AX
-	LEAQ (CX)(AX*1), DX
-	LEAQ (DX)(AX*1), SI
-	MOVQ w+32(FP), DI
-	MOVQ ps+40(FP), AX
-	LEAQ (DI)(AX*1), R8
-	LEAQ (R8)(AX*1), R9
-	LEAQ (R9)(AX*1), R10
-	LEAQ (R10)(AX*1), R11
-	LEAQ (R11)(AX*1), R12
-	LEAQ (R12)(AX*1), R13
-	LEAQ (R13)(AX*1), BX
-	MOVQ in+48(FP), AX
-	VPXORD Z0, Z0, Z0
-	VPXORD Z1, Z1, Z1
-	VPXORD Z2, Z2, Z2
-	VPXORD Z3, Z3, Z3
-	VPXORD Z4, Z4, Z4
-	VPXORD Z5, Z5, Z5
-	VPXORD Z6, Z6, Z6
-	VPXORD Z7, Z7, Z7
-	VPXORD Z8, Z8, Z8
-	VPXORD Z9, Z9, Z9
-	VPXORD Z10, Z10, Z10
-	VPXORD Z11, Z11, Z11
-	VPXORD Z12, Z12, Z12
-	VPXORD Z13, Z13, Z13
-	VPXORD Z14, Z14, Z14
-	VPXORD Z15, Z15, Z15
-	VPXORD Z16, Z16, Z16
-	VPXORD Z17, Z17, Z17
-	VPXORD Z18, Z18, Z18
-	VPXORD Z19, Z19, Z19
-	VPXORD Z20, Z20, Z20
-	VPXORD Z21, Z21, Z21
-	VPXORD Z22, Z22, Z22
-	VPXORD Z23, Z23, Z23
-	TESTQ AX, AX
-	JLE mmF32Z3x8_store
-mmF32Z3x8_loop:
-	VMOVUPS (DI), Z24
-	VMOVUPS (R8), Z25
-	VMOVUPS (R9), Z26
-	VMOVUPS (R10), Z27
-	VMOVUPS (R11), Z28
-	VMOVUPS (R12), Z29
-	VMOVUPS (R13), Z30
-	VBROADCASTSS (CX), Z31
-	VFMADD231PS Z24, Z31, Z0
-	VFMADD231PS Z25, Z31, Z1
-	VFMADD231PS Z26, Z31, Z2
-	VFMADD231PS Z27, Z31, Z3
-	VFMADD231PS Z28, Z31, Z4
-	VFMADD231PS Z29, Z31, Z5
-	VFMADD231PS Z30, Z31, Z6
-	VFMADD231PS (BX), Z31, Z7
-	VBROADCASTSS (DX), Z31
-	VFMADD231PS Z24, Z31, Z8
-	VFMADD231PS Z25, Z31, Z9
-	VFMADD231PS Z26, Z31, Z10
-	VFMADD231PS Z27, Z31, Z11
-	VFMADD231PS Z28, Z31, Z12
-	VFMADD231PS Z29, Z31, Z13
-	VFMADD231PS Z30, Z31, Z14
-	VFMADD231PS (BX), Z31, Z15
-	VBROADCASTSS (SI), Z31
-	VFMADD231PS Z24, Z31, Z16
-	VFMADD231PS Z25, Z31, Z17
-	VFMADD231PS Z26, Z31, Z18
-	VFMADD231PS Z27, Z31, Z19
-	VFMADD231PS Z28, Z31, Z20
-	VFMADD231PS Z29, Z31, Z21
-	VFMADD231PS Z30, Z31, Z22
-	VFMADD231PS (BX), Z31, Z23
-	ADDQ $4, CX
-	ADDQ $4, DX
-	ADDQ $4, SI
-	ADDQ $64, DI
-	ADDQ $64, R8
-	ADDQ $64, R9
-	ADDQ $64, R10
-	ADDQ $64, R11
-	ADDQ $64, R12
-	ADDQ $64, R13
-	ADDQ $64, BX
-	DECQ AX
-	JNZ mmF32Z3x8_loop
-mmF32Z3x8_store:
-	MOVQ y+0(FP), AX
-	MOVQ ys+8(FP), BX
-	VMOVUPS Z0, 0(AX)
-	VMOVUPS Z1, 64(AX)
-	VMOVUPS Z2, 128(AX)
-	VMOVUPS Z3, 192(AX)
-	VMOVUPS Z4, 256(AX)
-	VMOVUPS Z5, 320(AX)
-	VMOVUPS Z6, 384(AX)
-	VMOVUPS Z7, 448(AX)
-	ADDQ BX, AX
-	VMOVUPS Z8, 0(AX)
-	VMOVUPS Z9, 64(AX)
-	VMOVUPS Z10, 128(AX)
-	VMOVUPS Z11, 192(AX)
-	VMOVUPS Z12, 256(AX)
-	VMOVUPS Z13, 320(AX)
-	VMOVUPS Z14, 384(AX)
-	VMOVUPS Z15, 448(AX)
-	ADDQ BX, AX
-	VMOVUPS Z16, 0(AX)
-	VMOVUPS Z17, 64(AX)
-	VMOVUPS Z18, 128(AX)
-	VMOVUPS Z19, 192(AX)
-	VMOVUPS Z20, 256(AX)
-	VMOVUPS Z21, 320(AX)
-	VMOVUPS Z22, 384(AX)
-	VMOVUPS Z23, 448(AX)
-	VZEROUPPER
-	RET
-
-// func mmF32Z4x1(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
-TEXT ·mmF32Z4x1(SB), NOSPLIT, $0-56
+// func mmF32Z4x1(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
+TEXT ·mmF32Z4x1(SB), NOSPLIT, $0-64
 	MOVQ x+16(FP), CX
 	MOVQ xs+24(FP), AX
 	LEAQ (CX)(AX*1), DX
 	LEAQ (DX)(AX*1), SI
 	LEAQ (SI)(AX*1), DI
 	MOVQ w+32(FP), R8
+	MOVQ pf+56(FP), R9
 	MOVQ in+48(FP), AX
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
@@ -1523,6 +2068,27 @@ TEXT ·mmF32Z4x1(SB), NOSPLIT, $0-56
 	VPXORD Z3, Z3, Z3
 	TESTQ AX, AX
 	JLE mmF32Z4x1_store
+	TESTQ R9, R9
+	JZ mmF32Z4x1_loop
+mmF32Z4x1_pfloop:
+	PREFETCHT1 (R8)(R9*1)
+	VMOVUPS (R8), Z4
+	VBROADCASTSS (CX), Z31
+	VFMADD231PS Z4, Z31, Z0
+	VBROADCASTSS (DX), Z31
+	VFMADD231PS Z4, Z31, Z1
+	VBROADCASTSS (SI), Z31
+	VFMADD231PS Z4, Z31, Z2
+	VBROADCASTSS (DI), Z31
+	VFMADD231PS Z4, Z31, Z3
+	ADDQ $4, CX
+	ADDQ $4, DX
+	ADDQ $4, SI
+	ADDQ $4, DI
+	ADDQ $64, R8
+	DECQ AX
+	JNZ mmF32Z4x1_pfloop
+	JMP mmF32Z4x1_store
 mmF32Z4x1_loop:
 	VMOVUPS (R8), Z4
 	VBROADCASTSS (CX), Z31
@@ -1553,8 +2119,8 @@ mmF32Z4x1_store:
 	VZEROUPPER
 	RET
 
-// func mmF32Z4x2(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
-TEXT ·mmF32Z4x2(SB), NOSPLIT, $0-56
+// func mmF32Z4x2(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
+TEXT ·mmF32Z4x2(SB), NOSPLIT, $0-64
 	MOVQ x+16(FP), CX
 	MOVQ xs+24(FP), AX
 	LEAQ (CX)(AX*1), DX
@@ -1563,6 +2129,7 @@ TEXT ·mmF32Z4x2(SB), NOSPLIT, $0-56
 	MOVQ w+32(FP), R8
 	MOVQ ps+40(FP), AX
 	LEAQ (R8)(AX*1), R9
+	MOVQ pf+56(FP), R10
 	MOVQ in+48(FP), AX
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
@@ -1574,6 +2141,33 @@ TEXT ·mmF32Z4x2(SB), NOSPLIT, $0-56
 	VPXORD Z7, Z7, Z7
 	TESTQ AX, AX
 	JLE mmF32Z4x2_store
+	TESTQ R10, R10
+	JZ mmF32Z4x2_loop
+mmF32Z4x2_pfloop:
+	PREFETCHT1 (R8)(R10*1)
+	VMOVUPS (R8), Z8
+	VMOVUPS (R9), Z9
+	VBROADCASTSS (CX), Z31
+	VFMADD231PS Z8, Z31, Z0
+	VFMADD231PS Z9, Z31, Z1
+	VBROADCASTSS (DX), Z31
+	VFMADD231PS Z8, Z31, Z2
+	VFMADD231PS Z9, Z31, Z3
+	VBROADCASTSS (SI), Z31
+	VFMADD231PS Z8, Z31, Z4
+	VFMADD231PS Z9, Z31, Z5
+	VBROADCASTSS (DI), Z31
+	VFMADD231PS Z8, Z31, Z6
+	VFMADD231PS Z9, Z31, Z7
+	ADDQ $4, CX
+	ADDQ $4, DX
+	ADDQ $4, SI
+	ADDQ $4, DI
+	ADDQ $64, R8
+	ADDQ $64, R9
+	DECQ AX
+	JNZ mmF32Z4x2_pfloop
+	JMP mmF32Z4x2_store
 mmF32Z4x2_loop:
 	VMOVUPS (R8), Z8
 	VMOVUPS (R9), Z9
@@ -1614,8 +2208,8 @@ mmF32Z4x2_store:
 	VZEROUPPER
 	RET
 
-// func mmF32Z4x3(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
-TEXT ·mmF32Z4x3(SB), NOSPLIT, $0-56
+// func mmF32Z4x3(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
+TEXT ·mmF32Z4x3(SB), NOSPLIT, $0-64
 	MOVQ x+16(FP), CX
 	MOVQ xs+24(FP), AX
 	LEAQ (CX)(AX*1), DX
@@ -1625,6 +2219,7 @@ TEXT ·mmF32Z4x3(SB), NOSPLIT, $0-56
 	MOVQ ps+40(FP), AX
 	LEAQ (R8)(AX*1), R9
 	LEAQ (R9)(AX*1), R10
+	MOVQ pf+56(FP), R11
 	MOVQ in+48(FP), AX
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
@@ -1640,6 +2235,39 @@ TEXT ·mmF32Z4x3(SB), NOSPLIT, $0-56
 	VPXORD Z11, Z11, Z11
 	TESTQ AX, AX
 	JLE mmF32Z4x3_store
+	TESTQ R11, R11
+	JZ mmF32Z4x3_loop
+mmF32Z4x3_pfloop:
+	PREFETCHT1 (R8)(R11*1)
+	VMOVUPS (R8), Z12
+	VMOVUPS (R9), Z13
+	VMOVUPS (R10), Z14
+	VBROADCASTSS (CX), Z31
+	VFMADD231PS Z12, Z31, Z0
+	VFMADD231PS Z13, Z31, Z1
+	VFMADD231PS Z14, Z31, Z2
+	VBROADCASTSS (DX), Z31
+	VFMADD231PS Z12, Z31, Z3
+	VFMADD231PS Z13, Z31, Z4
+	VFMADD231PS Z14, Z31, Z5
+	VBROADCASTSS (SI), Z31
+	VFMADD231PS Z12, Z31, Z6
+	VFMADD231PS Z13, Z31, Z7
+	VFMADD231PS Z14, Z31, Z8
+	VBROADCASTSS (DI), Z31
+	VFMADD231PS Z12, Z31, Z9
+	VFMADD231PS Z13, Z31, Z10
+	VFMADD231PS Z14, Z31, Z11
+	ADDQ $4, CX
+	ADDQ $4, DX
+	ADDQ $4, SI
+	ADDQ $4, DI
+	ADDQ $64, R8
+	ADDQ $64, R9
+	ADDQ $64, R10
+	DECQ AX
+	JNZ mmF32Z4x3_pfloop
+	JMP mmF32Z4x3_store
 mmF32Z4x3_loop:
 	VMOVUPS (R8), Z12
 	VMOVUPS (R9), Z13
@@ -1690,8 +2318,8 @@ mmF32Z4x3_store:
 	VZEROUPPER
 	RET
 
-// func mmF32Z4x4(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
-TEXT ·mmF32Z4x4(SB), NOSPLIT, $0-56
+// func mmF32Z4x4(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
+TEXT ·mmF32Z4x4(SB), NOSPLIT, $0-64
 	MOVQ x+16(FP), CX
 	MOVQ xs+24(FP), AX
 	LEAQ (CX)(AX*1), DX
@@ -1702,6 +2330,7 @@ TEXT ·mmF32Z4x4(SB), NOSPLIT, $0-56
 	LEAQ (R8)(AX*1), R9
 	LEAQ (R9)(AX*1), R10
 	LEAQ (R10)(AX*1), R11
+	MOVQ pf+56(FP), R12
 	MOVQ in+48(FP), AX
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
@@ -1721,6 +2350,45 @@ TEXT ·mmF32Z4x4(SB), NOSPLIT, $0-56
 	VPXORD Z15, Z15, Z15
 	TESTQ AX, AX
 	JLE mmF32Z4x4_store
+	TESTQ R12, R12
+	JZ mmF32Z4x4_loop
+mmF32Z4x4_pfloop:
+	PREFETCHT1 (R8)(R12*1)
+	VMOVUPS (R8), Z16
+	VMOVUPS (R9), Z17
+	VMOVUPS (R10), Z18
+	VMOVUPS (R11), Z19
+	VBROADCASTSS (CX), Z31
+	VFMADD231PS Z16, Z31, Z0
+	VFMADD231PS Z17, Z31, Z1
+	VFMADD231PS Z18, Z31, Z2
+	VFMADD231PS Z19, Z31, Z3
+	VBROADCASTSS (DX), Z31
+	VFMADD231PS Z16, Z31, Z4
+	VFMADD231PS Z17, Z31, Z5
+	VFMADD231PS Z18, Z31, Z6
+	VFMADD231PS Z19, Z31, Z7
+	VBROADCASTSS (SI), Z31
+	VFMADD231PS Z16, Z31, Z8
+	VFMADD231PS Z17, Z31, Z9
+	VFMADD231PS Z18, Z31, Z10
+	VFMADD231PS Z19, Z31, Z11
+	VBROADCASTSS (DI), Z31
+	VFMADD231PS Z16, Z31, Z12
+	VFMADD231PS Z17, Z31, Z13
+	VFMADD231PS Z18, Z31, Z14
+	VFMADD231PS Z19, Z31, Z15
+	ADDQ $4, CX
+	ADDQ $4, DX
+	ADDQ $4, SI
+	ADDQ $4, DI
+	ADDQ $64, R8
+	ADDQ $64, R9
+	ADDQ $64, R10
+	ADDQ $64, R11
+	DECQ AX
+	JNZ mmF32Z4x4_pfloop
+	JMP mmF32Z4x4_store
 mmF32Z4x4_loop:
 	VMOVUPS (R8), Z16
 	VMOVUPS (R9), Z17
@@ -1781,8 +2449,8 @@ mmF32Z4x4_store:
 	VZEROUPPER
 	RET
 
-// func mmF32Z4x5(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
-TEXT ·mmF32Z4x5(SB), NOSPLIT, $0-56
+// func mmF32Z4x5(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
+TEXT ·mmF32Z4x5(SB), NOSPLIT, $0-64
 	MOVQ x+16(FP), CX
 	MOVQ xs+24(FP), AX
 	LEAQ (CX)(AX*1), DX
@@ -1794,6 +2462,7 @@ TEXT ·mmF32Z4x5(SB), NOSPLIT, $0-56
 	LEAQ (R9)(AX*1), R10
 	LEAQ (R10)(AX*1), R11
 	LEAQ (R11)(AX*1), R12
+	MOVQ pf+56(FP), R13
 	MOVQ in+48(FP), AX
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
@@ -1817,6 +2486,51 @@ TEXT ·mmF32Z4x5(SB), NOSPLIT, $0-56
 	VPXORD Z19, Z19, Z19
 	TESTQ AX, AX
 	JLE mmF32Z4x5_store
+	TESTQ R13, R13
+	JZ mmF32Z4x5_loop
+mmF32Z4x5_pfloop:
+	PREFETCHT1 (R8)(R13*1)
+	VMOVUPS (R8), Z20
+	VMOVUPS (R9), Z21
+	VMOVUPS (R10), Z22
+	VMOVUPS (R11), Z23
+	VMOVUPS (R12), Z24
+	VBROADCASTSS (CX), Z31
+	VFMADD231PS Z20, Z31, Z0
+	VFMADD231PS Z21, Z31, Z1
+	VFMADD231PS Z22, Z31, Z2
+	VFMADD231PS Z23, Z31, Z3
+	VFMADD231PS Z24, Z31, Z4
+	VBROADCASTSS (DX), Z31
+	VFMADD231PS Z20, Z31, Z5
+	VFMADD231PS Z21, Z31, Z6
+	VFMADD231PS Z22, Z31, Z7
+	VFMADD231PS Z23, Z31, Z8
+	VFMADD231PS Z24, Z31, Z9
+	VBROADCASTSS (SI), Z31
+	VFMADD231PS Z20, Z31, Z10
+	VFMADD231PS Z21, Z31, Z11
+	VFMADD231PS Z22, Z31, Z12
+	VFMADD231PS Z23, Z31, Z13
+	VFMADD231PS Z24, Z31, Z14
+	VBROADCASTSS (DI), Z31
+	VFMADD231PS Z20, Z31, Z15
+	VFMADD231PS Z21, Z31, Z16
+	VFMADD231PS Z22, Z31, Z17
+	VFMADD231PS Z23, Z31, Z18
+	VFMADD231PS Z24, Z31, Z19
+	ADDQ $4, CX
+	ADDQ $4, DX
+	ADDQ $4, SI
+	ADDQ $4, DI
+	ADDQ $64, R8
+	ADDQ $64, R9
+	ADDQ $64, R10
+	ADDQ $64, R11
+	ADDQ $64, R12
+	DECQ AX
+	JNZ mmF32Z4x5_pfloop
+	JMP mmF32Z4x5_store
 mmF32Z4x5_loop:
 	VMOVUPS (R8), Z20
 	VMOVUPS (R9), Z21
@@ -1887,8 +2601,8 @@ mmF32Z4x5_store:
 	VZEROUPPER
 	RET
 
-// func mmF32Z4x6(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
-TEXT ·mmF32Z4x6(SB), NOSPLIT, $0-56
+// func mmF32Z4x6(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
+TEXT ·mmF32Z4x6(SB), NOSPLIT, $0-64
 	MOVQ x+16(FP), CX
 	MOVQ xs+24(FP), AX
 	LEAQ (CX)(AX*1), DX
@@ -1901,6 +2615,7 @@ TEXT ·mmF32Z4x6(SB), NOSPLIT, $0-56
 	LEAQ (R10)(AX*1), R11
 	LEAQ (R11)(AX*1), R12
 	LEAQ (R12)(AX*1), R13
+	MOVQ pf+56(FP), BX
 	MOVQ in+48(FP), AX
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
@@ -1928,6 +2643,57 @@ TEXT ·mmF32Z4x6(SB), NOSPLIT, $0-56
 	VPXORD Z23, Z23, Z23
 	TESTQ AX, AX
 	JLE mmF32Z4x6_store
+	TESTQ BX, BX
+	JZ mmF32Z4x6_loop
+mmF32Z4x6_pfloop:
+	PREFETCHT1 (R8)(BX*1)
+	VMOVUPS (R8), Z24
+	VMOVUPS (R9), Z25
+	VMOVUPS (R10), Z26
+	VMOVUPS (R11), Z27
+	VMOVUPS (R12), Z28
+	VMOVUPS (R13), Z29
+	VBROADCASTSS (CX), Z31
+	VFMADD231PS Z24, Z31, Z0
+	VFMADD231PS Z25, Z31, Z1
+	VFMADD231PS Z26, Z31, Z2
+	VFMADD231PS Z27, Z31, Z3
+	VFMADD231PS Z28, Z31, Z4
+	VFMADD231PS Z29, Z31, Z5
+	VBROADCASTSS (DX), Z31
+	VFMADD231PS Z24, Z31, Z6
+	VFMADD231PS Z25, Z31, Z7
+	VFMADD231PS Z26, Z31, Z8
+	VFMADD231PS Z27, Z31, Z9
+	VFMADD231PS Z28, Z31, Z10
+	VFMADD231PS Z29, Z31, Z11
+	VBROADCASTSS (SI), Z31
+	VFMADD231PS Z24, Z31, Z12
+	VFMADD231PS Z25, Z31, Z13
+	VFMADD231PS Z26, Z31, Z14
+	VFMADD231PS Z27, Z31, Z15
+	VFMADD231PS Z28, Z31, Z16
+	VFMADD231PS Z29, Z31, Z17
+	VBROADCASTSS (DI), Z31
+	VFMADD231PS Z24, Z31, Z18
+	VFMADD231PS Z25, Z31, Z19
+	VFMADD231PS Z26, Z31, Z20
+	VFMADD231PS Z27, Z31, Z21
+	VFMADD231PS Z28, Z31, Z22
+	VFMADD231PS Z29, Z31, Z23
+	ADDQ $4, CX
+	ADDQ $4, DX
+	ADDQ $4, SI
+	ADDQ $4, DI
+	ADDQ $64, R8
+	ADDQ $64, R9
+	ADDQ $64, R10
+	ADDQ $64, R11
+	ADDQ $64, R12
+	ADDQ $64, R13
+	DECQ AX
+	JNZ mmF32Z4x6_pfloop
+	JMP mmF32Z4x6_store
 mmF32Z4x6_loop:
 	VMOVUPS (R8), Z24
 	VMOVUPS (R9), Z25
@@ -2008,140 +2774,8 @@ mmF32Z4x6_store:
 	VZEROUPPER
 	RET
 
-// func mmF32Z4x7(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
-TEXT ·mmF32Z4x7(SB), NOSPLIT, $0-56
-	MOVQ x+16(FP), CX
-	MOVQ xs+24(FP), AX
-	LEAQ (CX)(AX*1), DX
-	LEAQ (DX)(AX*1), SI
-	LEAQ (SI)(AX*1), DI
-	MOVQ w+32(FP), R8
-	MOVQ ps+40(FP), AX
-	LEAQ (R8)(AX*1), R9
-	LEAQ (R9)(AX*1), R10
-	LEAQ (R10)(AX*1), R11
-	LEAQ (R11)(AX*1), R12
-	LEAQ (R12)(AX*1), R13
-	LEAQ (R13)(AX*1), BX
-	MOVQ in+48(FP), AX
-	VPXORD Z0, Z0, Z0
-	VPXORD Z1, Z1, Z1
-	VPXORD Z2, Z2, Z2
-	VPXORD Z3, Z3, Z3
-	VPXORD Z4, Z4, Z4
-	VPXORD Z5, Z5, Z5
-	VPXORD Z6, Z6, Z6
-	VPXORD Z7, Z7, Z7
-	VPXORD Z8, Z8, Z8
-	VPXORD Z9, Z9, Z9
-	VPXORD Z10, Z10, Z10
-	VPXORD Z11, Z11, Z11
-	VPXORD Z12, Z12, Z12
-	VPXORD Z13, Z13, Z13
-	VPXORD Z14, Z14, Z14
-	VPXORD Z15, Z15, Z15
-	VPXORD Z16, Z16, Z16
-	VPXORD Z17, Z17, Z17
-	VPXORD Z18, Z18, Z18
-	VPXORD Z19, Z19, Z19
-	VPXORD Z20, Z20, Z20
-	VPXORD Z21, Z21, Z21
-	VPXORD Z22, Z22, Z22
-	VPXORD Z23, Z23, Z23
-	VPXORD Z24, Z24, Z24
-	VPXORD Z25, Z25, Z25
-	VPXORD Z26, Z26, Z26
-	VPXORD Z27, Z27, Z27
-	TESTQ AX, AX
-	JLE mmF32Z4x7_store
-mmF32Z4x7_loop:
-	VMOVUPS (R8), Z28
-	VMOVUPS (R9), Z29
-	VMOVUPS (R10), Z30
-	VBROADCASTSS (CX), Z31
-	VFMADD231PS Z28, Z31, Z0
-	VFMADD231PS Z29, Z31, Z1
-	VFMADD231PS Z30, Z31, Z2
-	VFMADD231PS (R11), Z31, Z3
-	VFMADD231PS (R12), Z31, Z4
-	VFMADD231PS (R13), Z31, Z5
-	VFMADD231PS (BX), Z31, Z6
-	VBROADCASTSS (DX), Z31
-	VFMADD231PS Z28, Z31, Z7
-	VFMADD231PS Z29, Z31, Z8
-	VFMADD231PS Z30, Z31, Z9
-	VFMADD231PS (R11), Z31, Z10
-	VFMADD231PS (R12), Z31, Z11
-	VFMADD231PS (R13), Z31, Z12
-	VFMADD231PS (BX), Z31, Z13
-	VBROADCASTSS (SI), Z31
-	VFMADD231PS Z28, Z31, Z14
-	VFMADD231PS Z29, Z31, Z15
-	VFMADD231PS Z30, Z31, Z16
-	VFMADD231PS (R11), Z31, Z17
-	VFMADD231PS (R12), Z31, Z18
-	VFMADD231PS (R13), Z31, Z19
-	VFMADD231PS (BX), Z31, Z20
-	VBROADCASTSS (DI), Z31
-	VFMADD231PS Z28, Z31, Z21
-	VFMADD231PS Z29, Z31, Z22
-	VFMADD231PS Z30, Z31, Z23
-	VFMADD231PS (R11), Z31, Z24
-	VFMADD231PS (R12), Z31, Z25
-	VFMADD231PS (R13), Z31, Z26
-	VFMADD231PS (BX), Z31, Z27
-	ADDQ $4, CX
-	ADDQ $4, DX
-	ADDQ $4, SI
-	ADDQ $4, DI
-	ADDQ $64, R8
-	ADDQ $64, R9
-	ADDQ $64, R10
-	ADDQ $64, R11
-	ADDQ $64, R12
-	ADDQ $64, R13
-	ADDQ $64, BX
-	DECQ AX
-	JNZ mmF32Z4x7_loop
-mmF32Z4x7_store:
-	MOVQ y+0(FP), AX
-	MOVQ ys+8(FP), BX
-	VMOVUPS Z0, 0(AX)
-	VMOVUPS Z1, 64(AX)
-	VMOVUPS Z2, 128(AX)
-	VMOVUPS Z3, 192(AX)
-	VMOVUPS Z4, 256(AX)
-	VMOVUPS Z5, 320(AX)
-	VMOVUPS Z6, 384(AX)
-	ADDQ BX, AX
-	VMOVUPS Z7, 0(AX)
-	VMOVUPS Z8, 64(AX)
-	VMOVUPS Z9, 128(AX)
-	VMOVUPS Z10, 192(AX)
-	VMOVUPS Z11, 256(AX)
-	VMOVUPS Z12, 320(AX)
-	VMOVUPS Z13, 384(AX)
-	ADDQ BX, AX
-	VMOVUPS Z14, 0(AX)
-	VMOVUPS Z15, 64(AX)
-	VMOVUPS Z16, 128(AX)
-	VMOVUPS Z17, 192(AX)
-	VMOVUPS Z18, 256(AX)
-	VMOVUPS Z19, 320(AX)
-	VMOVUPS Z20, 384(AX)
-	ADDQ BX, AX
-	VMOVUPS Z21, 0(AX)
-	VMOVUPS Z22, 64(AX)
-	VMOVUPS Z23, 128(AX)
-	VMOVUPS Z24, 192(AX)
-	VMOVUPS Z25, 256(AX)
-	VMOVUPS Z26, 320(AX)
-	VMOVUPS Z27, 384(AX)
-	VZEROUPPER
-	RET
-
-// func mmF32Z5x1(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
-TEXT ·mmF32Z5x1(SB), NOSPLIT, $0-56
+// func mmF32Z5x1(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
+TEXT ·mmF32Z5x1(SB), NOSPLIT, $0-64
 	MOVQ x+16(FP), CX
 	MOVQ xs+24(FP), AX
 	LEAQ (CX)(AX*1), DX
@@ -2149,6 +2783,7 @@ TEXT ·mmF32Z5x1(SB), NOSPLIT, $0-56
 	LEAQ (SI)(AX*1), DI
 	LEAQ (DI)(AX*1), R8
 	MOVQ w+32(FP), R9
+	MOVQ pf+56(FP), R10
 	MOVQ in+48(FP), AX
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
@@ -2157,6 +2792,30 @@ TEXT ·mmF32Z5x1(SB), NOSPLIT, $0-56
 	VPXORD Z4, Z4, Z4
 	TESTQ AX, AX
 	JLE mmF32Z5x1_store
+	TESTQ R10, R10
+	JZ mmF32Z5x1_loop
+mmF32Z5x1_pfloop:
+	PREFETCHT1 (R9)(R10*1)
+	VMOVUPS (R9), Z5
+	VBROADCASTSS (CX), Z31
+	VFMADD231PS Z5, Z31, Z0
+	VBROADCASTSS (DX), Z31
+	VFMADD231PS Z5, Z31, Z1
+	VBROADCASTSS (SI), Z31
+	VFMADD231PS Z5, Z31, Z2
+	VBROADCASTSS (DI), Z31
+	VFMADD231PS Z5, Z31, Z3
+	VBROADCASTSS (R8), Z31
+	VFMADD231PS Z5, Z31, Z4
+	ADDQ $4, CX
+	ADDQ $4, DX
+	ADDQ $4, SI
+	ADDQ $4, DI
+	ADDQ $4, R8
+	ADDQ $64, R9
+	DECQ AX
+	JNZ mmF32Z5x1_pfloop
+	JMP mmF32Z5x1_store
 mmF32Z5x1_loop:
 	VMOVUPS (R9), Z5
 	VBROADCASTSS (CX), Z31
@@ -2192,8 +2851,8 @@ mmF32Z5x1_store:
 	VZEROUPPER
 	RET
 
-// func mmF32Z5x2(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
-TEXT ·mmF32Z5x2(SB), NOSPLIT, $0-56
+// func mmF32Z5x2(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
+TEXT ·mmF32Z5x2(SB), NOSPLIT, $0-64
 	MOVQ x+16(FP), CX
 	MOVQ xs+24(FP), AX
 	LEAQ (CX)(AX*1), DX
@@ -2203,6 +2862,7 @@ TEXT ·mmF32Z5x2(SB), NOSPLIT, $0-56
 	MOVQ w+32(FP), R9
 	MOVQ ps+40(FP), AX
 	LEAQ (R9)(AX*1), R10
+	MOVQ pf+56(FP), R11
 	MOVQ in+48(FP), AX
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
@@ -2216,6 +2876,37 @@ TEXT ·mmF32Z5x2(SB), NOSPLIT, $0-56
 	VPXORD Z9, Z9, Z9
 	TESTQ AX, AX
 	JLE mmF32Z5x2_store
+	TESTQ R11, R11
+	JZ mmF32Z5x2_loop
+mmF32Z5x2_pfloop:
+	PREFETCHT1 (R9)(R11*1)
+	VMOVUPS (R9), Z10
+	VMOVUPS (R10), Z11
+	VBROADCASTSS (CX), Z31
+	VFMADD231PS Z10, Z31, Z0
+	VFMADD231PS Z11, Z31, Z1
+	VBROADCASTSS (DX), Z31
+	VFMADD231PS Z10, Z31, Z2
+	VFMADD231PS Z11, Z31, Z3
+	VBROADCASTSS (SI), Z31
+	VFMADD231PS Z10, Z31, Z4
+	VFMADD231PS Z11, Z31, Z5
+	VBROADCASTSS (DI), Z31
+	VFMADD231PS Z10, Z31, Z6
+	VFMADD231PS Z11, Z31, Z7
+	VBROADCASTSS (R8), Z31
+	VFMADD231PS Z10, Z31, Z8
+	VFMADD231PS Z11, Z31, Z9
+	ADDQ $4, CX
+	ADDQ $4, DX
+	ADDQ $4, SI
+	ADDQ $4, DI
+	ADDQ $4, R8
+	ADDQ $64, R9
+	ADDQ $64, R10
+	DECQ AX
+	JNZ mmF32Z5x2_pfloop
+	JMP mmF32Z5x2_store
 mmF32Z5x2_loop:
 	VMOVUPS (R9), Z10
 	VMOVUPS (R10), Z11
@@ -2263,8 +2954,8 @@ mmF32Z5x2_store:
 	VZEROUPPER
 	RET
 
-// func mmF32Z5x3(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
-TEXT ·mmF32Z5x3(SB), NOSPLIT, $0-56
+// func mmF32Z5x3(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
+TEXT ·mmF32Z5x3(SB), NOSPLIT, $0-64
 	MOVQ x+16(FP), CX
 	MOVQ xs+24(FP), AX
 	LEAQ (CX)(AX*1), DX
@@ -2275,6 +2966,7 @@ TEXT ·mmF32Z5x3(SB), NOSPLIT, $0-56
 	MOVQ ps+40(FP), AX
 	LEAQ (R9)(AX*1), R10
 	LEAQ (R10)(AX*1), R11
+	MOVQ pf+56(FP), R12
 	MOVQ in+48(FP), AX
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
@@ -2293,6 +2985,44 @@ TEXT ·mmF32Z5x3(SB), NOSPLIT, $0-56
 	VPXORD Z14, Z14, Z14
 	TESTQ AX, AX
 	JLE mmF32Z5x3_store
+	TESTQ R12, R12
+	JZ mmF32Z5x3_loop
+mmF32Z5x3_pfloop:
+	PREFETCHT1 (R9)(R12*1)
+	VMOVUPS (R9), Z15
+	VMOVUPS (R10), Z16
+	VMOVUPS (R11), Z17
+	VBROADCASTSS (CX), Z31
+	VFMADD231PS Z15, Z31, Z0
+	VFMADD231PS Z16, Z31, Z1
+	VFMADD231PS Z17, Z31, Z2
+	VBROADCASTSS (DX), Z31
+	VFMADD231PS Z15, Z31, Z3
+	VFMADD231PS Z16, Z31, Z4
+	VFMADD231PS Z17, Z31, Z5
+	VBROADCASTSS (SI), Z31
+	VFMADD231PS Z15, Z31, Z6
+	VFMADD231PS Z16, Z31, Z7
+	VFMADD231PS Z17, Z31, Z8
+	VBROADCASTSS (DI), Z31
+	VFMADD231PS Z15, Z31, Z9
+	VFMADD231PS Z16, Z31, Z10
+	VFMADD231PS Z17, Z31, Z11
+	VBROADCASTSS (R8), Z31
+	VFMADD231PS Z15, Z31, Z12
+	VFMADD231PS Z16, Z31, Z13
+	VFMADD231PS Z17, Z31, Z14
+	ADDQ $4, CX
+	ADDQ $4, DX
+	ADDQ $4, SI
+	ADDQ $4, DI
+	ADDQ $4, R8
+	ADDQ $64, R9
+	ADDQ $64, R10
+	ADDQ $64, R11
+	DECQ AX
+	JNZ mmF32Z5x3_pfloop
+	JMP mmF32Z5x3_store
 mmF32Z5x3_loop:
 	VMOVUPS (R9), Z15
 	VMOVUPS (R10), Z16
@@ -2352,8 +3082,8 @@ mmF32Z5x3_store:
 	VZEROUPPER
 	RET
 
-// func mmF32Z5x4(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
-TEXT ·mmF32Z5x4(SB), NOSPLIT, $0-56
+// func mmF32Z5x4(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
+TEXT ·mmF32Z5x4(SB), NOSPLIT, $0-64
 	MOVQ x+16(FP), CX
 	MOVQ xs+24(FP), AX
 	LEAQ (CX)(AX*1), DX
@@ -2365,6 +3095,7 @@ TEXT ·mmF32Z5x4(SB), NOSPLIT, $0-56
 	LEAQ (R9)(AX*1), R10
 	LEAQ (R10)(AX*1), R11
 	LEAQ (R11)(AX*1), R12
+	MOVQ pf+56(FP), R13
 	MOVQ in+48(FP), AX
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
@@ -2388,6 +3119,51 @@ TEXT ·mmF32Z5x4(SB), NOSPLIT, $0-56
 	VPXORD Z19, Z19, Z19
 	TESTQ AX, AX
 	JLE mmF32Z5x4_store
+	TESTQ R13, R13
+	JZ mmF32Z5x4_loop
+mmF32Z5x4_pfloop:
+	PREFETCHT1 (R9)(R13*1)
+	VMOVUPS (R9), Z20
+	VMOVUPS (R10), Z21
+	VMOVUPS (R11), Z22
+	VMOVUPS (R12), Z23
+	VBROADCASTSS (CX), Z31
+	VFMADD231PS Z20, Z31, Z0
+	VFMADD231PS Z21, Z31, Z1
+	VFMADD231PS Z22, Z31, Z2
+	VFMADD231PS Z23, Z31, Z3
+	VBROADCASTSS (DX), Z31
+	VFMADD231PS Z20, Z31, Z4
+	VFMADD231PS Z21, Z31, Z5
+	VFMADD231PS Z22, Z31, Z6
+	VFMADD231PS Z23, Z31, Z7
+	VBROADCASTSS (SI), Z31
+	VFMADD231PS Z20, Z31, Z8
+	VFMADD231PS Z21, Z31, Z9
+	VFMADD231PS Z22, Z31, Z10
+	VFMADD231PS Z23, Z31, Z11
+	VBROADCASTSS (DI), Z31
+	VFMADD231PS Z20, Z31, Z12
+	VFMADD231PS Z21, Z31, Z13
+	VFMADD231PS Z22, Z31, Z14
+	VFMADD231PS Z23, Z31, Z15
+	VBROADCASTSS (R8), Z31
+	VFMADD231PS Z20, Z31, Z16
+	VFMADD231PS Z21, Z31, Z17
+	VFMADD231PS Z22, Z31, Z18
+	VFMADD231PS Z23, Z31, Z19
+	ADDQ $4, CX
+	ADDQ $4, DX
+	ADDQ $4, SI
+	ADDQ $4, DI
+	ADDQ $4, R8
+	ADDQ $64, R9
+	ADDQ $64, R10
+	ADDQ $64, R11
+	ADDQ $64, R12
+	DECQ AX
+	JNZ mmF32Z5x4_pfloop
+	JMP mmF32Z5x4_store
 mmF32Z5x4_loop:
 	VMOVUPS (R9), Z20
 	VMOVUPS (R10), Z21
@@ -2459,8 +3235,8 @@ mmF32Z5x4_store:
 	VZEROUPPER
 	RET
 
-// func mmF32Z5x5(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
-TEXT ·mmF32Z5x5(SB), NOSPLIT, $0-56
+// func mmF32Z5x5(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
+TEXT ·mmF32Z5x5(SB), NOSPLIT, $0-64
 	MOVQ x+16(FP), CX
 	MOVQ xs+24(FP), AX
 	LEAQ (CX)(AX*1), DX
@@ -2473,6 +3249,7 @@ TEXT ·mmF32Z5x5(SB), NOSPLIT, $0-56
 	LEAQ (R10)(AX*1), R11
 	LEAQ (R11)(AX*1), R12
 	LEAQ (R12)(AX*1), R13
+	MOVQ pf+56(FP), BX
 	MOVQ in+48(FP), AX
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
@@ -2501,6 +3278,58 @@ TEXT ·mmF32Z5x5(SB), NOSPLIT, $0-56
 	VPXORD Z24, Z24, Z24
 	TESTQ AX, AX
 	JLE mmF32Z5x5_store
+	TESTQ BX, BX
+	JZ mmF32Z5x5_loop
+mmF32Z5x5_pfloop:
+	PREFETCHT1 (R9)(BX*1)
+	VMOVUPS (R9), Z25
+	VMOVUPS (R10), Z26
+	VMOVUPS (R11), Z27
+	VMOVUPS (R12), Z28
+	VMOVUPS (R13), Z29
+	VBROADCASTSS (CX), Z31
+	VFMADD231PS Z25, Z31, Z0
+	VFMADD231PS Z26, Z31, Z1
+	VFMADD231PS Z27, Z31, Z2
+	VFMADD231PS Z28, Z31, Z3
+	VFMADD231PS Z29, Z31, Z4
+	VBROADCASTSS (DX), Z31
+	VFMADD231PS Z25, Z31, Z5
+	VFMADD231PS Z26, Z31, Z6
+	VFMADD231PS Z27, Z31, Z7
+	VFMADD231PS Z28, Z31, Z8
+	VFMADD231PS Z29, Z31, Z9
+	VBROADCASTSS (SI), Z31
+	VFMADD231PS Z25, Z31, Z10
+	VFMADD231PS Z26, Z31, Z11
+	VFMADD231PS Z27, Z31, Z12
+	VFMADD231PS Z28, Z31, Z13
+	VFMADD231PS Z29, Z31, Z14
+	VBROADCASTSS (DI), Z31
+	VFMADD231PS Z25, Z31, Z15
+	VFMADD231PS Z26, Z31, Z16
+	VFMADD231PS Z27, Z31, Z17
+	VFMADD231PS Z28, Z31, Z18
+	VFMADD231PS Z29, Z31, Z19
+	VBROADCASTSS (R8), Z31
+	VFMADD231PS Z25, Z31, Z20
+	VFMADD231PS Z26, Z31, Z21
+	VFMADD231PS Z27, Z31, Z22
+	VFMADD231PS Z28, Z31, Z23
+	VFMADD231PS Z29, Z31, Z24
+	ADDQ $4, CX
+	ADDQ $4, DX
+	ADDQ $4, SI
+	ADDQ $4, DI
+	ADDQ $4, R8
+	ADDQ $64, R9
+	ADDQ $64, R10
+	ADDQ $64, R11
+	ADDQ $64, R12
+	ADDQ $64, R13
+	DECQ AX
+	JNZ mmF32Z5x5_pfloop
+	JMP mmF32Z5x5_store
 mmF32Z5x5_loop:
 	VMOVUPS (R9), Z25
 	VMOVUPS (R10), Z26
@@ -2584,8 +3413,8 @@ mmF32Z5x5_store:
 	VZEROUPPER
 	RET
 
-// func mmF32Z6x1(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
-TEXT ·mmF32Z6x1(SB), NOSPLIT, $0-56
+// func mmF32Z6x1(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
+TEXT ·mmF32Z6x1(SB), NOSPLIT, $0-64
 	MOVQ x+16(FP), CX
 	MOVQ xs+24(FP), AX
 	LEAQ (CX)(AX*1), DX
@@ -2594,6 +3423,7 @@ TEXT ·mmF32Z6x1(SB), NOSPLIT, $0-56
 	LEAQ (DI)(AX*1), R8
 	LEAQ (R8)(AX*1), R9
 	MOVQ w+32(FP), R10
+	MOVQ pf+56(FP), R11
 	MOVQ in+48(FP), AX
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
@@ -2603,6 +3433,33 @@ TEXT ·mmF32Z6x1(SB), NOSPLIT, $0-56
 	VPXORD Z5, Z5, Z5
 	TESTQ AX, AX
 	JLE mmF32Z6x1_store
+	TESTQ R11, R11
+	JZ mmF32Z6x1_loop
+mmF32Z6x1_pfloop:
+	PREFETCHT1 (R10)(R11*1)
+	VMOVUPS (R10), Z6
+	VBROADCASTSS (CX), Z31
+	VFMADD231PS Z6, Z31, Z0
+	VBROADCASTSS (DX), Z31
+	VFMADD231PS Z6, Z31, Z1
+	VBROADCASTSS (SI), Z31
+	VFMADD231PS Z6, Z31, Z2
+	VBROADCASTSS (DI), Z31
+	VFMADD231PS Z6, Z31, Z3
+	VBROADCASTSS (R8), Z31
+	VFMADD231PS Z6, Z31, Z4
+	VBROADCASTSS (R9), Z31
+	VFMADD231PS Z6, Z31, Z5
+	ADDQ $4, CX
+	ADDQ $4, DX
+	ADDQ $4, SI
+	ADDQ $4, DI
+	ADDQ $4, R8
+	ADDQ $4, R9
+	ADDQ $64, R10
+	DECQ AX
+	JNZ mmF32Z6x1_pfloop
+	JMP mmF32Z6x1_store
 mmF32Z6x1_loop:
 	VMOVUPS (R10), Z6
 	VBROADCASTSS (CX), Z31
@@ -2643,8 +3500,8 @@ mmF32Z6x1_store:
 	VZEROUPPER
 	RET
 
-// func mmF32Z6x2(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
-TEXT ·mmF32Z6x2(SB), NOSPLIT, $0-56
+// func mmF32Z6x2(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
+TEXT ·mmF32Z6x2(SB), NOSPLIT, $0-64
 	MOVQ x+16(FP), CX
 	MOVQ xs+24(FP), AX
 	LEAQ (CX)(AX*1), DX
@@ -2655,6 +3512,7 @@ TEXT ·mmF32Z6x2(SB), NOSPLIT, $0-56
 	MOVQ w+32(FP), R10
 	MOVQ ps+40(FP), AX
 	LEAQ (R10)(AX*1), R11
+	MOVQ pf+56(FP), R12
 	MOVQ in+48(FP), AX
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
@@ -2670,6 +3528,41 @@ TEXT ·mmF32Z6x2(SB), NOSPLIT, $0-56
 	VPXORD Z11, Z11, Z11
 	TESTQ AX, AX
 	JLE mmF32Z6x2_store
+	TESTQ R12, R12
+	JZ mmF32Z6x2_loop
+mmF32Z6x2_pfloop:
+	PREFETCHT1 (R10)(R12*1)
+	VMOVUPS (R10), Z12
+	VMOVUPS (R11), Z13
+	VBROADCASTSS (CX), Z31
+	VFMADD231PS Z12, Z31, Z0
+	VFMADD231PS Z13, Z31, Z1
+	VBROADCASTSS (DX), Z31
+	VFMADD231PS Z12, Z31, Z2
+	VFMADD231PS Z13, Z31, Z3
+	VBROADCASTSS (SI), Z31
+	VFMADD231PS Z12, Z31, Z4
+	VFMADD231PS Z13, Z31, Z5
+	VBROADCASTSS (DI), Z31
+	VFMADD231PS Z12, Z31, Z6
+	VFMADD231PS Z13, Z31, Z7
+	VBROADCASTSS (R8), Z31
+	VFMADD231PS Z12, Z31, Z8
+	VFMADD231PS Z13, Z31, Z9
+	VBROADCASTSS (R9), Z31
+	VFMADD231PS Z12, Z31, Z10
+	VFMADD231PS Z13, Z31, Z11
+	ADDQ $4, CX
+	ADDQ $4, DX
+	ADDQ $4, SI
+	ADDQ $4, DI
+	ADDQ $4, R8
+	ADDQ $4, R9
+	ADDQ $64, R10
+	ADDQ $64, R11
+	DECQ AX
+	JNZ mmF32Z6x2_pfloop
+	JMP mmF32Z6x2_store
 mmF32Z6x2_loop:
 	VMOVUPS (R10), Z12
 	VMOVUPS (R11), Z13
@@ -2724,8 +3617,8 @@ mmF32Z6x2_store:
 	VZEROUPPER
 	RET
 
-// func mmF32Z6x3(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
-TEXT ·mmF32Z6x3(SB), NOSPLIT, $0-56
+// func mmF32Z6x3(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
+TEXT ·mmF32Z6x3(SB), NOSPLIT, $0-64
 	MOVQ x+16(FP), CX
 	MOVQ xs+24(FP), AX
 	LEAQ (CX)(AX*1), DX
@@ -2737,6 +3630,7 @@ TEXT ·mmF32Z6x3(SB), NOSPLIT, $0-56
 	MOVQ ps+40(FP), AX
 	LEAQ (R10)(AX*1), R11
 	LEAQ (R11)(AX*1), R12
+	MOVQ pf+56(FP), R13
 	MOVQ in+48(FP), AX
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
@@ -2758,6 +3652,49 @@ TEXT ·mmF32Z6x3(SB), NOSPLIT, $0-56
 	VPXORD Z17, Z17, Z17
 	TESTQ AX, AX
 	JLE mmF32Z6x3_store
+	TESTQ R13, R13
+	JZ mmF32Z6x3_loop
+mmF32Z6x3_pfloop:
+	PREFETCHT1 (R10)(R13*1)
+	VMOVUPS (R10), Z18
+	VMOVUPS (R11), Z19
+	VMOVUPS (R12), Z20
+	VBROADCASTSS (CX), Z31
+	VFMADD231PS Z18, Z31, Z0
+	VFMADD231PS Z19, Z31, Z1
+	VFMADD231PS Z20, Z31, Z2
+	VBROADCASTSS (DX), Z31
+	VFMADD231PS Z18, Z31, Z3
+	VFMADD231PS Z19, Z31, Z4
+	VFMADD231PS Z20, Z31, Z5
+	VBROADCASTSS (SI), Z31
+	VFMADD231PS Z18, Z31, Z6
+	VFMADD231PS Z19, Z31, Z7
+	VFMADD231PS Z20, Z31, Z8
+	VBROADCASTSS (DI), Z31
+	VFMADD231PS Z18, Z31, Z9
+	VFMADD231PS Z19, Z31, Z10
+	VFMADD231PS Z20, Z31, Z11
+	VBROADCASTSS (R8), Z31
+	VFMADD231PS Z18, Z31, Z12
+	VFMADD231PS Z19, Z31, Z13
+	VFMADD231PS Z20, Z31, Z14
+	VBROADCASTSS (R9), Z31
+	VFMADD231PS Z18, Z31, Z15
+	VFMADD231PS Z19, Z31, Z16
+	VFMADD231PS Z20, Z31, Z17
+	ADDQ $4, CX
+	ADDQ $4, DX
+	ADDQ $4, SI
+	ADDQ $4, DI
+	ADDQ $4, R8
+	ADDQ $4, R9
+	ADDQ $64, R10
+	ADDQ $64, R11
+	ADDQ $64, R12
+	DECQ AX
+	JNZ mmF32Z6x3_pfloop
+	JMP mmF32Z6x3_store
 mmF32Z6x3_loop:
 	VMOVUPS (R10), Z18
 	VMOVUPS (R11), Z19
@@ -2826,8 +3763,8 @@ mmF32Z6x3_store:
 	VZEROUPPER
 	RET
 
-// func mmF32Z6x4(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
-TEXT ·mmF32Z6x4(SB), NOSPLIT, $0-56
+// func mmF32Z6x4(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
+TEXT ·mmF32Z6x4(SB), NOSPLIT, $0-64
 	MOVQ x+16(FP), CX
 	MOVQ xs+24(FP), AX
 	LEAQ (CX)(AX*1), DX
@@ -2840,6 +3777,7 @@ TEXT ·mmF32Z6x4(SB), NOSPLIT, $0-56
 	LEAQ (R10)(AX*1), R11
 	LEAQ (R11)(AX*1), R12
 	LEAQ (R12)(AX*1), R13
+	MOVQ pf+56(FP), BX
 	MOVQ in+48(FP), AX
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
@@ -2867,6 +3805,57 @@ TEXT ·mmF32Z6x4(SB), NOSPLIT, $0-56
 	VPXORD Z23, Z23, Z23
 	TESTQ AX, AX
 	JLE mmF32Z6x4_store
+	TESTQ BX, BX
+	JZ mmF32Z6x4_loop
+mmF32Z6x4_pfloop:
+	PREFETCHT1 (R10)(BX*1)
+	VMOVUPS (R10), Z24
+	VMOVUPS (R11), Z25
+	VMOVUPS (R12), Z26
+	VMOVUPS (R13), Z27
+	VBROADCASTSS (CX), Z31
+	VFMADD231PS Z24, Z31, Z0
+	VFMADD231PS Z25, Z31, Z1
+	VFMADD231PS Z26, Z31, Z2
+	VFMADD231PS Z27, Z31, Z3
+	VBROADCASTSS (DX), Z31
+	VFMADD231PS Z24, Z31, Z4
+	VFMADD231PS Z25, Z31, Z5
+	VFMADD231PS Z26, Z31, Z6
+	VFMADD231PS Z27, Z31, Z7
+	VBROADCASTSS (SI), Z31
+	VFMADD231PS Z24, Z31, Z8
+	VFMADD231PS Z25, Z31, Z9
+	VFMADD231PS Z26, Z31, Z10
+	VFMADD231PS Z27, Z31, Z11
+	VBROADCASTSS (DI), Z31
+	VFMADD231PS Z24, Z31, Z12
+	VFMADD231PS Z25, Z31, Z13
+	VFMADD231PS Z26, Z31, Z14
+	VFMADD231PS Z27, Z31, Z15
+	VBROADCASTSS (R8), Z31
+	VFMADD231PS Z24, Z31, Z16
+	VFMADD231PS Z25, Z31, Z17
+	VFMADD231PS Z26, Z31, Z18
+	VFMADD231PS Z27, Z31, Z19
+	VBROADCASTSS (R9), Z31
+	VFMADD231PS Z24, Z31, Z20
+	VFMADD231PS Z25, Z31, Z21
+	VFMADD231PS Z26, Z31, Z22
+	VFMADD231PS Z27, Z31, Z23
+	ADDQ $4, CX
+	ADDQ $4, DX
+	ADDQ $4, SI
+	ADDQ $4, DI
+	ADDQ $4, R8
+	ADDQ $4, R9
+	ADDQ $64, R10
+	ADDQ $64, R11
+	ADDQ $64, R12
+	ADDQ $64, R13
+	DECQ AX
+	JNZ mmF32Z6x4_pfloop
+	JMP mmF32Z6x4_store
 mmF32Z6x4_loop:
 	VMOVUPS (R10), Z24
 	VMOVUPS (R11), Z25
@@ -2949,8 +3938,8 @@ mmF32Z6x4_store:
 	VZEROUPPER
 	RET
 
-// func mmF32Z7x1(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
-TEXT ·mmF32Z7x1(SB), NOSPLIT, $0-56
+// func mmF32Z7x1(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
+TEXT ·mmF32Z7x1(SB), NOSPLIT, $0-64
 	MOVQ x+16(FP), CX
 	MOVQ xs+24(FP), AX
 	LEAQ (CX)(AX*1), DX
@@ -2960,6 +3949,7 @@ TEXT ·mmF32Z7x1(SB), NOSPLIT, $0-56
 	LEAQ (R8)(AX*1), R9
 	LEAQ (R9)(AX*1), R10
 	MOVQ w+32(FP), R11
+	MOVQ pf+56(FP), R12
 	MOVQ in+48(FP), AX
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
@@ -2970,6 +3960,36 @@ TEXT ·mmF32Z7x1(SB), NOSPLIT, $0-56
 	VPXORD Z6, Z6, Z6
 	TESTQ AX, AX
 	JLE mmF32Z7x1_store
+	TESTQ R12, R12
+	JZ mmF32Z7x1_loop
+mmF32Z7x1_pfloop:
+	PREFETCHT1 (R11)(R12*1)
+	VMOVUPS (R11), Z7
+	VBROADCASTSS (CX), Z31
+	VFMADD231PS Z7, Z31, Z0
+	VBROADCASTSS (DX), Z31
+	VFMADD231PS Z7, Z31, Z1
+	VBROADCASTSS (SI), Z31
+	VFMADD231PS Z7, Z31, Z2
+	VBROADCASTSS (DI), Z31
+	VFMADD231PS Z7, Z31, Z3
+	VBROADCASTSS (R8), Z31
+	VFMADD231PS Z7, Z31, Z4
+	VBROADCASTSS (R9), Z31
+	VFMADD231PS Z7, Z31, Z5
+	VBROADCASTSS (R10), Z31
+	VFMADD231PS Z7, Z31, Z6
+	ADDQ $4, CX
+	ADDQ $4, DX
+	ADDQ $4, SI
+	ADDQ $4, DI
+	ADDQ $4, R8
+	ADDQ $4, R9
+	ADDQ $4, R10
+	ADDQ $64, R11
+	DECQ AX
+	JNZ mmF32Z7x1_pfloop
+	JMP mmF32Z7x1_store
 mmF32Z7x1_loop:
 	VMOVUPS (R11), Z7
 	VBROADCASTSS (CX), Z31
@@ -3015,8 +4035,8 @@ mmF32Z7x1_store:
 	VZEROUPPER
 	RET
 
-// func mmF32Z7x2(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
-TEXT ·mmF32Z7x2(SB), NOSPLIT, $0-56
+// func mmF32Z7x2(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
+TEXT ·mmF32Z7x2(SB), NOSPLIT, $0-64
 	MOVQ x+16(FP), CX
 	MOVQ xs+24(FP), AX
 	LEAQ (CX)(AX*1), DX
@@ -3028,6 +4048,7 @@ TEXT ·mmF32Z7x2(SB), NOSPLIT, $0-56
 	MOVQ w+32(FP), R11
 	MOVQ ps+40(FP), AX
 	LEAQ (R11)(AX*1), R12
+	MOVQ pf+56(FP), R13
 	MOVQ in+48(FP), AX
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
@@ -3045,6 +4066,45 @@ TEXT ·mmF32Z7x2(SB), NOSPLIT, $0-56
 	VPXORD Z13, Z13, Z13
 	TESTQ AX, AX
 	JLE mmF32Z7x2_store
+	TESTQ R13, R13
+	JZ mmF32Z7x2_loop
+mmF32Z7x2_pfloop:
+	PREFETCHT1 (R11)(R13*1)
+	VMOVUPS (R11), Z14
+	VMOVUPS (R12), Z15
+	VBROADCASTSS (CX), Z31
+	VFMADD231PS Z14, Z31, Z0
+	VFMADD231PS Z15, Z31, Z1
+	VBROADCASTSS (DX), Z31
+	VFMADD231PS Z14, Z31, Z2
+	VFMADD231PS Z15, Z31, Z3
+	VBROADCASTSS (SI), Z31
+	VFMADD231PS Z14, Z31, Z4
+	VFMADD231PS Z15, Z31, Z5
+	VBROADCASTSS (DI), Z31
+	VFMADD231PS Z14, Z31, Z6
+	VFMADD231PS Z15, Z31, Z7
+	VBROADCASTSS (R8), Z31
+	VFMADD231PS Z14, Z31, Z8
+	VFMADD231PS Z15, Z31, Z9
+	VBROADCASTSS (R9), Z31
+	VFMADD231PS Z14, Z31, Z10
+	VFMADD231PS Z15, Z31, Z11
+	VBROADCASTSS (R10), Z31
+	VFMADD231PS Z14, Z31, Z12
+	VFMADD231PS Z15, Z31, Z13
+	ADDQ $4, CX
+	ADDQ $4, DX
+	ADDQ $4, SI
+	ADDQ $4, DI
+	ADDQ $4, R8
+	ADDQ $4, R9
+	ADDQ $4, R10
+	ADDQ $64, R11
+	ADDQ $64, R12
+	DECQ AX
+	JNZ mmF32Z7x2_pfloop
+	JMP mmF32Z7x2_store
 mmF32Z7x2_loop:
 	VMOVUPS (R11), Z14
 	VMOVUPS (R12), Z15
@@ -3106,8 +4166,8 @@ mmF32Z7x2_store:
 	VZEROUPPER
 	RET
 
-// func mmF32Z7x3(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
-TEXT ·mmF32Z7x3(SB), NOSPLIT, $0-56
+// func mmF32Z7x3(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
+TEXT ·mmF32Z7x3(SB), NOSPLIT, $0-64
 	MOVQ x+16(FP), CX
 	MOVQ xs+24(FP), AX
 	LEAQ (CX)(AX*1), DX
@@ -3120,6 +4180,7 @@ TEXT ·mmF32Z7x3(SB), NOSPLIT, $0-56
 	MOVQ ps+40(FP), AX
 	LEAQ (R11)(AX*1), R12
 	LEAQ (R12)(AX*1), R13
+	MOVQ pf+56(FP), BX
 	MOVQ in+48(FP), AX
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
@@ -3144,6 +4205,54 @@ TEXT ·mmF32Z7x3(SB), NOSPLIT, $0-56
 	VPXORD Z20, Z20, Z20
 	TESTQ AX, AX
 	JLE mmF32Z7x3_store
+	TESTQ BX, BX
+	JZ mmF32Z7x3_loop
+mmF32Z7x3_pfloop:
+	PREFETCHT1 (R11)(BX*1)
+	VMOVUPS (R11), Z21
+	VMOVUPS (R12), Z22
+	VMOVUPS (R13), Z23
+	VBROADCASTSS (CX), Z31
+	VFMADD231PS Z21, Z31, Z0
+	VFMADD231PS Z22, Z31, Z1
+	VFMADD231PS Z23, Z31, Z2
+	VBROADCASTSS (DX), Z31
+	VFMADD231PS Z21, Z31, Z3
+	VFMADD231PS Z22, Z31, Z4
+	VFMADD231PS Z23, Z31, Z5
+	VBROADCASTSS (SI), Z31
+	VFMADD231PS Z21, Z31, Z6
+	VFMADD231PS Z22, Z31, Z7
+	VFMADD231PS Z23, Z31, Z8
+	VBROADCASTSS (DI), Z31
+	VFMADD231PS Z21, Z31, Z9
+	VFMADD231PS Z22, Z31, Z10
+	VFMADD231PS Z23, Z31, Z11
+	VBROADCASTSS (R8), Z31
+	VFMADD231PS Z21, Z31, Z12
+	VFMADD231PS Z22, Z31, Z13
+	VFMADD231PS Z23, Z31, Z14
+	VBROADCASTSS (R9), Z31
+	VFMADD231PS Z21, Z31, Z15
+	VFMADD231PS Z22, Z31, Z16
+	VFMADD231PS Z23, Z31, Z17
+	VBROADCASTSS (R10), Z31
+	VFMADD231PS Z21, Z31, Z18
+	VFMADD231PS Z22, Z31, Z19
+	VFMADD231PS Z23, Z31, Z20
+	ADDQ $4, CX
+	ADDQ $4, DX
+	ADDQ $4, SI
+	ADDQ $4, DI
+	ADDQ $4, R8
+	ADDQ $4, R9
+	ADDQ $4, R10
+	ADDQ $64, R11
+	ADDQ $64, R12
+	ADDQ $64, R13
+	DECQ AX
+	JNZ mmF32Z7x3_pfloop
+	JMP mmF32Z7x3_store
 mmF32Z7x3_loop:
 	VMOVUPS (R11), Z21
 	VMOVUPS (R12), Z22
@@ -3221,146 +4330,8 @@ mmF32Z7x3_store:
 	VZEROUPPER
 	RET
 
-// func mmF32Z7x4(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
-TEXT ·mmF32Z7x4(SB), NOSPLIT, $0-56
-	MOVQ x+16(FP), CX
-	MOVQ xs+24(FP), AX
-	LEAQ (CX)(AX*1), DX
-	LEAQ (DX)(AX*1), SI
-	LEAQ (SI)(AX*1), DI
-	LEAQ (DI)(AX*1), R8
-	LEAQ (R8)(AX*1), R9
-	LEAQ (R9)(AX*1), R10
-	MOVQ w+32(FP), R11
-	MOVQ ps+40(FP), AX
-	LEAQ (R11)(AX*1), R12
-	LEAQ (R12)(AX*1), R13
-	LEAQ (R13)(AX*1), BX
-	MOVQ in+48(FP), AX
-	VPXORD Z0, Z0, Z0
-	VPXORD Z1, Z1, Z1
-	VPXORD Z2, Z2, Z2
-	VPXORD Z3, Z3, Z3
-	VPXORD Z4, Z4, Z4
-	VPXORD Z5, Z5, Z5
-	VPXORD Z6, Z6, Z6
-	VPXORD Z7, Z7, Z7
-	VPXORD Z8, Z8, Z8
-	VPXORD Z9, Z9, Z9
-	VPXORD Z10, Z10, Z10
-	VPXORD Z11, Z11, Z11
-	VPXORD Z12, Z12, Z12
-	VPXORD Z13, Z13, Z13
-	VPXORD Z14, Z14, Z14
-	VPXORD Z15, Z15, Z15
-	VPXORD Z16, Z16, Z16
-	VPXORD Z17, Z17, Z17
-	VPXORD Z18, Z18, Z18
-	VPXORD Z19, Z19, Z19
-	VPXORD Z20, Z20, Z20
-	VPXORD Z21, Z21, Z21
-	VPXORD Z22, Z22, Z22
-	VPXORD Z23, Z23, Z23
-	VPXORD Z24, Z24, Z24
-	VPXORD Z25, Z25, Z25
-	VPXORD Z26, Z26, Z26
-	VPXORD Z27, Z27, Z27
-	TESTQ AX, AX
-	JLE mmF32Z7x4_store
-mmF32Z7x4_loop:
-	VMOVUPS (R11), Z28
-	VMOVUPS (R12), Z29
-	VMOVUPS (R13), Z30
-	VBROADCASTSS (CX), Z31
-	VFMADD231PS Z28, Z31, Z0
-	VFMADD231PS Z29, Z31, Z1
-	VFMADD231PS Z30, Z31, Z2
-	VFMADD231PS (BX), Z31, Z3
-	VBROADCASTSS (DX), Z31
-	VFMADD231PS Z28, Z31, Z4
-	VFMADD231PS Z29, Z31, Z5
-	VFMADD231PS Z30, Z31, Z6
-	VFMADD231PS (BX), Z31, Z7
-	VBROADCASTSS (SI), Z31
-	VFMADD231PS Z28, Z31, Z8
-	VFMADD231PS Z29, Z31, Z9
-	VFMADD231PS Z30, Z31, Z10
-	VFMADD231PS (BX), Z31, Z11
-	VBROADCASTSS (DI), Z31
-	VFMADD231PS Z28, Z31, Z12
-	VFMADD231PS Z29, Z31, Z13
-	VFMADD231PS Z30, Z31, Z14
-	VFMADD231PS (BX), Z31, Z15
-	VBROADCASTSS (R8), Z31
-	VFMADD231PS Z28, Z31, Z16
-	VFMADD231PS Z29, Z31, Z17
-	VFMADD231PS Z30, Z31, Z18
-	VFMADD231PS (BX), Z31, Z19
-	VBROADCASTSS (R9), Z31
-	VFMADD231PS Z28, Z31, Z20
-	VFMADD231PS Z29, Z31, Z21
-	VFMADD231PS Z30, Z31, Z22
-	VFMADD231PS (BX), Z31, Z23
-	VBROADCASTSS (R10), Z31
-	VFMADD231PS Z28, Z31, Z24
-	VFMADD231PS Z29, Z31, Z25
-	VFMADD231PS Z30, Z31, Z26
-	VFMADD231PS (BX), Z31, Z27
-	ADDQ $4, CX
-	ADDQ $4, DX
-	ADDQ $4, SI
-	ADDQ $4, DI
-	ADDQ $4, R8
-	ADDQ $4, R9
-	ADDQ $4, R10
-	ADDQ $64, R11
-	ADDQ $64, R12
-	ADDQ $64, R13
-	ADDQ $64, BX
-	DECQ AX
-	JNZ mmF32Z7x4_loop
-mmF32Z7x4_store:
-	MOVQ y+0(FP), AX
-	MOVQ ys+8(FP), BX
-	VMOVUPS Z0, 0(AX)
-	VMOVUPS Z1, 64(AX)
-	VMOVUPS Z2, 128(AX)
-	VMOVUPS Z3, 192(AX)
-	ADDQ BX, AX
-	VMOVUPS Z4, 0(AX)
-	VMOVUPS Z5, 64(AX)
-	VMOVUPS Z6, 128(AX)
-	VMOVUPS Z7, 192(AX)
-	ADDQ BX, AX
-	VMOVUPS Z8, 0(AX)
-	VMOVUPS Z9, 64(AX)
-	VMOVUPS Z10, 128(AX)
-	VMOVUPS Z11, 192(AX)
-	ADDQ BX, AX
-	VMOVUPS Z12, 0(AX)
-	VMOVUPS Z13, 64(AX)
-	VMOVUPS Z14, 128(AX)
-	VMOVUPS Z15, 192(AX)
-	ADDQ BX, AX
-	VMOVUPS Z16, 0(AX)
-	VMOVUPS Z17, 64(AX)
-	VMOVUPS Z18, 128(AX)
-	VMOVUPS Z19, 192(AX)
-	ADDQ BX, AX
-	VMOVUPS Z20, 0(AX)
-	VMOVUPS Z21, 64(AX)
-	VMOVUPS Z22, 128(AX)
-	VMOVUPS Z23, 192(AX)
-	ADDQ BX, AX
-	VMOVUPS Z24, 0(AX)
-	VMOVUPS Z25, 64(AX)
-	VMOVUPS Z26, 128(AX)
-	VMOVUPS Z27, 192(AX)
-	VZEROUPPER
-	RET
-
-// func mmF32Z8x1(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
-TEXT ·mmF32Z8x1(SB), NOSPLIT, $0-56
+// func mmF32Z8x1(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
+TEXT ·mmF32Z8x1(SB), NOSPLIT, $0-64
 	MOVQ x+16(FP), CX
 	MOVQ xs+24(FP), AX
 	LEAQ (CX)(AX*1), DX
@@ -3371,6 +4342,7 @@ TEXT ·mmF32Z8x1(SB), NOSPLIT, $0-56
 	LEAQ (R9)(AX*1), R10
 	LEAQ (R10)(AX*1), R11
 	MOVQ w+32(FP), R12
+	MOVQ pf+56(FP), R13
 	MOVQ in+48(FP), AX
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
@@ -3382,6 +4354,39 @@ TEXT ·mmF32Z8x1(SB), NOSPLIT, $0-56
 	VPXORD Z7, Z7, Z7
 	TESTQ AX, AX
 	JLE mmF32Z8x1_store
+	TESTQ R13, R13
+	JZ mmF32Z8x1_loop
+mmF32Z8x1_pfloop:
+	PREFETCHT1 (R12)(R13*1)
+	VMOVUPS (R12), Z8
+	VBROADCASTSS (CX), Z31
+	VFMADD231PS Z8, Z31, Z0
+	VBROADCASTSS (DX), Z31
+	VFMADD231PS Z8, Z31, Z1
+	VBROADCASTSS (SI), Z31
+	VFMADD231PS Z8, Z31, Z2
+	VBROADCASTSS (DI), Z31
+	VFMADD231PS Z8, Z31, Z3
+	VBROADCASTSS (R8), Z31
+	VFMADD231PS Z8, Z31, Z4
+	VBROADCASTSS (R9), Z31
+	VFMADD231PS Z8, Z31, Z5
+	VBROADCASTSS (R10), Z31
+	VFMADD231PS Z8, Z31, Z6
+	VBROADCASTSS (R11), Z31
+	VFMADD231PS Z8, Z31, Z7
+	ADDQ $4, CX
+	ADDQ $4, DX
+	ADDQ $4, SI
+	ADDQ $4, DI
+	ADDQ $4, R8
+	ADDQ $4, R9
+	ADDQ $4, R10
+	ADDQ $4, R11
+	ADDQ $64, R12
+	DECQ AX
+	JNZ mmF32Z8x1_pfloop
+	JMP mmF32Z8x1_store
 mmF32Z8x1_loop:
 	VMOVUPS (R12), Z8
 	VBROADCASTSS (CX), Z31
@@ -3432,8 +4437,8 @@ mmF32Z8x1_store:
 	VZEROUPPER
 	RET
 
-// func mmF32Z8x2(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
-TEXT ·mmF32Z8x2(SB), NOSPLIT, $0-56
+// func mmF32Z8x2(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
+TEXT ·mmF32Z8x2(SB), NOSPLIT, $0-64
 	MOVQ x+16(FP), CX
 	MOVQ xs+24(FP), AX
 	LEAQ (CX)(AX*1), DX
@@ -3446,6 +4451,7 @@ TEXT ·mmF32Z8x2(SB), NOSPLIT, $0-56
 	MOVQ w+32(FP), R12
 	MOVQ ps+40(FP), AX
 	LEAQ (R12)(AX*1), R13
+	MOVQ pf+56(FP), BX
 	MOVQ in+48(FP), AX
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
@@ -3465,6 +4471,49 @@ TEXT ·mmF32Z8x2(SB), NOSPLIT, $0-56
 	VPXORD Z15, Z15, Z15
 	TESTQ AX, AX
 	JLE mmF32Z8x2_store
+	TESTQ BX, BX
+	JZ mmF32Z8x2_loop
+mmF32Z8x2_pfloop:
+	PREFETCHT1 (R12)(BX*1)
+	VMOVUPS (R12), Z16
+	VMOVUPS (R13), Z17
+	VBROADCASTSS (CX), Z31
+	VFMADD231PS Z16, Z31, Z0
+	VFMADD231PS Z17, Z31, Z1
+	VBROADCASTSS (DX), Z31
+	VFMADD231PS Z16, Z31, Z2
+	VFMADD231PS Z17, Z31, Z3
+	VBROADCASTSS (SI), Z31
+	VFMADD231PS Z16, Z31, Z4
+	VFMADD231PS Z17, Z31, Z5
+	VBROADCASTSS (DI), Z31
+	VFMADD231PS Z16, Z31, Z6
+	VFMADD231PS Z17, Z31, Z7
+	VBROADCASTSS (R8), Z31
+	VFMADD231PS Z16, Z31, Z8
+	VFMADD231PS Z17, Z31, Z9
+	VBROADCASTSS (R9), Z31
+	VFMADD231PS Z16, Z31, Z10
+	VFMADD231PS Z17, Z31, Z11
+	VBROADCASTSS (R10), Z31
+	VFMADD231PS Z16, Z31, Z12
+	VFMADD231PS Z17, Z31, Z13
+	VBROADCASTSS (R11), Z31
+	VFMADD231PS Z16, Z31, Z14
+	VFMADD231PS Z17, Z31, Z15
+	ADDQ $4, CX
+	ADDQ $4, DX
+	ADDQ $4, SI
+	ADDQ $4, DI
+	ADDQ $4, R8
+	ADDQ $4, R9
+	ADDQ $4, R10
+	ADDQ $4, R11
+	ADDQ $64, R12
+	ADDQ $64, R13
+	DECQ AX
+	JNZ mmF32Z8x2_pfloop
+	JMP mmF32Z8x2_store
 mmF32Z8x2_loop:
 	VMOVUPS (R12), Z16
 	VMOVUPS (R13), Z17
@@ -3533,144 +4582,32 @@ mmF32Z8x2_store:
 	VZEROUPPER
 	RET
 
-// func mmF32Z8x3(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
-TEXT ·mmF32Z8x3(SB), NOSPLIT, $0-56
-	MOVQ x+16(FP), CX
-	MOVQ xs+24(FP), AX
-	LEAQ (CX)(AX*1), DX
-	LEAQ (DX)(AX*1), SI
-	LEAQ (SI)(AX*1), DI
-	LEAQ (DI)(AX*1), R8
-	LEAQ (R8)(AX*1), R9
-	LEAQ (R9)(AX*1), R10
-	LEAQ (R10)(AX*1), R11
-	MOVQ w+32(FP), R12
-	MOVQ ps+40(FP), AX
-	LEAQ (R12)(AX*1), R13
-	LEAQ (R13)(AX*1), BX
-	MOVQ in+48(FP), AX
-	VPXORD Z0, Z0, Z0
-	VPXORD Z1, Z1, Z1
-	VPXORD Z2, Z2, Z2
-	VPXORD Z3, Z3, Z3
-	VPXORD Z4, Z4, Z4
-	VPXORD Z5, Z5, Z5
-	VPXORD Z6, Z6, Z6
-	VPXORD Z7, Z7, Z7
-	VPXORD Z8, Z8, Z8
-	VPXORD Z9, Z9, Z9
-	VPXORD Z10, Z10, Z10
-	VPXORD Z11, Z11, Z11
-	VPXORD Z12, Z12, Z12
-	VPXORD Z13, Z13, Z13
-	VPXORD Z14, Z14, Z14
-	VPXORD Z15, Z15, Z15
-	VPXORD Z16, Z16, Z16
-	VPXORD Z17, Z17, Z17
-	VPXORD Z18, Z18, Z18
-	VPXORD Z19, Z19, Z19
-	VPXORD Z20, Z20, Z20
-	VPXORD Z21, Z21, Z21
-	VPXORD Z22, Z22, Z22
-	VPXORD Z23, Z23, Z23
-	TESTQ AX, AX
-	JLE mmF32Z8x3_store
-mmF32Z8x3_loop:
-	VMOVUPS (R12), Z24
-	VMOVUPS (R13), Z25
-	VMOVUPS (BX), Z26
-	VBROADCASTSS (CX), Z31
-	VFMADD231PS Z24, Z31, Z0
-	VFMADD231PS Z25, Z31, Z1
-	VFMADD231PS Z26, Z31, Z2
-	VBROADCASTSS (DX), Z31
-	VFMADD231PS Z24, Z31, Z3
-	VFMADD231PS Z25, Z31, Z4
-	VFMADD231PS Z26, Z31, Z5
-	VBROADCASTSS (SI), Z31
-	VFMADD231PS Z24, Z31, Z6
-	VFMADD231PS Z25, Z31, Z7
-	VFMADD231PS Z26, Z31, Z8
-	VBROADCASTSS (DI), Z31
-	VFMADD231PS Z24, Z31, Z9
-	VFMADD231PS Z25, Z31, Z10
-	VFMADD231PS Z26, Z31, Z11
-	VBROADCASTSS (R8), Z31
-	VFMADD231PS Z24, Z31, Z12
-	VFMADD231PS Z25, Z31, Z13
-	VFMADD231PS Z26, Z31, Z14
-	VBROADCASTSS (R9), Z31
-	VFMADD231PS Z24, Z31, Z15
-	VFMADD231PS Z25, Z31, Z16
-	VFMADD231PS Z26, Z31, Z17
-	VBROADCASTSS (R10), Z31
-	VFMADD231PS Z24, Z31, Z18
-	VFMADD231PS Z25, Z31, Z19
-	VFMADD231PS Z26, Z31, Z20
-	VBROADCASTSS (R11), Z31
-	VFMADD231PS Z24, Z31, Z21
-	VFMADD231PS Z25, Z31, Z22
-	VFMADD231PS Z26, Z31, Z23
-	ADDQ $4, CX
-	ADDQ $4, DX
-	ADDQ $4, SI
-	ADDQ $4, DI
-	ADDQ $4, R8
-	ADDQ $4, R9
-	ADDQ $4, R10
-	ADDQ $4, R11
-	ADDQ $64, R12
-	ADDQ $64, R13
-	ADDQ $64, BX
-	DECQ AX
-	JNZ mmF32Z8x3_loop
-mmF32Z8x3_store:
-	MOVQ y+0(FP), AX
-	MOVQ ys+8(FP), BX
-	VMOVUPS Z0, 0(AX)
-	VMOVUPS Z1, 64(AX)
-	VMOVUPS Z2, 128(AX)
-	ADDQ BX, AX
-	VMOVUPS Z3, 0(AX)
-	VMOVUPS Z4, 64(AX)
-	VMOVUPS Z5, 128(AX)
-	ADDQ BX, AX
-	VMOVUPS Z6, 0(AX)
-	VMOVUPS Z7, 64(AX)
-	VMOVUPS Z8, 128(AX)
-	ADDQ BX, AX
-	VMOVUPS Z9, 0(AX)
-	VMOVUPS Z10, 64(AX)
-	VMOVUPS Z11, 128(AX)
-	ADDQ BX, AX
-	VMOVUPS Z12, 0(AX)
-	VMOVUPS Z13, 64(AX)
-	VMOVUPS Z14, 128(AX)
-	ADDQ BX, AX
-	VMOVUPS Z15, 0(AX)
-	VMOVUPS Z16, 64(AX)
-	VMOVUPS Z17, 128(AX)
-	ADDQ BX, AX
-	VMOVUPS Z18, 0(AX)
-	VMOVUPS Z19, 64(AX)
-	VMOVUPS Z20, 128(AX)
-	ADDQ BX, AX
-	VMOVUPS Z21, 0(AX)
-	VMOVUPS Z22, 64(AX)
-	VMOVUPS Z23, 128(AX)
-	VZEROUPPER
-	RET
-
-// func mmBF16Z1x1(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
-TEXT ·mmBF16Z1x1(SB), NOSPLIT, $0-56
+// func mmBF16Z1x1(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
+TEXT ·mmBF16Z1x1(SB), NOSPLIT, $0-64
 	MOVL $0xffff0000, AX
 	VPBROADCASTD AX, Z30
 	MOVQ x+16(FP), CX
 	MOVQ w+32(FP), DX
+	MOVQ pf+56(FP), SI
 	MOVQ in+48(FP), AX
 	VPXORD Z0, Z0, Z0
 	SHRQ $1, AX
 	JZ mmBF16Z1x1_odd
+	TESTQ SI, SI
+	JZ mmBF16Z1x1_loop
+mmBF16Z1x1_pfloop:
+	PREFETCHT1 (DX)(SI*1)
+	VPSLLD $16, (DX), Z1
+	VBROADCASTSS 0(CX), Z31
+	VFMADD231PS Z1, Z31, Z0
+	VPANDD (DX), Z30, Z1
+	VBROADCASTSS 4(CX), Z31
+	VFMADD231PS Z1, Z31, Z0
+	ADDQ $8, CX
+	ADDQ $64, DX
+	DECQ AX
+	JNZ mmBF16Z1x1_pfloop
+	JMP mmBF16Z1x1_odd
 mmBF16Z1x1_loop:
 	VPSLLD $16, (DX), Z1
 	VBROADCASTSS 0(CX), Z31
@@ -3695,19 +4632,40 @@ mmBF16Z1x1_store:
 	VZEROUPPER
 	RET
 
-// func mmBF16Z1x2(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
-TEXT ·mmBF16Z1x2(SB), NOSPLIT, $0-56
+// func mmBF16Z1x2(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
+TEXT ·mmBF16Z1x2(SB), NOSPLIT, $0-64
 	MOVL $0xffff0000, AX
 	VPBROADCASTD AX, Z30
 	MOVQ x+16(FP), CX
 	MOVQ w+32(FP), DX
 	MOVQ ps+40(FP), AX
 	LEAQ (DX)(AX*1), SI
+	MOVQ pf+56(FP), DI
 	MOVQ in+48(FP), AX
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
 	SHRQ $1, AX
 	JZ mmBF16Z1x2_odd
+	TESTQ DI, DI
+	JZ mmBF16Z1x2_loop
+mmBF16Z1x2_pfloop:
+	PREFETCHT1 (DX)(DI*1)
+	VPSLLD $16, (DX), Z2
+	VPSLLD $16, (SI), Z3
+	VBROADCASTSS 0(CX), Z31
+	VFMADD231PS Z2, Z31, Z0
+	VFMADD231PS Z3, Z31, Z1
+	VPANDD (DX), Z30, Z2
+	VPANDD (SI), Z30, Z3
+	VBROADCASTSS 4(CX), Z31
+	VFMADD231PS Z2, Z31, Z0
+	VFMADD231PS Z3, Z31, Z1
+	ADDQ $8, CX
+	ADDQ $64, DX
+	ADDQ $64, SI
+	DECQ AX
+	JNZ mmBF16Z1x2_pfloop
+	JMP mmBF16Z1x2_odd
 mmBF16Z1x2_loop:
 	VPSLLD $16, (DX), Z2
 	VPSLLD $16, (SI), Z3
@@ -3740,8 +4698,8 @@ mmBF16Z1x2_store:
 	VZEROUPPER
 	RET
 
-// func mmBF16Z1x3(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
-TEXT ·mmBF16Z1x3(SB), NOSPLIT, $0-56
+// func mmBF16Z1x3(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
+TEXT ·mmBF16Z1x3(SB), NOSPLIT, $0-64
 	MOVL $0xffff0000, AX
 	VPBROADCASTD AX, Z30
 	MOVQ x+16(FP), CX
@@ -3749,12 +4707,38 @@ TEXT ·mmBF16Z1x3(SB), NOSPLIT, $0-56
 	MOVQ ps+40(FP), AX
 	LEAQ (DX)(AX*1), SI
 	LEAQ (SI)(AX*1), DI
+	MOVQ pf+56(FP), R8
 	MOVQ in+48(FP), AX
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
 	VPXORD Z2, Z2, Z2
 	SHRQ $1, AX
 	JZ mmBF16Z1x3_odd
+	TESTQ R8, R8
+	JZ mmBF16Z1x3_loop
+mmBF16Z1x3_pfloop:
+	PREFETCHT1 (DX)(R8*1)
+	VPSLLD $16, (DX), Z3
+	VPSLLD $16, (SI), Z4
+	VPSLLD $16, (DI), Z5
+	VBROADCASTSS 0(CX), Z31
+	VFMADD231PS Z3, Z31, Z0
+	VFMADD231PS Z4, Z31, Z1
+	VFMADD231PS Z5, Z31, Z2
+	VPANDD (DX), Z30, Z3
+	VPANDD (SI), Z30, Z4
+	VPANDD (DI), Z30, Z5
+	VBROADCASTSS 4(CX), Z31
+	VFMADD231PS Z3, Z31, Z0
+	VFMADD231PS Z4, Z31, Z1
+	VFMADD231PS Z5, Z31, Z2
+	ADDQ $8, CX
+	ADDQ $64, DX
+	ADDQ $64, SI
+	ADDQ $64, DI
+	DECQ AX
+	JNZ mmBF16Z1x3_pfloop
+	JMP mmBF16Z1x3_odd
 mmBF16Z1x3_loop:
 	VPSLLD $16, (DX), Z3
 	VPSLLD $16, (SI), Z4
@@ -3795,8 +4779,8 @@ mmBF16Z1x3_store:
 	VZEROUPPER
 	RET
 
-// func mmBF16Z1x4(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
-TEXT ·mmBF16Z1x4(SB), NOSPLIT, $0-56
+// func mmBF16Z1x4(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
+TEXT ·mmBF16Z1x4(SB), NOSPLIT, $0-64
 	MOVL $0xffff0000, AX
 	VPBROADCASTD AX, Z30
 	MOVQ x+16(FP), CX
@@ -3805,6 +4789,7 @@ TEXT ·mmBF16Z1x4(SB), NOSPLIT, $0-56
 	LEAQ (DX)(AX*1), SI
 	LEAQ (SI)(AX*1), DI
 	LEAQ (DI)(AX*1), R8
+	MOVQ pf+56(FP), R9
 	MOVQ in+48(FP), AX
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
@@ -3812,6 +4797,36 @@ TEXT ·mmBF16Z1x4(SB), NOSPLIT, $0-56
 	VPXORD Z3, Z3, Z3
 	SHRQ $1, AX
 	JZ mmBF16Z1x4_odd
+	TESTQ R9, R9
+	JZ mmBF16Z1x4_loop
+mmBF16Z1x4_pfloop:
+	PREFETCHT1 (DX)(R9*1)
+	VPSLLD $16, (DX), Z4
+	VPSLLD $16, (SI), Z5
+	VPSLLD $16, (DI), Z6
+	VPSLLD $16, (R8), Z7
+	VBROADCASTSS 0(CX), Z31
+	VFMADD231PS Z4, Z31, Z0
+	VFMADD231PS Z5, Z31, Z1
+	VFMADD231PS Z6, Z31, Z2
+	VFMADD231PS Z7, Z31, Z3
+	VPANDD (DX), Z30, Z4
+	VPANDD (SI), Z30, Z5
+	VPANDD (DI), Z30, Z6
+	VPANDD (R8), Z30, Z7
+	VBROADCASTSS 4(CX), Z31
+	VFMADD231PS Z4, Z31, Z0
+	VFMADD231PS Z5, Z31, Z1
+	VFMADD231PS Z6, Z31, Z2
+	VFMADD231PS Z7, Z31, Z3
+	ADDQ $8, CX
+	ADDQ $64, DX
+	ADDQ $64, SI
+	ADDQ $64, DI
+	ADDQ $64, R8
+	DECQ AX
+	JNZ mmBF16Z1x4_pfloop
+	JMP mmBF16Z1x4_odd
 mmBF16Z1x4_loop:
 	VPSLLD $16, (DX), Z4
 	VPSLLD $16, (SI), Z5
@@ -3860,8 +4875,8 @@ mmBF16Z1x4_store:
 	VZEROUPPER
 	RET
 
-// func mmBF16Z1x5(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
-TEXT ·mmBF16Z1x5(SB), NOSPLIT, $0-56
+// func mmBF16Z1x5(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
+TEXT ·mmBF16Z1x5(SB), NOSPLIT, $0-64
 	MOVL $0xffff0000, AX
 	VPBROADCASTD AX, Z30
 	MOVQ x+16(FP), CX
@@ -3871,6 +4886,7 @@ TEXT ·mmBF16Z1x5(SB), NOSPLIT, $0-56
 	LEAQ (SI)(AX*1), DI
 	LEAQ (DI)(AX*1), R8
 	LEAQ (R8)(AX*1), R9
+	MOVQ pf+56(FP), R10
 	MOVQ in+48(FP), AX
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
@@ -3879,6 +4895,41 @@ TEXT ·mmBF16Z1x5(SB), NOSPLIT, $0-56
 	VPXORD Z4, Z4, Z4
 	SHRQ $1, AX
 	JZ mmBF16Z1x5_odd
+	TESTQ R10, R10
+	JZ mmBF16Z1x5_loop
+mmBF16Z1x5_pfloop:
+	PREFETCHT1 (DX)(R10*1)
+	VPSLLD $16, (DX), Z5
+	VPSLLD $16, (SI), Z6
+	VPSLLD $16, (DI), Z7
+	VPSLLD $16, (R8), Z8
+	VPSLLD $16, (R9), Z9
+	VBROADCASTSS 0(CX), Z31
+	VFMADD231PS Z5, Z31, Z0
+	VFMADD231PS Z6, Z31, Z1
+	VFMADD231PS Z7, Z31, Z2
+	VFMADD231PS Z8, Z31, Z3
+	VFMADD231PS Z9, Z31, Z4
+	VPANDD (DX), Z30, Z5
+	VPANDD (SI), Z30, Z6
+	VPANDD (DI), Z30, Z7
+	VPANDD (R8), Z30, Z8
+	VPANDD (R9), Z30, Z9
+	VBROADCASTSS 4(CX), Z31
+	VFMADD231PS Z5, Z31, Z0
+	VFMADD231PS Z6, Z31, Z1
+	VFMADD231PS Z7, Z31, Z2
+	VFMADD231PS Z8, Z31, Z3
+	VFMADD231PS Z9, Z31, Z4
+	ADDQ $8, CX
+	ADDQ $64, DX
+	ADDQ $64, SI
+	ADDQ $64, DI
+	ADDQ $64, R8
+	ADDQ $64, R9
+	DECQ AX
+	JNZ mmBF16Z1x5_pfloop
+	JMP mmBF16Z1x5_odd
 mmBF16Z1x5_loop:
 	VPSLLD $16, (DX), Z5
 	VPSLLD $16, (SI), Z6
@@ -3935,8 +4986,8 @@ mmBF16Z1x5_store:
 	VZEROUPPER
 	RET
 
-// func mmBF16Z1x6(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
-TEXT ·mmBF16Z1x6(SB), NOSPLIT, $0-56
+// func mmBF16Z1x6(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
+TEXT ·mmBF16Z1x6(SB), NOSPLIT, $0-64
 	MOVL $0xffff0000, AX
 	VPBROADCASTD AX, Z30
 	MOVQ x+16(FP), CX
@@ -3947,6 +4998,7 @@ TEXT ·mmBF16Z1x6(SB), NOSPLIT, $0-56
 	LEAQ (DI)(AX*1), R8
 	LEAQ (R8)(AX*1), R9
 	LEAQ (R9)(AX*1), R10
+	MOVQ pf+56(FP), R11
 	MOVQ in+48(FP), AX
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
@@ -3956,6 +5008,46 @@ TEXT ·mmBF16Z1x6(SB), NOSPLIT, $0-56
 	VPXORD Z5, Z5, Z5
 	SHRQ $1, AX
 	JZ mmBF16Z1x6_odd
+	TESTQ R11, R11
+	JZ mmBF16Z1x6_loop
+mmBF16Z1x6_pfloop:
+	PREFETCHT1 (DX)(R11*1)
+	VPSLLD $16, (DX), Z6
+	VPSLLD $16, (SI), Z7
+	VPSLLD $16, (DI), Z8
+	VPSLLD $16, (R8), Z9
+	VPSLLD $16, (R9), Z10
+	VPSLLD $16, (R10), Z11
+	VBROADCASTSS 0(CX), Z31
+	VFMADD231PS Z6, Z31, Z0
+	VFMADD231PS Z7, Z31, Z1
+	VFMADD231PS Z8, Z31, Z2
+	VFMADD231PS Z9, Z31, Z3
+	VFMADD231PS Z10, Z31, Z4
+	VFMADD231PS Z11, Z31, Z5
+	VPANDD (DX), Z30, Z6
+	VPANDD (SI), Z30, Z7
+	VPANDD (DI), Z30, Z8
+	VPANDD (R8), Z30, Z9
+	VPANDD (R9), Z30, Z10
+	VPANDD (R10), Z30, Z11
+	VBROADCASTSS 4(CX), Z31
+	VFMADD231PS Z6, Z31, Z0
+	VFMADD231PS Z7, Z31, Z1
+	VFMADD231PS Z8, Z31, Z2
+	VFMADD231PS Z9, Z31, Z3
+	VFMADD231PS Z10, Z31, Z4
+	VFMADD231PS Z11, Z31, Z5
+	ADDQ $8, CX
+	ADDQ $64, DX
+	ADDQ $64, SI
+	ADDQ $64, DI
+	ADDQ $64, R8
+	ADDQ $64, R9
+	ADDQ $64, R10
+	DECQ AX
+	JNZ mmBF16Z1x6_pfloop
+	JMP mmBF16Z1x6_odd
 mmBF16Z1x6_loop:
 	VPSLLD $16, (DX), Z6
 	VPSLLD $16, (SI), Z7
@@ -4020,8 +5112,8 @@ mmBF16Z1x6_store:
 	VZEROUPPER
 	RET
 
-// func mmBF16Z1x7(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
-TEXT ·mmBF16Z1x7(SB), NOSPLIT, $0-56
+// func mmBF16Z1x7(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
+TEXT ·mmBF16Z1x7(SB), NOSPLIT, $0-64
 	MOVL $0xffff0000, AX
 	VPBROADCASTD AX, Z30
 	MOVQ x+16(FP), CX
@@ -4033,6 +5125,7 @@ TEXT ·mmBF16Z1x7(SB), NOSPLIT, $0-56
 	LEAQ (R8)(AX*1), R9
 	LEAQ (R9)(AX*1), R10
 	LEAQ (R10)(AX*1), R11
+	MOVQ pf+56(FP), R12
 	MOVQ in+48(FP), AX
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
@@ -4043,6 +5136,51 @@ TEXT ·mmBF16Z1x7(SB), NOSPLIT, $0-56
 	VPXORD Z6, Z6, Z6
 	SHRQ $1, AX
 	JZ mmBF16Z1x7_odd
+	TESTQ R12, R12
+	JZ mmBF16Z1x7_loop
+mmBF16Z1x7_pfloop:
+	PREFETCHT1 (DX)(R12*1)
+	VPSLLD $16, (DX), Z7
+	VPSLLD $16, (SI), Z8
+	VPSLLD $16, (DI), Z9
+	VPSLLD $16, (R8), Z10
+	VPSLLD $16, (R9), Z11
+	VPSLLD $16, (R10), Z12
+	VPSLLD $16, (R11), Z13
+	VBROADCASTSS 0(CX), Z31
+	VFMADD231PS Z7, Z31, Z0
+	VFMADD231PS Z8, Z31, Z1
+	VFMADD231PS Z9, Z31, Z2
+	VFMADD231PS Z10, Z31, Z3
+	VFMADD231PS Z11, Z31, Z4
+	VFMADD231PS Z12, Z31, Z5
+	VFMADD231PS Z13, Z31, Z6
+	VPANDD (DX), Z30, Z7
+	VPANDD (SI), Z30, Z8
+	VPANDD (DI), Z30, Z9
+	VPANDD (R8), Z30, Z10
+	VPANDD (R9), Z30, Z11
+	VPANDD (R10), Z30, Z12
+	VPANDD (R11), Z30, Z13
+	VBROADCASTSS 4(CX), Z31
+	VFMADD231PS Z7, Z31, Z0
+	VFMADD231PS Z8, Z31, Z1
+	VFMADD231PS Z9, Z31, Z2
+	VFMADD231PS Z10, Z31, Z3
+	VFMADD231PS Z11, Z31, Z4
+	VFMADD231PS Z12, Z31, Z5
+	VFMADD231PS Z13, Z31, Z6
+	ADDQ $8, CX
+	ADDQ $64, DX
+	ADDQ $64, SI
+	ADDQ $64, DI
+	ADDQ $64, R8
+	ADDQ $64, R9
+	ADDQ $64, R10
+	ADDQ $64, R11
+	DECQ AX
+	JNZ mmBF16Z1x7_pfloop
+	JMP mmBF16Z1x7_odd
 mmBF16Z1x7_loop:
 	VPSLLD $16, (DX), Z7
 	VPSLLD $16, (SI), Z8
@@ -4115,8 +5253,8 @@ mmBF16Z1x7_store:
 	VZEROUPPER
 	RET
 
-// func mmBF16Z1x8(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
-TEXT ·mmBF16Z1x8(SB), NOSPLIT, $0-56
+// func mmBF16Z1x8(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
+TEXT ·mmBF16Z1x8(SB), NOSPLIT, $0-64
 	MOVL $0xffff0000, AX
 	VPBROADCASTD AX, Z30
 	MOVQ x+16(FP), CX
@@ -4129,6 +5267,7 @@ TEXT ·mmBF16Z1x8(SB), NOSPLIT, $0-56
 	LEAQ (R9)(AX*1), R10
 	LEAQ (R10)(AX*1), R11
 	LEAQ (R11)(AX*1), R12
+	MOVQ pf+56(FP), R13
 	MOVQ in+48(FP), AX
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
@@ -4140,6 +5279,56 @@ TEXT ·mmBF16Z1x8(SB), NOSPLIT, $0-56
 	VPXORD Z7, Z7, Z7
 	SHRQ $1, AX
 	JZ mmBF16Z1x8_odd
+	TESTQ R13, R13
+	JZ mmBF16Z1x8_loop
+mmBF16Z1x8_pfloop:
+	PREFETCHT1 (DX)(R13*1)
+	VPSLLD $16, (DX), Z8
+	VPSLLD $16, (SI), Z9
+	VPSLLD $16, (DI), Z10
+	VPSLLD $16, (R8), Z11
+	VPSLLD $16, (R9), Z12
+	VPSLLD $16, (R10), Z13
+	VPSLLD $16, (R11), Z14
+	VPSLLD $16, (R12), Z15
+	VBROADCASTSS 0(CX), Z31
+	VFMADD231PS Z8, Z31, Z0
+	VFMADD231PS Z9, Z31, Z1
+	VFMADD231PS Z10, Z31, Z2
+	VFMADD231PS Z11, Z31, Z3
+	VFMADD231PS Z12, Z31, Z4
+	VFMADD231PS Z13, Z31, Z5
+	VFMADD231PS Z14, Z31, Z6
+	VFMADD231PS Z15, Z31, Z7
+	VPANDD (DX), Z30, Z8
+	VPANDD (SI), Z30, Z9
+	VPANDD (DI), Z30, Z10
+	VPANDD (R8), Z30, Z11
+	VPANDD (R9), Z30, Z12
+	VPANDD (R10), Z30, Z13
+	VPANDD (R11), Z30, Z14
+	VPANDD (R12), Z30, Z15
+	VBROADCASTSS 4(CX), Z31
+	VFMADD231PS Z8, Z31, Z0
+	VFMADD231PS Z9, Z31, Z1
+	VFMADD231PS Z10, Z31, Z2
+	VFMADD231PS Z11, Z31, Z3
+	VFMADD231PS Z12, Z31, Z4
+	VFMADD231PS Z13, Z31, Z5
+	VFMADD231PS Z14, Z31, Z6
+	VFMADD231PS Z15, Z31, Z7
+	ADDQ $8, CX
+	ADDQ $64, DX
+	ADDQ $64, SI
+	ADDQ $64, DI
+	ADDQ $64, R8
+	ADDQ $64, R9
+	ADDQ $64, R10
+	ADDQ $64, R11
+	ADDQ $64, R12
+	DECQ AX
+	JNZ mmBF16Z1x8_pfloop
+	JMP mmBF16Z1x8_odd
 mmBF16Z1x8_loop:
 	VPSLLD $16, (DX), Z8
 	VPSLLD $16, (SI), Z9
@@ -4220,19 +5409,40 @@ mmBF16Z1x8_store:
 	VZEROUPPER
 	RET
 
-// func mmBF16Z2x1(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
-TEXT ·mmBF16Z2x1(SB), NOSPLIT, $0-56
+// func mmBF16Z2x1(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
+TEXT ·mmBF16Z2x1(SB), NOSPLIT, $0-64
 	MOVL $0xffff0000, AX
 	VPBROADCASTD AX, Z30
 	MOVQ x+16(FP), CX
 	MOVQ xs+24(FP), AX
 	LEAQ (CX)(AX*1), DX
 	MOVQ w+32(FP), SI
+	MOVQ pf+56(FP), DI
 	MOVQ in+48(FP), AX
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
 	SHRQ $1, AX
 	JZ mmBF16Z2x1_odd
+	TESTQ DI, DI
+	JZ mmBF16Z2x1_loop
+mmBF16Z2x1_pfloop:
+	PREFETCHT1 (SI)(DI*1)
+	VPSLLD $16, (SI), Z2
+	VBROADCASTSS 0(CX), Z31
+	VFMADD231PS Z2, Z31, Z0
+	VBROADCASTSS 0(DX), Z31
+	VFMADD231PS Z2, Z31, Z1
+	VPANDD (SI), Z30, Z2
+	VBROADCASTSS 4(CX), Z31
+	VFMADD231PS Z2, Z31, Z0
+	VBROADCASTSS 4(DX), Z31
+	VFMADD231PS Z2, Z31, Z1
+	ADDQ $8, CX
+	ADDQ $8, DX
+	ADDQ $64, SI
+	DECQ AX
+	JNZ mmBF16Z2x1_pfloop
+	JMP mmBF16Z2x1_odd
 mmBF16Z2x1_loop:
 	VPSLLD $16, (SI), Z2
 	VBROADCASTSS 0(CX), Z31
@@ -4267,8 +5477,8 @@ mmBF16Z2x1_store:
 	VZEROUPPER
 	RET
 
-// func mmBF16Z2x2(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
-TEXT ·mmBF16Z2x2(SB), NOSPLIT, $0-56
+// func mmBF16Z2x2(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
+TEXT ·mmBF16Z2x2(SB), NOSPLIT, $0-64
 	MOVL $0xffff0000, AX
 	VPBROADCASTD AX, Z30
 	MOVQ x+16(FP), CX
@@ -4277,6 +5487,7 @@ TEXT ·mmBF16Z2x2(SB), NOSPLIT, $0-56
 	MOVQ w+32(FP), SI
 	MOVQ ps+40(FP), AX
 	LEAQ (SI)(AX*1), DI
+	MOVQ pf+56(FP), R8
 	MOVQ in+48(FP), AX
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
@@ -4284,6 +5495,33 @@ TEXT ·mmBF16Z2x2(SB), NOSPLIT, $0-56
 	VPXORD Z3, Z3, Z3
 	SHRQ $1, AX
 	JZ mmBF16Z2x2_odd
+	TESTQ R8, R8
+	JZ mmBF16Z2x2_loop
+mmBF16Z2x2_pfloop:
+	PREFETCHT1 (SI)(R8*1)
+	VPSLLD $16, (SI), Z4
+	VPSLLD $16, (DI), Z5
+	VBROADCASTSS 0(CX), Z31
+	VFMADD231PS Z4, Z31, Z0
+	VFMADD231PS Z5, Z31, Z1
+	VBROADCASTSS 0(DX), Z31
+	VFMADD231PS Z4, Z31, Z2
+	VFMADD231PS Z5, Z31, Z3
+	VPANDD (SI), Z30, Z4
+	VPANDD (DI), Z30, Z5
+	VBROADCASTSS 4(CX), Z31
+	VFMADD231PS Z4, Z31, Z0
+	VFMADD231PS Z5, Z31, Z1
+	VBROADCASTSS 4(DX), Z31
+	VFMADD231PS Z4, Z31, Z2
+	VFMADD231PS Z5, Z31, Z3
+	ADDQ $8, CX
+	ADDQ $8, DX
+	ADDQ $64, SI
+	ADDQ $64, DI
+	DECQ AX
+	JNZ mmBF16Z2x2_pfloop
+	JMP mmBF16Z2x2_odd
 mmBF16Z2x2_loop:
 	VPSLLD $16, (SI), Z4
 	VPSLLD $16, (DI), Z5
@@ -4330,8 +5568,8 @@ mmBF16Z2x2_store:
 	VZEROUPPER
 	RET
 
-// func mmBF16Z2x3(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
-TEXT ·mmBF16Z2x3(SB), NOSPLIT, $0-56
+// func mmBF16Z2x3(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
+TEXT ·mmBF16Z2x3(SB), NOSPLIT, $0-64
 	MOVL $0xffff0000, AX
 	VPBROADCASTD AX, Z30
 	MOVQ x+16(FP), CX
@@ -4341,6 +5579,7 @@ TEXT ·mmBF16Z2x3(SB), NOSPLIT, $0-56
 	MOVQ ps+40(FP), AX
 	LEAQ (SI)(AX*1), DI
 	LEAQ (DI)(AX*1), R8
+	MOVQ pf+56(FP), R9
 	MOVQ in+48(FP), AX
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
@@ -4350,6 +5589,40 @@ TEXT ·mmBF16Z2x3(SB), NOSPLIT, $0-56
 	VPXORD Z5, Z5, Z5
 	SHRQ $1, AX
 	JZ mmBF16Z2x3_odd
+	TESTQ R9, R9
+	JZ mmBF16Z2x3_loop
+mmBF16Z2x3_pfloop:
+	PREFETCHT1 (SI)(R9*1)
+	VPSLLD $16, (SI), Z6
+	VPSLLD $16, (DI), Z7
+	VPSLLD $16, (R8), Z8
+	VBROADCASTSS 0(CX), Z31
+	VFMADD231PS Z6, Z31, Z0
+	VFMADD231PS Z7, Z31, Z1
+	VFMADD231PS Z8, Z31, Z2
+	VBROADCASTSS 0(DX), Z31
+	VFMADD231PS Z6, Z31, Z3
+	VFMADD231PS Z7, Z31, Z4
+	VFMADD231PS Z8, Z31, Z5
+	VPANDD (SI), Z30, Z6
+	VPANDD (DI), Z30, Z7
+	VPANDD (R8), Z30, Z8
+	VBROADCASTSS 4(CX), Z31
+	VFMADD231PS Z6, Z31, Z0
+	VFMADD231PS Z7, Z31, Z1
+	VFMADD231PS Z8, Z31, Z2
+	VBROADCASTSS 4(DX), Z31
+	VFMADD231PS Z6, Z31, Z3
+	VFMADD231PS Z7, Z31, Z4
+	VFMADD231PS Z8, Z31, Z5
+	ADDQ $8, CX
+	ADDQ $8, DX
+	ADDQ $64, SI
+	ADDQ $64, DI
+	ADDQ $64, R8
+	DECQ AX
+	JNZ mmBF16Z2x3_pfloop
+	JMP mmBF16Z2x3_odd
 mmBF16Z2x3_loop:
 	VPSLLD $16, (SI), Z6
 	VPSLLD $16, (DI), Z7
@@ -4408,8 +5681,8 @@ mmBF16Z2x3_store:
 	VZEROUPPER
 	RET
 
-// func mmBF16Z2x4(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
-TEXT ·mmBF16Z2x4(SB), NOSPLIT, $0-56
+// func mmBF16Z2x4(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
+TEXT ·mmBF16Z2x4(SB), NOSPLIT, $0-64
 	MOVL $0xffff0000, AX
 	VPBROADCASTD AX, Z30
 	MOVQ x+16(FP), CX
@@ -4420,6 +5693,7 @@ TEXT ·mmBF16Z2x4(SB), NOSPLIT, $0-56
 	LEAQ (SI)(AX*1), DI
 	LEAQ (DI)(AX*1), R8
 	LEAQ (R8)(AX*1), R9
+	MOVQ pf+56(FP), R10
 	MOVQ in+48(FP), AX
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
@@ -4431,6 +5705,47 @@ TEXT ·mmBF16Z2x4(SB), NOSPLIT, $0-56
 	VPXORD Z7, Z7, Z7
 	SHRQ $1, AX
 	JZ mmBF16Z2x4_odd
+	TESTQ R10, R10
+	JZ mmBF16Z2x4_loop
+mmBF16Z2x4_pfloop:
+	PREFETCHT1 (SI)(R10*1)
+	VPSLLD $16, (SI), Z8
+	VPSLLD $16, (DI), Z9
+	VPSLLD $16, (R8), Z10
+	VPSLLD $16, (R9), Z11
+	VBROADCASTSS 0(CX), Z31
+	VFMADD231PS Z8, Z31, Z0
+	VFMADD231PS Z9, Z31, Z1
+	VFMADD231PS Z10, Z31, Z2
+	VFMADD231PS Z11, Z31, Z3
+	VBROADCASTSS 0(DX), Z31
+	VFMADD231PS Z8, Z31, Z4
+	VFMADD231PS Z9, Z31, Z5
+	VFMADD231PS Z10, Z31, Z6
+	VFMADD231PS Z11, Z31, Z7
+	VPANDD (SI), Z30, Z8
+	VPANDD (DI), Z30, Z9
+	VPANDD (R8), Z30, Z10
+	VPANDD (R9), Z30, Z11
+	VBROADCASTSS 4(CX), Z31
+	VFMADD231PS Z8, Z31, Z0
+	VFMADD231PS Z9, Z31, Z1
+	VFMADD231PS Z10, Z31, Z2
+	VFMADD231PS Z11, Z31, Z3
+	VBROADCASTSS 4(DX), Z31
+	VFMADD231PS Z8, Z31, Z4
+	VFMADD231PS Z9, Z31, Z5
+	VFMADD231PS Z10, Z31, Z6
+	VFMADD231PS Z11, Z31, Z7
+	ADDQ $8, CX
+	ADDQ $8, DX
+	ADDQ $64, SI
+	ADDQ $64, DI
+	ADDQ $64, R8
+	ADDQ $64, R9
+	DECQ AX
+	JNZ mmBF16Z2x4_pfloop
+	JMP mmBF16Z2x4_odd
 mmBF16Z2x4_loop:
 	VPSLLD $16, (SI), Z8
 	VPSLLD $16, (DI), Z9
@@ -4501,8 +5816,8 @@ mmBF16Z2x4_store:
 	VZEROUPPER
 	RET
 
-// func mmBF16Z2x5(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
-TEXT ·mmBF16Z2x5(SB), NOSPLIT, $0-56
+// func mmBF16Z2x5(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
+TEXT ·mmBF16Z2x5(SB), NOSPLIT, $0-64
 	MOVL $0xffff0000, AX
 	VPBROADCASTD AX, Z30
 	MOVQ x+16(FP), CX
@@ -4514,6 +5829,7 @@ TEXT ·mmBF16Z2x5(SB), NOSPLIT, $0-56
 	LEAQ (DI)(AX*1), R8
 	LEAQ (R8)(AX*1), R9
 	LEAQ (R9)(AX*1), R10
+	MOVQ pf+56(FP), R11
 	MOVQ in+48(FP), AX
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
@@ -4527,6 +5843,54 @@ TEXT ·mmBF16Z2x5(SB), NOSPLIT, $0-56
 	VPXORD Z9, Z9, Z9
 	SHRQ $1, AX
 	JZ mmBF16Z2x5_odd
+	TESTQ R11, R11
+	JZ mmBF16Z2x5_loop
+mmBF16Z2x5_pfloop:
+	PREFETCHT1 (SI)(R11*1)
+	VPSLLD $16, (SI), Z10
+	VPSLLD $16, (DI), Z11
+	VPSLLD $16, (R8), Z12
+	VPSLLD $16, (R9), Z13
+	VPSLLD $16, (R10), Z14
+	VBROADCASTSS 0(CX), Z31
+	VFMADD231PS Z10, Z31, Z0
+	VFMADD231PS Z11, Z31, Z1
+	VFMADD231PS Z12, Z31, Z2
+	VFMADD231PS Z13, Z31, Z3
+	VFMADD231PS Z14, Z31, Z4
+	VBROADCASTSS 0(DX), Z31
+	VFMADD231PS Z10, Z31, Z5
+	VFMADD231PS Z11, Z31, Z6
+	VFMADD231PS Z12, Z31, Z7
+	VFMADD231PS Z13, Z31, Z8
+	VFMADD231PS Z14, Z31, Z9
+	VPANDD (SI), Z30, Z10
+	VPANDD (DI), Z30, Z11
+	VPANDD (R8), Z30, Z12
+	VPANDD (R9), Z30, Z13
+	VPANDD (R10), Z30, Z14
+	VBROADCASTSS 4(CX), Z31
+	VFMADD231PS Z10, Z31, Z0
+	VFMADD231PS Z11, Z31, Z1
+	VFMADD231PS Z12, Z31, Z2
+	VFMADD231PS Z13, Z31, Z3
+	VFMADD231PS Z14, Z31, Z4
+	VBROADCASTSS 4(DX), Z31
+	VFMADD231PS Z10, Z31, Z5
+	VFMADD231PS Z11, Z31, Z6
+	VFMADD231PS Z12, Z31, Z7
+	VFMADD231PS Z13, Z31, Z8
+	VFMADD231PS Z14, Z31, Z9
+	ADDQ $8, CX
+	ADDQ $8, DX
+	ADDQ $64, SI
+	ADDQ $64, DI
+	ADDQ $64, R8
+	ADDQ $64, R9
+	ADDQ $64, R10
+	DECQ AX
+	JNZ mmBF16Z2x5_pfloop
+	JMP mmBF16Z2x5_odd
 mmBF16Z2x5_loop:
 	VPSLLD $16, (SI), Z10
 	VPSLLD $16, (DI), Z11
@@ -4609,8 +5973,8 @@ mmBF16Z2x5_store:
 	VZEROUPPER
 	RET
 
-// func mmBF16Z2x6(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
-TEXT ·mmBF16Z2x6(SB), NOSPLIT, $0-56
+// func mmBF16Z2x6(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
+TEXT ·mmBF16Z2x6(SB), NOSPLIT, $0-64
 	MOVL $0xffff0000, AX
 	VPBROADCASTD AX, Z30
 	MOVQ x+16(FP), CX
@@ -4623,6 +5987,7 @@ TEXT ·mmBF16Z2x6(SB), NOSPLIT, $0-56
 	LEAQ (R8)(AX*1), R9
 	LEAQ (R9)(AX*1), R10
 	LEAQ (R10)(AX*1), R11
+	MOVQ pf+56(FP), R12
 	MOVQ in+48(FP), AX
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
@@ -4638,6 +6003,61 @@ TEXT ·mmBF16Z2x6(SB), NOSPLIT, $0-56
 	VPXORD Z11, Z11, Z11
 	SHRQ $1, AX
 	JZ mmBF16Z2x6_odd
+	TESTQ R12, R12
+	JZ mmBF16Z2x6_loop
+mmBF16Z2x6_pfloop:
+	PREFETCHT1 (SI)(R12*1)
+	VPSLLD $16, (SI), Z12
+	VPSLLD $16, (DI), Z13
+	VPSLLD $16, (R8), Z14
+	VPSLLD $16, (R9), Z15
+	VPSLLD $16, (R10), Z16
+	VPSLLD $16, (R11), Z17
+	VBROADCASTSS 0(CX), Z31
+	VFMADD231PS Z12, Z31, Z0
+	VFMADD231PS Z13, Z31, Z1
+	VFMADD231PS Z14, Z31, Z2
+	VFMADD231PS Z15, Z31, Z3
+	VFMADD231PS Z16, Z31, Z4
+	VFMADD231PS Z17, Z31, Z5
+	VBROADCASTSS 0(DX), Z31
+	VFMADD231PS Z12, Z31, Z6
+	VFMADD231PS Z13, Z31, Z7
+	VFMADD231PS Z14, Z31, Z8
+	VFMADD231PS Z15, Z31, Z9
+	VFMADD231PS Z16, Z31, Z10
+	VFMADD231PS Z17, Z31, Z11
+	VPANDD (SI), Z30, Z12
+	VPANDD (DI), Z30, Z13
+	VPANDD (R8), Z30, Z14
+	VPANDD (R9), Z30, Z15
+	VPANDD (R10), Z30, Z16
+	VPANDD (R11), Z30, Z17
+	VBROADCASTSS 4(CX), Z31
+	VFMADD231PS Z12, Z31, Z0
+	VFMADD231PS Z13, Z31, Z1
+	VFMADD231PS Z14, Z31, Z2
+	VFMADD231PS Z15, Z31, Z3
+	VFMADD231PS Z16, Z31, Z4
+	VFMADD231PS Z17, Z31, Z5
+	VBROADCASTSS 4(DX), Z31
+	VFMADD231PS Z12, Z31, Z6
+	VFMADD231PS Z13, Z31, Z7
+	VFMADD231PS Z14, Z31, Z8
+	VFMADD231PS Z15, Z31, Z9
+	VFMADD231PS Z16, Z31, Z10
+	VFMADD231PS Z17, Z31, Z11
+	ADDQ $8, CX
+	ADDQ $8, DX
+	ADDQ $64, SI
+	ADDQ $64, DI
+	ADDQ $64, R8
+	ADDQ $64, R9
+	ADDQ $64, R10
+	ADDQ $64, R11
+	DECQ AX
+	JNZ mmBF16Z2x6_pfloop
+	JMP mmBF16Z2x6_odd
 mmBF16Z2x6_loop:
 	VPSLLD $16, (SI), Z12
 	VPSLLD $16, (DI), Z13
@@ -4732,8 +6152,8 @@ mmBF16Z2x6_store:
 	VZEROUPPER
 	RET
 
-// func mmBF16Z2x7(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
-TEXT ·mmBF16Z2x7(SB), NOSPLIT, $0-56
+// func mmBF16Z2x7(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
+TEXT ·mmBF16Z2x7(SB), NOSPLIT, $0-64
 	MOVL $0xffff0000, AX
 	VPBROADCASTD AX, Z30
 	MOVQ x+16(FP), CX
@@ -4747,6 +6167,7 @@ TEXT ·mmBF16Z2x7(SB), NOSPLIT, $0-56
 	LEAQ (R9)(AX*1), R10
 	LEAQ (R10)(AX*1), R11
 	LEAQ (R11)(AX*1), R12
+	MOVQ pf+56(FP), R13
 	MOVQ in+48(FP), AX
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
@@ -4764,6 +6185,68 @@ TEXT ·mmBF16Z2x7(SB), NOSPLIT, $0-56
 	VPXORD Z13, Z13, Z13
 	SHRQ $1, AX
 	JZ mmBF16Z2x7_odd
+	TESTQ R13, R13
+	JZ mmBF16Z2x7_loop
+mmBF16Z2x7_pfloop:
+	PREFETCHT1 (SI)(R13*1)
+	VPSLLD $16, (SI), Z14
+	VPSLLD $16, (DI), Z15
+	VPSLLD $16, (R8), Z16
+	VPSLLD $16, (R9), Z17
+	VPSLLD $16, (R10), Z18
+	VPSLLD $16, (R11), Z19
+	VPSLLD $16, (R12), Z20
+	VBROADCASTSS 0(CX), Z31
+	VFMADD231PS Z14, Z31, Z0
+	VFMADD231PS Z15, Z31, Z1
+	VFMADD231PS Z16, Z31, Z2
+	VFMADD231PS Z17, Z31, Z3
+	VFMADD231PS Z18, Z31, Z4
+	VFMADD231PS Z19, Z31, Z5
+	VFMADD231PS Z20, Z31, Z6
+	VBROADCASTSS 0(DX), Z31
+	VFMADD231PS Z14, Z31, Z7
+	VFMADD231PS Z15, Z31, Z8
+	VFMADD231PS Z16, Z31, Z9
+	VFMADD231PS Z17, Z31, Z10
+	VFMADD231PS Z18, Z31, Z11
+	VFMADD231PS Z19, Z31, Z12
+	VFMADD231PS Z20, Z31, Z13
+	VPANDD (SI), Z30, Z14
+	VPANDD (DI), Z30, Z15
+	VPANDD (R8), Z30, Z16
+	VPANDD (R9), Z30, Z17
+	VPANDD (R10), Z30, Z18
+	VPANDD (R11), Z30, Z19
+	VPANDD (R12), Z30, Z20
+	VBROADCASTSS 4(CX), Z31
+	VFMADD231PS Z14, Z31, Z0
+	VFMADD231PS Z15, Z31, Z1
+	VFMADD231PS Z16, Z31, Z2
+	VFMADD231PS Z17, Z31, Z3
+	VFMADD231PS Z18, Z31, Z4
+	VFMADD231PS Z19, Z31, Z5
+	VFMADD231PS Z20, Z31, Z6
+	VBROADCASTSS 4(DX), Z31
+	VFMADD231PS Z14, Z31, Z7
+	VFMADD231PS Z15, Z31, Z8
+	VFMADD231PS Z16, Z31, Z9
+	VFMADD231PS Z17, Z31, Z10
+	VFMADD231PS Z18, Z31, Z11
+	VFMADD231PS Z19, Z31, Z12
+	VFMADD231PS Z20, Z31, Z13
+	ADDQ $8, CX
+	ADDQ $8, DX
+	ADDQ $64, SI
+	ADDQ $64, DI
+	ADDQ $64, R8
+	ADDQ $64, R9
+	ADDQ $64, R10
+	ADDQ $64, R11
+	ADDQ $64, R12
+	DECQ AX
+	JNZ mmBF16Z2x7_pfloop
+	JMP mmBF16Z2x7_odd
 mmBF16Z2x7_loop:
 	VPSLLD $16, (SI), Z14
 	VPSLLD $16, (DI), Z15
@@ -4870,8 +6353,8 @@ mmBF16Z2x7_store:
 	VZEROUPPER
 	RET
 
-// func mmBF16Z2x8(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
-TEXT ·mmBF16Z2x8(SB), NOSPLIT, $0-56
+// func mmBF16Z2x8(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
+TEXT ·mmBF16Z2x8(SB), NOSPLIT, $0-64
 	MOVL $0xffff0000, AX
 	VPBROADCASTD AX, Z30
 	MOVQ x+16(FP), CX
@@ -4886,6 +6369,7 @@ TEXT ·mmBF16Z2x8(SB), NOSPLIT, $0-56
 	LEAQ (R10)(AX*1), R11
 	LEAQ (R11)(AX*1), R12
 	LEAQ (R12)(AX*1), R13
+	MOVQ pf+56(FP), BX
 	MOVQ in+48(FP), AX
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
@@ -4905,6 +6389,75 @@ TEXT ·mmBF16Z2x8(SB), NOSPLIT, $0-56
 	VPXORD Z15, Z15, Z15
 	SHRQ $1, AX
 	JZ mmBF16Z2x8_odd
+	TESTQ BX, BX
+	JZ mmBF16Z2x8_loop
+mmBF16Z2x8_pfloop:
+	PREFETCHT1 (SI)(BX*1)
+	VPSLLD $16, (SI), Z16
+	VPSLLD $16, (DI), Z17
+	VPSLLD $16, (R8), Z18
+	VPSLLD $16, (R9), Z19
+	VPSLLD $16, (R10), Z20
+	VPSLLD $16, (R11), Z21
+	VPSLLD $16, (R12), Z22
+	VPSLLD $16, (R13), Z23
+	VBROADCASTSS 0(CX), Z31
+	VFMADD231PS Z16, Z31, Z0
+	VFMADD231PS Z17, Z31, Z1
+	VFMADD231PS Z18, Z31, Z2
+	VFMADD231PS Z19, Z31, Z3
+	VFMADD231PS Z20, Z31, Z4
+	VFMADD231PS Z21, Z31, Z5
+	VFMADD231PS Z22, Z31, Z6
+	VFMADD231PS Z23, Z31, Z7
+	VBROADCASTSS 0(DX), Z31
+	VFMADD231PS Z16, Z31, Z8
+	VFMADD231PS Z17, Z31, Z9
+	VFMADD231PS Z18, Z31, Z10
+	VFMADD231PS Z19, Z31, Z11
+	VFMADD231PS Z20, Z31, Z12
+	VFMADD231PS Z21, Z31, Z13
+	VFMADD231PS Z22, Z31, Z14
+	VFMADD231PS Z23, Z31, Z15
+	VPANDD (SI), Z30, Z16
+	VPANDD (DI), Z30, Z17
+	VPANDD (R8), Z30, Z18
+	VPANDD (R9), Z30, Z19
+	VPANDD (R10), Z30, Z20
+	VPANDD (R11), Z30, Z21
+	VPANDD (R12), Z30, Z22
+	VPANDD (R13), Z30, Z23
+	VBROADCASTSS 4(CX), Z31
+	VFMADD231PS Z16, Z31, Z0
+	VFMADD231PS Z17, Z31, Z1
+	VFMADD231PS Z18, Z31, Z2
+	VFMADD231PS Z19, Z31, Z3
+	VFMADD231PS Z20, Z31, Z4
+	VFMADD231PS Z21, Z31, Z5
+	VFMADD231PS Z22, Z31, Z6
+	VFMADD231PS Z23, Z31, Z7
+	VBROADCASTSS 4(DX), Z31
+	VFMADD231PS Z16, Z31, Z8
+	VFMADD231PS Z17, Z31, Z9
+	VFMADD231PS Z18, Z31, Z10
+	VFMADD231PS Z19, Z31, Z11
+	VFMADD231PS Z20, Z31, Z12
+	VFMADD231PS Z21, Z31, Z13
+	VFMADD231PS Z22, Z31, Z14
+	VFMADD231PS Z23, Z31, Z15
+	ADDQ $8, CX
+	ADDQ $8, DX
+	ADDQ $64, SI
+	ADDQ $64, DI
+	ADDQ $64, R8
+	ADDQ $64, R9
+	ADDQ $64, R10
+	ADDQ $64, R11
+	ADDQ $64, R12
+	ADDQ $64, R13
+	DECQ AX
+	JNZ mmBF16Z2x8_pfloop
+	JMP mmBF16Z2x8_odd
 mmBF16Z2x8_loop:
 	VPSLLD $16, (SI), Z16
 	VPSLLD $16, (DI), Z17
@@ -5023,8 +6576,8 @@ mmBF16Z2x8_store:
 	VZEROUPPER
 	RET
 
-// func mmBF16Z3x1(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
-TEXT ·mmBF16Z3x1(SB), NOSPLIT, $0-56
+// func mmBF16Z3x1(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
+TEXT ·mmBF16Z3x1(SB), NOSPLIT, $0-64
 	MOVL $0xffff0000, AX
 	VPBROADCASTD AX, Z30
 	MOVQ x+16(FP), CX
@@ -5032,12 +6585,38 @@ TEXT ·mmBF16Z3x1(SB), NOSPLIT, $0-56
 	LEAQ (CX)(AX*1), DX
 	LEAQ (DX)(AX*1), SI
 	MOVQ w+32(FP), DI
+	MOVQ pf+56(FP), R8
 	MOVQ in+48(FP), AX
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
 	VPXORD Z2, Z2, Z2
 	SHRQ $1, AX
 	JZ mmBF16Z3x1_odd
+	TESTQ R8, R8
+	JZ mmBF16Z3x1_loop
+mmBF16Z3x1_pfloop:
+	PREFETCHT1 (DI)(R8*1)
+	VPSLLD $16, (DI), Z3
+	VBROADCASTSS 0(CX), Z31
+	VFMADD231PS Z3, Z31, Z0
+	VBROADCASTSS 0(DX), Z31
+	VFMADD231PS Z3, Z31, Z1
+	VBROADCASTSS 0(SI), Z31
+	VFMADD231PS Z3, Z31, Z2
+	VPANDD (DI), Z30, Z3
+	VBROADCASTSS 4(CX), Z31
+	VFMADD231PS Z3, Z31, Z0
+	VBROADCASTSS 4(DX), Z31
+	VFMADD231PS Z3, Z31, Z1
+	VBROADCASTSS 4(SI), Z31
+	VFMADD231PS Z3, Z31, Z2
+	ADDQ $8, CX
+	ADDQ $8, DX
+	ADDQ $8, SI
+	ADDQ $64, DI
+	DECQ AX
+	JNZ mmBF16Z3x1_pfloop
+	JMP mmBF16Z3x1_odd
 mmBF16Z3x1_loop:
 	VPSLLD $16, (DI), Z3
 	VBROADCASTSS 0(CX), Z31
@@ -5081,8 +6660,8 @@ mmBF16Z3x1_store:
 	VZEROUPPER
 	RET
 
-// func mmBF16Z3x2(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
-TEXT ·mmBF16Z3x2(SB), NOSPLIT, $0-56
+// func mmBF16Z3x2(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
+TEXT ·mmBF16Z3x2(SB), NOSPLIT, $0-64
 	MOVL $0xffff0000, AX
 	VPBROADCASTD AX, Z30
 	MOVQ x+16(FP), CX
@@ -5092,6 +6671,7 @@ TEXT ·mmBF16Z3x2(SB), NOSPLIT, $0-56
 	MOVQ w+32(FP), DI
 	MOVQ ps+40(FP), AX
 	LEAQ (DI)(AX*1), R8
+	MOVQ pf+56(FP), R9
 	MOVQ in+48(FP), AX
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
@@ -5101,6 +6681,40 @@ TEXT ·mmBF16Z3x2(SB), NOSPLIT, $0-56
 	VPXORD Z5, Z5, Z5
 	SHRQ $1, AX
 	JZ mmBF16Z3x2_odd
+	TESTQ R9, R9
+	JZ mmBF16Z3x2_loop
+mmBF16Z3x2_pfloop:
+	PREFETCHT1 (DI)(R9*1)
+	VPSLLD $16, (DI), Z6
+	VPSLLD $16, (R8), Z7
+	VBROADCASTSS 0(CX), Z31
+	VFMADD231PS Z6, Z31, Z0
+	VFMADD231PS Z7, Z31, Z1
+	VBROADCASTSS 0(DX), Z31
+	VFMADD231PS Z6, Z31, Z2
+	VFMADD231PS Z7, Z31, Z3
+	VBROADCASTSS 0(SI), Z31
+	VFMADD231PS Z6, Z31, Z4
+	VFMADD231PS Z7, Z31, Z5
+	VPANDD (DI), Z30, Z6
+	VPANDD (R8), Z30, Z7
+	VBROADCASTSS 4(CX), Z31
+	VFMADD231PS Z6, Z31, Z0
+	VFMADD231PS Z7, Z31, Z1
+	VBROADCASTSS 4(DX), Z31
+	VFMADD231PS Z6, Z31, Z2
+	VFMADD231PS Z7, Z31, Z3
+	VBROADCASTSS 4(SI), Z31
+	VFMADD231PS Z6, Z31, Z4
+	VFMADD231PS Z7, Z31, Z5
+	ADDQ $8, CX
+	ADDQ $8, DX
+	ADDQ $8, SI
+	ADDQ $64, DI
+	ADDQ $64, R8
+	DECQ AX
+	JNZ mmBF16Z3x2_pfloop
+	JMP mmBF16Z3x2_odd
 mmBF16Z3x2_loop:
 	VPSLLD $16, (DI), Z6
 	VPSLLD $16, (R8), Z7
@@ -5160,8 +6774,8 @@ mmBF16Z3x2_store:
 	VZEROUPPER
 	RET
 
-// func mmBF16Z3x3(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
-TEXT ·mmBF16Z3x3(SB), NOSPLIT, $0-56
+// func mmBF16Z3x3(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
+TEXT ·mmBF16Z3x3(SB), NOSPLIT, $0-64
 	MOVL $0xffff0000, AX
 	VPBROADCASTD AX, Z30
 	MOVQ x+16(FP), CX
@@ -5172,6 +6786,7 @@ TEXT ·mmBF16Z3x3(SB), NOSPLIT, $0-56
 	MOVQ ps+40(FP), AX
 	LEAQ (DI)(AX*1), R8
 	LEAQ (R8)(AX*1), R9
+	MOVQ pf+56(FP), R10
 	MOVQ in+48(FP), AX
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
@@ -5184,6 +6799,49 @@ TEXT ·mmBF16Z3x3(SB), NOSPLIT, $0-56
 	VPXORD Z8, Z8, Z8
 	SHRQ $1, AX
 	JZ mmBF16Z3x3_odd
+	TESTQ R10, R10
+	JZ mmBF16Z3x3_loop
+mmBF16Z3x3_pfloop:
+	PREFETCHT1 (DI)(R10*1)
+	VPSLLD $16, (DI), Z9
+	VPSLLD $16, (R8), Z10
+	VPSLLD $16, (R9), Z11
+	VBROADCASTSS 0(CX), Z31
+	VFMADD231PS Z9, Z31, Z0
+	VFMADD231PS Z10, Z31, Z1
+	VFMADD231PS Z11, Z31, Z2
+	VBROADCASTSS 0(DX), Z31
+	VFMADD231PS Z9, Z31, Z3
+	VFMADD231PS Z10, Z31, Z4
+	VFMADD231PS Z11, Z31, Z5
+	VBROADCASTSS 0(SI), Z31
+	VFMADD231PS Z9, Z31, Z6
+	VFMADD231PS Z10, Z31, Z7
+	VFMADD231PS Z11, Z31, Z8
+	VPANDD (DI), Z30, Z9
+	VPANDD (R8), Z30, Z10
+	VPANDD (R9), Z30, Z11
+	VBROADCASTSS 4(CX), Z31
+	VFMADD231PS Z9, Z31, Z0
+	VFMADD231PS Z10, Z31, Z1
+	VFMADD231PS Z11, Z31, Z2
+	VBROADCASTSS 4(DX), Z31
+	VFMADD231PS Z9, Z31, Z3
+	VFMADD231PS Z10, Z31, Z4
+	VFMADD231PS Z11, Z31, Z5
+	VBROADCASTSS 4(SI), Z31
+	VFMADD231PS Z9, Z31, Z6
+	VFMADD231PS Z10, Z31, Z7
+	VFMADD231PS Z11, Z31, Z8
+	ADDQ $8, CX
+	ADDQ $8, DX
+	ADDQ $8, SI
+	ADDQ $64, DI
+	ADDQ $64, R8
+	ADDQ $64, R9
+	DECQ AX
+	JNZ mmBF16Z3x3_pfloop
+	JMP mmBF16Z3x3_odd
 mmBF16Z3x3_loop:
 	VPSLLD $16, (DI), Z9
 	VPSLLD $16, (R8), Z10
@@ -5259,8 +6917,8 @@ mmBF16Z3x3_store:
 	VZEROUPPER
 	RET
 
-// func mmBF16Z3x4(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
-TEXT ·mmBF16Z3x4(SB), NOSPLIT, $0-56
+// func mmBF16Z3x4(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
+TEXT ·mmBF16Z3x4(SB), NOSPLIT, $0-64
 	MOVL $0xffff0000, AX
 	VPBROADCASTD AX, Z30
 	MOVQ x+16(FP), CX
@@ -5272,6 +6930,7 @@ TEXT ·mmBF16Z3x4(SB), NOSPLIT, $0-56
 	LEAQ (DI)(AX*1), R8
 	LEAQ (R8)(AX*1), R9
 	LEAQ (R9)(AX*1), R10
+	MOVQ pf+56(FP), R11
 	MOVQ in+48(FP), AX
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
@@ -5287,6 +6946,58 @@ TEXT ·mmBF16Z3x4(SB), NOSPLIT, $0-56
 	VPXORD Z11, Z11, Z11
 	SHRQ $1, AX
 	JZ mmBF16Z3x4_odd
+	TESTQ R11, R11
+	JZ mmBF16Z3x4_loop
+mmBF16Z3x4_pfloop:
+	PREFETCHT1 (DI)(R11*1)
+	VPSLLD $16, (DI), Z12
+	VPSLLD $16, (R8), Z13
+	VPSLLD $16, (R9), Z14
+	VPSLLD $16, (R10), Z15
+	VBROADCASTSS 0(CX), Z31
+	VFMADD231PS Z12, Z31, Z0
+	VFMADD231PS Z13, Z31, Z1
+	VFMADD231PS Z14, Z31, Z2
+	VFMADD231PS Z15, Z31, Z3
+	VBROADCASTSS 0(DX), Z31
+	VFMADD231PS Z12, Z31, Z4
+	VFMADD231PS Z13, Z31, Z5
+	VFMADD231PS Z14, Z31, Z6
+	VFMADD231PS Z15, Z31, Z7
+	VBROADCASTSS 0(SI), Z31
+	VFMADD231PS Z12, Z31, Z8
+	VFMADD231PS Z13, Z31, Z9
+	VFMADD231PS Z14, Z31, Z10
+	VFMADD231PS Z15, Z31, Z11
+	VPANDD (DI), Z30, Z12
+	VPANDD (R8), Z30, Z13
+	VPANDD (R9), Z30, Z14
+	VPANDD (R10), Z30, Z15
+	VBROADCASTSS 4(CX), Z31
+	VFMADD231PS Z12, Z31, Z0
+	VFMADD231PS Z13, Z31, Z1
+	VFMADD231PS Z14, Z31, Z2
+	VFMADD231PS Z15, Z31, Z3
+	VBROADCASTSS 4(DX), Z31
+	VFMADD231PS Z12, Z31, Z4
+	VFMADD231PS Z13, Z31, Z5
+	VFMADD231PS Z14, Z31, Z6
+	VFMADD231PS Z15, Z31, Z7
+	VBROADCASTSS 4(SI), Z31
+	VFMADD231PS Z12, Z31, Z8
+	VFMADD231PS Z13, Z31, Z9
+	VFMADD231PS Z14, Z31, Z10
+	VFMADD231PS Z15, Z31, Z11
+	ADDQ $8, CX
+	ADDQ $8, DX
+	ADDQ $8, SI
+	ADDQ $64, DI
+	ADDQ $64, R8
+	ADDQ $64, R9
+	ADDQ $64, R10
+	DECQ AX
+	JNZ mmBF16Z3x4_pfloop
+	JMP mmBF16Z3x4_odd
 mmBF16Z3x4_loop:
 	VPSLLD $16, (DI), Z12
 	VPSLLD $16, (R8), Z13
@@ -5378,8 +7089,8 @@ mmBF16Z3x4_store:
 	VZEROUPPER
 	RET
 
-// func mmBF16Z3x5(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
-TEXT ·mmBF16Z3x5(SB), NOSPLIT, $0-56
+// func mmBF16Z3x5(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
+TEXT ·mmBF16Z3x5(SB), NOSPLIT, $0-64
 	MOVL $0xffff0000, AX
 	VPBROADCASTD AX, Z30
 	MOVQ x+16(FP), CX
@@ -5392,6 +7103,7 @@ TEXT ·mmBF16Z3x5(SB), NOSPLIT, $0-56
 	LEAQ (R8)(AX*1), R9
 	LEAQ (R9)(AX*1), R10
 	LEAQ (R10)(AX*1), R11
+	MOVQ pf+56(FP), R12
 	MOVQ in+48(FP), AX
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
@@ -5410,6 +7122,67 @@ TEXT ·mmBF16Z3x5(SB), NOSPLIT, $0-56
 	VPXORD Z14, Z14, Z14
 	SHRQ $1, AX
 	JZ mmBF16Z3x5_odd
+	TESTQ R12, R12
+	JZ mmBF16Z3x5_loop
+mmBF16Z3x5_pfloop:
+	PREFETCHT1 (DI)(R12*1)
+	VPSLLD $16, (DI), Z15
+	VPSLLD $16, (R8), Z16
+	VPSLLD $16, (R9), Z17
+	VPSLLD $16, (R10), Z18
+	VPSLLD $16, (R11), Z19
+	VBROADCASTSS 0(CX), Z31
+	VFMADD231PS Z15, Z31, Z0
+	VFMADD231PS Z16, Z31, Z1
+	VFMADD231PS Z17, Z31, Z2
+	VFMADD231PS Z18, Z31, Z3
+	VFMADD231PS Z19, Z31, Z4
+	VBROADCASTSS 0(DX), Z31
+	VFMADD231PS Z15, Z31, Z5
+	VFMADD231PS Z16, Z31, Z6
+	VFMADD231PS Z17, Z31, Z7
+	VFMADD231PS Z18, Z31, Z8
+	VFMADD231PS Z19, Z31, Z9
+	VBROADCASTSS 0(SI), Z31
+	VFMADD231PS Z15, Z31, Z10
+	VFMADD231PS Z16, Z31, Z11
+	VFMADD231PS Z17, Z31, Z12
+	VFMADD231PS Z18, Z31, Z13
+	VFMADD231PS Z19, Z31, Z14
+	VPANDD (DI), Z30, Z15
+	VPANDD (R8), Z30, Z16
+	VPANDD (R9), Z30, Z17
+	VPANDD (R10), Z30, Z18
+	VPANDD (R11), Z30, Z19
+	VBROADCASTSS 4(CX), Z31
+	VFMADD231PS Z15, Z31, Z0
+	VFMADD231PS Z16, Z31, Z1
+	VFMADD231PS Z17, Z31, Z2
+	VFMADD231PS Z18, Z31, Z3
+	VFMADD231PS Z19, Z31, Z4
+	VBROADCASTSS 4(DX), Z31
+	VFMADD231PS Z15, Z31, Z5
+	VFMADD231PS Z16, Z31, Z6
+	VFMADD231PS Z17, Z31, Z7
+	VFMADD231PS Z18, Z31, Z8
+	VFMADD231PS Z19, Z31, Z9
+	VBROADCASTSS 4(SI), Z31
+	VFMADD231PS Z15, Z31, Z10
+	VFMADD231PS Z16, Z31, Z11
+	VFMADD231PS Z17, Z31, Z12
+	VFMADD231PS Z18, Z31, Z13
+	VFMADD231PS Z19, Z31, Z14
+	ADDQ $8, CX
+	ADDQ $8, DX
+	ADDQ $8, SI
+	ADDQ $64, DI
+	ADDQ $64, R8
+	ADDQ $64, R9
+	ADDQ $64, R10
+	ADDQ $64, R11
+	DECQ AX
+	JNZ mmBF16Z3x5_pfloop
+	JMP mmBF16Z3x5_odd
 mmBF16Z3x5_loop:
 	VPSLLD $16, (DI), Z15
 	VPSLLD $16, (R8), Z16
@@ -5517,8 +7290,8 @@ mmBF16Z3x5_store:
 	VZEROUPPER
 	RET
 
-// func mmBF16Z3x6(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
-TEXT ·mmBF16Z3x6(SB), NOSPLIT, $0-56
+// func mmBF16Z3x6(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
+TEXT ·mmBF16Z3x6(SB), NOSPLIT, $0-64
 	MOVL $0xffff0000, AX
 	VPBROADCASTD AX, Z30
 	MOVQ x+16(FP), CX
@@ -5532,6 +7305,7 @@ TEXT ·mmBF16Z3x6(SB), NOSPLIT, $0-56
 	LEAQ (R9)(AX*1), R10
 	LEAQ (R10)(AX*1), R11
 	LEAQ (R11)(AX*1), R12
+	MOVQ pf+56(FP), R13
 	MOVQ in+48(FP), AX
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
@@ -5553,6 +7327,76 @@ TEXT ·mmBF16Z3x6(SB), NOSPLIT, $0-56
 	VPXORD Z17, Z17, Z17
 	SHRQ $1, AX
 	JZ mmBF16Z3x6_odd
+	TESTQ R13, R13
+	JZ mmBF16Z3x6_loop
+mmBF16Z3x6_pfloop:
+	PREFETCHT1 (DI)(R13*1)
+	VPSLLD $16, (DI), Z18
+	VPSLLD $16, (R8), Z19
+	VPSLLD $16, (R9), Z20
+	VPSLLD $16, (R10), Z21
+	VPSLLD $16, (R11), Z22
+	VPSLLD $16, (R12), Z23
+	VBROADCASTSS 0(CX), Z31
+	VFMADD231PS Z18, Z31, Z0
+	VFMADD231PS Z19, Z31, Z1
+	VFMADD231PS Z20, Z31, Z2
+	VFMADD231PS Z21, Z31, Z3
+	VFMADD231PS Z22, Z31, Z4
+	VFMADD231PS Z23, Z31, Z5
+	VBROADCASTSS 0(DX), Z31
+	VFMADD231PS Z18, Z31, Z6
+	VFMADD231PS Z19, Z31, Z7
+	VFMADD231PS Z20, Z31, Z8
+	VFMADD231PS Z21, Z31, Z9
+	VFMADD231PS Z22, Z31, Z10
+	VFMADD231PS Z23, Z31, Z11
+	VBROADCASTSS 0(SI), Z31
+	VFMADD231PS Z18, Z31, Z12
+	VFMADD231PS Z19, Z31, Z13
+	VFMADD231PS Z20, Z31, Z14
+	VFMADD231PS Z21, Z31, Z15
+	VFMADD231PS Z22, Z31, Z16
+	VFMADD231PS Z23, Z31, Z17
+	VPANDD (DI), Z30, Z18
+	VPANDD (R8), Z30, Z19
+	VPANDD (R9), Z30, Z20
+	VPANDD (R10), Z30, Z21
+	VPANDD (R11), Z30, Z22
+	VPANDD (R12), Z30, Z23
+	VBROADCASTSS 4(CX), Z31
+	VFMADD231PS Z18, Z31, Z0
+	VFMADD231PS Z19, Z31, Z1
+	VFMADD231PS Z20, Z31, Z2
+	VFMADD231PS Z21, Z31, Z3
+	VFMADD231PS Z22, Z31, Z4
+	VFMADD231PS Z23, Z31, Z5
+	VBROADCASTSS 4(DX), Z31
+	VFMADD231PS Z18, Z31, Z6
+	VFMADD231PS Z19, Z31, Z7
+	VFMADD231PS Z20, Z31, Z8
+	VFMADD231PS Z21, Z31, Z9
+	VFMADD231PS Z22, Z31, Z10
+	VFMADD231PS Z23, Z31, Z11
+	VBROADCASTSS 4(SI), Z31
+	VFMADD231PS Z18, Z31, Z12
+	VFMADD231PS Z19, Z31, Z13
+	VFMADD231PS Z20, Z31, Z14
+	VFMADD231PS Z21, Z31, Z15
+	VFMADD231PS Z22, Z31, Z16
+	VFMADD231PS Z23, Z31, Z17
+	ADDQ $8, CX
+	ADDQ $8, DX
+	ADDQ $8, SI
+	ADDQ $64, DI
+	ADDQ $64, R8
+	ADDQ $64, R9
+	ADDQ $64, R10
+	ADDQ $64, R11
+	ADDQ $64, R12
+	DECQ AX
+	JNZ mmBF16Z3x6_pfloop
+	JMP mmBF16Z3x6_odd
 mmBF16Z3x6_loop:
 	VPSLLD $16, (DI), Z18
 	VPSLLD $16, (R8), Z19
@@ -5676,8 +7520,8 @@ mmBF16Z3x6_store:
 	VZEROUPPER
 	RET
 
-// func mmBF16Z3x7(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
-TEXT ·mmBF16Z3x7(SB), NOSPLIT, $0-56
+// func mmBF16Z3x7(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
+TEXT ·mmBF16Z3x7(SB), NOSPLIT, $0-64
 	MOVL $0xffff0000, AX
 	VPBROADCASTD AX, Z30
 	MOVQ x+16(FP), CX
@@ -5692,6 +7536,7 @@ TEXT ·mmBF16Z3x7(SB), NOSPLIT, $0-56
 	LEAQ (R10)(AX*1), R11
 	LEAQ (R11)(AX*1), R12
 	LEAQ (R12)(AX*1), R13
+	MOVQ pf+56(FP), BX
 	MOVQ in+48(FP), AX
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
@@ -5716,6 +7561,85 @@ TEXT ·mmBF16Z3x7(SB), NOSPLIT, $0-56
 	VPXORD Z20, Z20, Z20
 	SHRQ $1, AX
 	JZ mmBF16Z3x7_odd
+	TESTQ BX, BX
+	JZ mmBF16Z3x7_loop
+mmBF16Z3x7_pfloop:
+	PREFETCHT1 (DI)(BX*1)
+	VPSLLD $16, (DI), Z21
+	VPSLLD $16, (R8), Z22
+	VPSLLD $16, (R9), Z23
+	VPSLLD $16, (R10), Z24
+	VPSLLD $16, (R11), Z25
+	VPSLLD $16, (R12), Z26
+	VPSLLD $16, (R13), Z27
+	VBROADCASTSS 0(CX), Z31
+	VFMADD231PS Z21, Z31, Z0
+	VFMADD231PS Z22, Z31, Z1
+	VFMADD231PS Z23, Z31, Z2
+	VFMADD231PS Z24, Z31, Z3
+	VFMADD231PS Z25, Z31, Z4
+	VFMADD231PS Z26, Z31, Z5
+	VFMADD231PS Z27, Z31, Z6
+	VBROADCASTSS 0(DX), Z31
+	VFMADD231PS Z21, Z31, Z7
+	VFMADD231PS Z22, Z31, Z8
+	VFMADD231PS Z23, Z31, Z9
+	VFMADD231PS Z24, Z31, Z10
+	VFMADD231PS Z25, Z31, Z11
+	VFMADD231PS Z26, Z31, Z12
+	VFMADD231PS Z27, Z31, Z13
+	VBROADCASTSS 0(SI), Z31
+	VFMADD231PS Z21, Z31, Z14
+	VFMADD231PS Z22, Z31, Z15
+	VFMADD231PS Z23, Z31, Z16
+	VFMADD231PS Z24, Z31, Z17
+	VFMADD231PS Z25, Z31, Z18
+	VFMADD231PS Z26, Z31, Z19
+	VFMADD231PS Z27, Z31, Z20
+	VPANDD (DI), Z30, Z21
+	VPANDD (R8), Z30, Z22
+	VPANDD (R9), Z30, Z23
+	VPANDD (R10), Z30, Z24
+	VPANDD (R11), Z30, Z25
+	VPANDD (R12), Z30, Z26
+	VPANDD (R13), Z30, Z27
+	VBROADCASTSS 4(CX), Z31
+	VFMADD231PS Z21, Z31, Z0
+	VFMADD231PS Z22, Z31, Z1
+	VFMADD231PS Z23, Z31, Z2
+	VFMADD231PS Z24, Z31, Z3
+	VFMADD231PS Z25, Z31, Z4
+	VFMADD231PS Z26, Z31, Z5
+	VFMADD231PS Z27, Z31, Z6
+	VBROADCASTSS 4(DX), Z31
+	VFMADD231PS Z21, Z31, Z7
+	VFMADD231PS Z22, Z31, Z8
+	VFMADD231PS Z23, Z31, Z9
+	VFMADD231PS Z24, Z31, Z10
+	VFMADD231PS Z25, Z31, Z11
+	VFMADD231PS Z26, Z31, Z12
+	VFMADD231PS Z27, Z31, Z13
+	VBROADCASTSS 4(SI), Z31
+	VFMADD231PS Z21, Z31, Z14
+	VFMADD231PS Z22, Z31, Z15
+	VFMADD231PS Z23, Z31, Z16
+	VFMADD231PS Z24, Z31, Z17
+	VFMADD231PS Z25, Z31, Z18
+	VFMADD231PS Z26, Z31, Z19
+	VFMADD231PS Z27, Z31, Z20
+	ADDQ $8, CX
+	ADDQ $8, DX
+	ADDQ $8, SI
+	ADDQ $64, DI
+	ADDQ $64, R8
+	ADDQ $64, R9
+	ADDQ $64, R10
+	ADDQ $64, R11
+	ADDQ $64, R12
+	ADDQ $64, R13
+	DECQ AX
+	JNZ mmBF16Z3x7_pfloop
+	JMP mmBF16Z3x7_odd
 mmBF16Z3x7_loop:
 	VPSLLD $16, (DI), Z21
 	VPSLLD $16, (R8), Z22
@@ -5855,8 +7779,8 @@ mmBF16Z3x7_store:
 	VZEROUPPER
 	RET
 
-// func mmBF16Z4x1(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
-TEXT ·mmBF16Z4x1(SB), NOSPLIT, $0-56
+// func mmBF16Z4x1(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
+TEXT ·mmBF16Z4x1(SB), NOSPLIT, $0-64
 	MOVL $0xffff0000, AX
 	VPBROADCASTD AX, Z30
 	MOVQ x+16(FP), CX
@@ -5865,6 +7789,7 @@ TEXT ·mmBF16Z4x1(SB), NOSPLIT, $0-56
 	LEAQ (DX)(AX*1), SI
 	LEAQ (SI)(AX*1), DI
 	MOVQ w+32(FP), R8
+	MOVQ pf+56(FP), R9
 	MOVQ in+48(FP), AX
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
@@ -5872,6 +7797,36 @@ TEXT ·mmBF16Z4x1(SB), NOSPLIT, $0-56
 	VPXORD Z3, Z3, Z3
 	SHRQ $1, AX
 	JZ mmBF16Z4x1_odd
+	TESTQ R9, R9
+	JZ mmBF16Z4x1_loop
+mmBF16Z4x1_pfloop:
+	PREFETCHT1 (R8)(R9*1)
+	VPSLLD $16, (R8), Z4
+	VBROADCASTSS 0(CX), Z31
+	VFMADD231PS Z4, Z31, Z0
+	VBROADCASTSS 0(DX), Z31
+	VFMADD231PS Z4, Z31, Z1
+	VBROADCASTSS 0(SI), Z31
+	VFMADD231PS Z4, Z31, Z2
+	VBROADCASTSS 0(DI), Z31
+	VFMADD231PS Z4, Z31, Z3
+	VPANDD (R8), Z30, Z4
+	VBROADCASTSS 4(CX), Z31
+	VFMADD231PS Z4, Z31, Z0
+	VBROADCASTSS 4(DX), Z31
+	VFMADD231PS Z4, Z31, Z1
+	VBROADCASTSS 4(SI), Z31
+	VFMADD231PS Z4, Z31, Z2
+	VBROADCASTSS 4(DI), Z31
+	VFMADD231PS Z4, Z31, Z3
+	ADDQ $8, CX
+	ADDQ $8, DX
+	ADDQ $8, SI
+	ADDQ $8, DI
+	ADDQ $64, R8
+	DECQ AX
+	JNZ mmBF16Z4x1_pfloop
+	JMP mmBF16Z4x1_odd
 mmBF16Z4x1_loop:
 	VPSLLD $16, (R8), Z4
 	VBROADCASTSS 0(CX), Z31
@@ -5924,8 +7879,8 @@ mmBF16Z4x1_store:
 	VZEROUPPER
 	RET
 
-// func mmBF16Z4x2(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
-TEXT ·mmBF16Z4x2(SB), NOSPLIT, $0-56
+// func mmBF16Z4x2(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
+TEXT ·mmBF16Z4x2(SB), NOSPLIT, $0-64
 	MOVL $0xffff0000, AX
 	VPBROADCASTD AX, Z30
 	MOVQ x+16(FP), CX
@@ -5936,6 +7891,7 @@ TEXT ·mmBF16Z4x2(SB), NOSPLIT, $0-56
 	MOVQ w+32(FP), R8
 	MOVQ ps+40(FP), AX
 	LEAQ (R8)(AX*1), R9
+	MOVQ pf+56(FP), R10
 	MOVQ in+48(FP), AX
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
@@ -5947,6 +7903,47 @@ TEXT ·mmBF16Z4x2(SB), NOSPLIT, $0-56
 	VPXORD Z7, Z7, Z7
 	SHRQ $1, AX
 	JZ mmBF16Z4x2_odd
+	TESTQ R10, R10
+	JZ mmBF16Z4x2_loop
+mmBF16Z4x2_pfloop:
+	PREFETCHT1 (R8)(R10*1)
+	VPSLLD $16, (R8), Z8
+	VPSLLD $16, (R9), Z9
+	VBROADCASTSS 0(CX), Z31
+	VFMADD231PS Z8, Z31, Z0
+	VFMADD231PS Z9, Z31, Z1
+	VBROADCASTSS 0(DX), Z31
+	VFMADD231PS Z8, Z31, Z2
+	VFMADD231PS Z9, Z31, Z3
+	VBROADCASTSS 0(SI), Z31
+	VFMADD231PS Z8, Z31, Z4
+	VFMADD231PS Z9, Z31, Z5
+	VBROADCASTSS 0(DI), Z31
+	VFMADD231PS Z8, Z31, Z6
+	VFMADD231PS Z9, Z31, Z7
+	VPANDD (R8), Z30, Z8
+	VPANDD (R9), Z30, Z9
+	VBROADCASTSS 4(CX), Z31
+	VFMADD231PS Z8, Z31, Z0
+	VFMADD231PS Z9, Z31, Z1
+	VBROADCASTSS 4(DX), Z31
+	VFMADD231PS Z8, Z31, Z2
+	VFMADD231PS Z9, Z31, Z3
+	VBROADCASTSS 4(SI), Z31
+	VFMADD231PS Z8, Z31, Z4
+	VFMADD231PS Z9, Z31, Z5
+	VBROADCASTSS 4(DI), Z31
+	VFMADD231PS Z8, Z31, Z6
+	VFMADD231PS Z9, Z31, Z7
+	ADDQ $8, CX
+	ADDQ $8, DX
+	ADDQ $8, SI
+	ADDQ $8, DI
+	ADDQ $64, R8
+	ADDQ $64, R9
+	DECQ AX
+	JNZ mmBF16Z4x2_pfloop
+	JMP mmBF16Z4x2_odd
 mmBF16Z4x2_loop:
 	VPSLLD $16, (R8), Z8
 	VPSLLD $16, (R9), Z9
@@ -6019,8 +8016,8 @@ mmBF16Z4x2_store:
 	VZEROUPPER
 	RET
 
-// func mmBF16Z4x3(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
-TEXT ·mmBF16Z4x3(SB), NOSPLIT, $0-56
+// func mmBF16Z4x3(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
+TEXT ·mmBF16Z4x3(SB), NOSPLIT, $0-64
 	MOVL $0xffff0000, AX
 	VPBROADCASTD AX, Z30
 	MOVQ x+16(FP), CX
@@ -6032,6 +8029,7 @@ TEXT ·mmBF16Z4x3(SB), NOSPLIT, $0-56
 	MOVQ ps+40(FP), AX
 	LEAQ (R8)(AX*1), R9
 	LEAQ (R9)(AX*1), R10
+	MOVQ pf+56(FP), R11
 	MOVQ in+48(FP), AX
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
@@ -6047,6 +8045,58 @@ TEXT ·mmBF16Z4x3(SB), NOSPLIT, $0-56
 	VPXORD Z11, Z11, Z11
 	SHRQ $1, AX
 	JZ mmBF16Z4x3_odd
+	TESTQ R11, R11
+	JZ mmBF16Z4x3_loop
+mmBF16Z4x3_pfloop:
+	PREFETCHT1 (R8)(R11*1)
+	VPSLLD $16, (R8), Z12
+	VPSLLD $16, (R9), Z13
+	VPSLLD $16, (R10), Z14
+	VBROADCASTSS 0(CX), Z31
+	VFMADD231PS Z12, Z31, Z0
+	VFMADD231PS Z13, Z31, Z1
+	VFMADD231PS Z14, Z31, Z2
+	VBROADCASTSS 0(DX), Z31
+	VFMADD231PS Z12, Z31, Z3
+	VFMADD231PS Z13, Z31, Z4
+	VFMADD231PS Z14, Z31, Z5
+	VBROADCASTSS 0(SI), Z31
+	VFMADD231PS Z12, Z31, Z6
+	VFMADD231PS Z13, Z31, Z7
+	VFMADD231PS Z14, Z31, Z8
+	VBROADCASTSS 0(DI), Z31
+	VFMADD231PS Z12, Z31, Z9
+	VFMADD231PS Z13, Z31, Z10
+	VFMADD231PS Z14, Z31, Z11
+	VPANDD (R8), Z30, Z12
+	VPANDD (R9), Z30, Z13
+	VPANDD (R10), Z30, Z14
+	VBROADCASTSS 4(CX), Z31
+	VFMADD231PS Z12, Z31, Z0
+	VFMADD231PS Z13, Z31, Z1
+	VFMADD231PS Z14, Z31, Z2
+	VBROADCASTSS 4(DX), Z31
+	VFMADD231PS Z12, Z31, Z3
+	VFMADD231PS Z13, Z31, Z4
+	VFMADD231PS Z14, Z31, Z5
+	VBROADCASTSS 4(SI), Z31
+	VFMADD231PS Z12, Z31, Z6
+	VFMADD231PS Z13, Z31, Z7
+	VFMADD231PS Z14, Z31, Z8
+	VBROADCASTSS 4(DI), Z31
+	VFMADD231PS Z12, Z31, Z9
+	VFMADD231PS Z13, Z31, Z10
+	VFMADD231PS Z14, Z31, Z11
+	ADDQ $8, CX
+	ADDQ $8, DX
+	ADDQ $8, SI
+	ADDQ $8, DI
+	ADDQ $64, R8
+	ADDQ $64, R9
+	ADDQ $64, R10
+	DECQ AX
+	JNZ mmBF16Z4x3_pfloop
+	JMP mmBF16Z4x3_odd
 mmBF16Z4x3_loop:
 	VPSLLD $16, (R8), Z12
 	VPSLLD $16, (R9), Z13
@@ -6139,8 +8189,8 @@ mmBF16Z4x3_store:
 	VZEROUPPER
 	RET
 
-// func mmBF16Z4x4(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
-TEXT ·mmBF16Z4x4(SB), NOSPLIT, $0-56
+// func mmBF16Z4x4(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
+TEXT ·mmBF16Z4x4(SB), NOSPLIT, $0-64
 	MOVL $0xffff0000, AX
 	VPBROADCASTD AX, Z30
 	MOVQ x+16(FP), CX
@@ -6153,6 +8203,7 @@ TEXT ·mmBF16Z4x4(SB), NOSPLIT, $0-56
 	LEAQ (R8)(AX*1), R9
 	LEAQ (R9)(AX*1), R10
 	LEAQ (R10)(AX*1), R11
+	MOVQ pf+56(FP), R12
 	MOVQ in+48(FP), AX
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
@@ -6172,6 +8223,69 @@ TEXT ·mmBF16Z4x4(SB), NOSPLIT, $0-56
 	VPXORD Z15, Z15, Z15
 	SHRQ $1, AX
 	JZ mmBF16Z4x4_odd
+	TESTQ R12, R12
+	JZ mmBF16Z4x4_loop
+mmBF16Z4x4_pfloop:
+	PREFETCHT1 (R8)(R12*1)
+	VPSLLD $16, (R8), Z16
+	VPSLLD $16, (R9), Z17
+	VPSLLD $16, (R10), Z18
+	VPSLLD $16, (R11), Z19
+	VBROADCASTSS 0(CX), Z31
+	VFMADD231PS Z16, Z31, Z0
+	VFMADD231PS Z17, Z31, Z1
+	VFMADD231PS Z18, Z31, Z2
+	VFMADD231PS Z19, Z31, Z3
+	VBROADCASTSS 0(DX), Z31
+	VFMADD231PS Z16, Z31, Z4
+	VFMADD231PS Z17, Z31, Z5
+	VFMADD231PS Z18, Z31, Z6
+	VFMADD231PS Z19, Z31, Z7
+	VBROADCASTSS 0(SI), Z31
+	VFMADD231PS Z16, Z31, Z8
+	VFMADD231PS Z17, Z31, Z9
+	VFMADD231PS Z18, Z31, Z10
+	VFMADD231PS Z19, Z31, Z11
+	VBROADCASTSS 0(DI), Z31
+	VFMADD231PS Z16, Z31, Z12
+	VFMADD231PS Z17, Z31, Z13
+	VFMADD231PS Z18, Z31, Z14
+	VFMADD231PS Z19, Z31, Z15
+	VPANDD (R8), Z30, Z16
+	VPANDD (R9), Z30, Z17
+	VPANDD (R10), Z30, Z18
+	VPANDD (R11), Z30, Z19
+	VBROADCASTSS 4(CX), Z31
+	VFMADD231PS Z16, Z31, Z0
+	VFMADD231PS Z17, Z31, Z1
+	VFMADD231PS Z18, Z31, Z2
+	VFMADD231PS Z19, Z31, Z3
+	VBROADCASTSS 4(DX), Z31
+	VFMADD231PS Z16, Z31, Z4
+	VFMADD231PS Z17, Z31, Z5
+	VFMADD231PS Z18, Z31, Z6
+	VFMADD231PS Z19, Z31, Z7
+	VBROADCASTSS 4(SI), Z31
+	VFMADD231PS Z16, Z31, Z8
+	VFMADD231PS Z17, Z31, Z9
+	VFMADD231PS Z18, Z31, Z10
+	VFMADD231PS Z19, Z31, Z11
+	VBROADCASTSS 4(DI), Z31
+	VFMADD231PS Z16, Z31, Z12
+	VFMADD231PS Z17, Z31, Z13
+	VFMADD231PS Z18, Z31, Z14
+	VFMADD231PS Z19, Z31, Z15
+	ADDQ $8, CX
+	ADDQ $8, DX
+	ADDQ $8, SI
+	ADDQ $8, DI
+	ADDQ $64, R8
+	ADDQ $64, R9
+	ADDQ $64, R10
+	ADDQ $64, R11
+	DECQ AX
+	JNZ mmBF16Z4x4_pfloop
+	JMP mmBF16Z4x4_odd
 mmBF16Z4x4_loop:
 	VPSLLD $16, (R8), Z16
 	VPSLLD $16, (R9), Z17
@@ -6284,8 +8398,8 @@ mmBF16Z4x4_store:
 	VZEROUPPER
 	RET
 
-// func mmBF16Z4x5(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
-TEXT ·mmBF16Z4x5(SB), NOSPLIT, $0-56
+// func mmBF16Z4x5(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
+TEXT ·mmBF16Z4x5(SB), NOSPLIT, $0-64
 	MOVL $0xffff0000, AX
 	VPBROADCASTD AX, Z30
 	MOVQ x+16(FP), CX
@@ -6299,6 +8413,7 @@ TEXT ·mmBF16Z4x5(SB), NOSPLIT, $0-56
 	LEAQ (R9)(AX*1), R10
 	LEAQ (R10)(AX*1), R11
 	LEAQ (R11)(AX*1), R12
+	MOVQ pf+56(FP), R13
 	MOVQ in+48(FP), AX
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
@@ -6322,6 +8437,80 @@ TEXT ·mmBF16Z4x5(SB), NOSPLIT, $0-56
 	VPXORD Z19, Z19, Z19
 	SHRQ $1, AX
 	JZ mmBF16Z4x5_odd
+	TESTQ R13, R13
+	JZ mmBF16Z4x5_loop
+mmBF16Z4x5_pfloop:
+	PREFETCHT1 (R8)(R13*1)
+	VPSLLD $16, (R8), Z20
+	VPSLLD $16, (R9), Z21
+	VPSLLD $16, (R10), Z22
+	VPSLLD $16, (R11), Z23
+	VPSLLD $16, (R12), Z24
+	VBROADCASTSS 0(CX), Z31
+	VFMADD231PS Z20, Z31, Z0
+	VFMADD231PS Z21, Z31, Z1
+	VFMADD231PS Z22, Z31, Z2
+	VFMADD231PS Z23, Z31, Z3
+	VFMADD231PS Z24, Z31, Z4
+	VBROADCASTSS 0(DX), Z31
+	VFMADD231PS Z20, Z31, Z5
+	VFMADD231PS Z21, Z31, Z6
+	VFMADD231PS Z22, Z31, Z7
+	VFMADD231PS Z23, Z31, Z8
+	VFMADD231PS Z24, Z31, Z9
+	VBROADCASTSS 0(SI), Z31
+	VFMADD231PS Z20, Z31, Z10
+	VFMADD231PS Z21, Z31, Z11
+	VFMADD231PS Z22, Z31, Z12
+	VFMADD231PS Z23, Z31, Z13
+	VFMADD231PS Z24, Z31, Z14
+	VBROADCASTSS 0(DI), Z31
+	VFMADD231PS Z20, Z31, Z15
+	VFMADD231PS Z21, Z31, Z16
+	VFMADD231PS Z22, Z31, Z17
+	VFMADD231PS Z23, Z31, Z18
+	VFMADD231PS Z24, Z31, Z19
+	VPANDD (R8), Z30, Z20
+	VPANDD (R9), Z30, Z21
+	VPANDD (R10), Z30, Z22
+	VPANDD (R11), Z30, Z23
+	VPANDD (R12), Z30, Z24
+	VBROADCASTSS 4(CX), Z31
+	VFMADD231PS Z20, Z31, Z0
+	VFMADD231PS Z21, Z31, Z1
+	VFMADD231PS Z22, Z31, Z2
+	VFMADD231PS Z23, Z31, Z3
+	VFMADD231PS Z24, Z31, Z4
+	VBROADCASTSS 4(DX), Z31
+	VFMADD231PS Z20, Z31, Z5
+	VFMADD231PS Z21, Z31, Z6
+	VFMADD231PS Z22, Z31, Z7
+	VFMADD231PS Z23, Z31, Z8
+	VFMADD231PS Z24, Z31, Z9
+	VBROADCASTSS 4(SI), Z31
+	VFMADD231PS Z20, Z31, Z10
+	VFMADD231PS Z21, Z31, Z11
+	VFMADD231PS Z22, Z31, Z12
+	VFMADD231PS Z23, Z31, Z13
+	VFMADD231PS Z24, Z31, Z14
+	VBROADCASTSS 4(DI), Z31
+	VFMADD231PS Z20, Z31, Z15
+	VFMADD231PS Z21, Z31, Z16
+	VFMADD231PS Z22, Z31, Z17
+	VFMADD231PS Z23, Z31, Z18
+	VFMADD231PS Z24, Z31, Z19
+	ADDQ $8, CX
+	ADDQ $8, DX
+	ADDQ $8, SI
+	ADDQ $8, DI
+	ADDQ $64, R8
+	ADDQ $64, R9
+	ADDQ $64, R10
+	ADDQ $64, R11
+	ADDQ $64, R12
+	DECQ AX
+	JNZ mmBF16Z4x5_pfloop
+	JMP mmBF16Z4x5_odd
 mmBF16Z4x5_loop:
 	VPSLLD $16, (R8), Z20
 	VPSLLD $16, (R9), Z21
@@ -6454,8 +8643,8 @@ mmBF16Z4x5_store:
 	VZEROUPPER
 	RET
 
-// func mmBF16Z4x6(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
-TEXT ·mmBF16Z4x6(SB), NOSPLIT, $0-56
+// func mmBF16Z4x6(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
+TEXT ·mmBF16Z4x6(SB), NOSPLIT, $0-64
 	MOVL $0xffff0000, AX
 	VPBROADCASTD AX, Z30
 	MOVQ x+16(FP), CX
@@ -6470,6 +8659,7 @@ TEXT ·mmBF16Z4x6(SB), NOSPLIT, $0-56
 	LEAQ (R10)(AX*1), R11
 	LEAQ (R11)(AX*1), R12
 	LEAQ (R12)(AX*1), R13
+	MOVQ pf+56(FP), BX
 	MOVQ in+48(FP), AX
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
@@ -6497,6 +8687,91 @@ TEXT ·mmBF16Z4x6(SB), NOSPLIT, $0-56
 	VPXORD Z23, Z23, Z23
 	SHRQ $1, AX
 	JZ mmBF16Z4x6_odd
+	TESTQ BX, BX
+	JZ mmBF16Z4x6_loop
+mmBF16Z4x6_pfloop:
+	PREFETCHT1 (R8)(BX*1)
+	VPSLLD $16, (R8), Z24
+	VPSLLD $16, (R9), Z25
+	VPSLLD $16, (R10), Z26
+	VPSLLD $16, (R11), Z27
+	VPSLLD $16, (R12), Z28
+	VPSLLD $16, (R13), Z29
+	VBROADCASTSS 0(CX), Z31
+	VFMADD231PS Z24, Z31, Z0
+	VFMADD231PS Z25, Z31, Z1
+	VFMADD231PS Z26, Z31, Z2
+	VFMADD231PS Z27, Z31, Z3
+	VFMADD231PS Z28, Z31, Z4
+	VFMADD231PS Z29, Z31, Z5
+	VBROADCASTSS 0(DX), Z31
+	VFMADD231PS Z24, Z31, Z6
+	VFMADD231PS Z25, Z31, Z7
+	VFMADD231PS Z26, Z31, Z8
+	VFMADD231PS Z27, Z31, Z9
+	VFMADD231PS Z28, Z31, Z10
+	VFMADD231PS Z29, Z31, Z11
+	VBROADCASTSS 0(SI), Z31
+	VFMADD231PS Z24, Z31, Z12
+	VFMADD231PS Z25, Z31, Z13
+	VFMADD231PS Z26, Z31, Z14
+	VFMADD231PS Z27, Z31, Z15
+	VFMADD231PS Z28, Z31, Z16
+	VFMADD231PS Z29, Z31, Z17
+	VBROADCASTSS 0(DI), Z31
+	VFMADD231PS Z24, Z31, Z18
+	VFMADD231PS Z25, Z31, Z19
+	VFMADD231PS Z26, Z31, Z20
+	VFMADD231PS Z27, Z31, Z21
+	VFMADD231PS Z28, Z31, Z22
+	VFMADD231PS Z29, Z31, Z23
+	VPANDD (R8), Z30, Z24
+	VPANDD (R9), Z30, Z25
+	VPANDD (R10), Z30, Z26
+	VPANDD (R11), Z30, Z27
+	VPANDD (R12), Z30, Z28
+	VPANDD (R13), Z30, Z29
+	VBROADCASTSS 4(CX), Z31
+	VFMADD231PS Z24, Z31, Z0
+	VFMADD231PS Z25, Z31, Z1
+	VFMADD231PS Z26, Z31, Z2
+	VFMADD231PS Z27, Z31, Z3
+	VFMADD231PS Z28, Z31, Z4
+	VFMADD231PS Z29, Z31, Z5
+	VBROADCASTSS 4(DX), Z31
+	VFMADD231PS Z24, Z31, Z6
+	VFMADD231PS Z25, Z31, Z7
+	VFMADD231PS Z26, Z31, Z8
+	VFMADD231PS Z27, Z31, Z9
+	VFMADD231PS Z28, Z31, Z10
+	VFMADD231PS Z29, Z31, Z11
+	VBROADCASTSS 4(SI), Z31
+	VFMADD231PS Z24, Z31, Z12
+	VFMADD231PS Z25, Z31, Z13
+	VFMADD231PS Z26, Z31, Z14
+	VFMADD231PS Z27, Z31, Z15
+	VFMADD231PS Z28, Z31, Z16
+	VFMADD231PS Z29, Z31, Z17
+	VBROADCASTSS 4(DI), Z31
+	VFMADD231PS Z24, Z31, Z18
+	VFMADD231PS Z25, Z31, Z19
+	VFMADD231PS Z26, Z31, Z20
+	VFMADD231PS Z27, Z31, Z21
+	VFMADD231PS Z28, Z31, Z22
+	VFMADD231PS Z29, Z31, Z23
+	ADDQ $8, CX
+	ADDQ $8, DX
+	ADDQ $8, SI
+	ADDQ $8, DI
+	ADDQ $64, R8
+	ADDQ $64, R9
+	ADDQ $64, R10
+	ADDQ $64, R11
+	ADDQ $64, R12
+	ADDQ $64, R13
+	DECQ AX
+	JNZ mmBF16Z4x6_pfloop
+	JMP mmBF16Z4x6_odd
 mmBF16Z4x6_loop:
 	VPSLLD $16, (R8), Z24
 	VPSLLD $16, (R9), Z25
@@ -6649,8 +8924,8 @@ mmBF16Z4x6_store:
 	VZEROUPPER
 	RET
 
-// func mmBF16Z5x1(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
-TEXT ·mmBF16Z5x1(SB), NOSPLIT, $0-56
+// func mmBF16Z5x1(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
+TEXT ·mmBF16Z5x1(SB), NOSPLIT, $0-64
 	MOVL $0xffff0000, AX
 	VPBROADCASTD AX, Z30
 	MOVQ x+16(FP), CX
@@ -6660,6 +8935,7 @@ TEXT ·mmBF16Z5x1(SB), NOSPLIT, $0-56
 	LEAQ (SI)(AX*1), DI
 	LEAQ (DI)(AX*1), R8
 	MOVQ w+32(FP), R9
+	MOVQ pf+56(FP), R10
 	MOVQ in+48(FP), AX
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
@@ -6668,6 +8944,41 @@ TEXT ·mmBF16Z5x1(SB), NOSPLIT, $0-56
 	VPXORD Z4, Z4, Z4
 	SHRQ $1, AX
 	JZ mmBF16Z5x1_odd
+	TESTQ R10, R10
+	JZ mmBF16Z5x1_loop
+mmBF16Z5x1_pfloop:
+	PREFETCHT1 (R9)(R10*1)
+	VPSLLD $16, (R9), Z5
+	VBROADCASTSS 0(CX), Z31
+	VFMADD231PS Z5, Z31, Z0
+	VBROADCASTSS 0(DX), Z31
+	VFMADD231PS Z5, Z31, Z1
+	VBROADCASTSS 0(SI), Z31
+	VFMADD231PS Z5, Z31, Z2
+	VBROADCASTSS 0(DI), Z31
+	VFMADD231PS Z5, Z31, Z3
+	VBROADCASTSS 0(R8), Z31
+	VFMADD231PS Z5, Z31, Z4
+	VPANDD (R9), Z30, Z5
+	VBROADCASTSS 4(CX), Z31
+	VFMADD231PS Z5, Z31, Z0
+	VBROADCASTSS 4(DX), Z31
+	VFMADD231PS Z5, Z31, Z1
+	VBROADCASTSS 4(SI), Z31
+	VFMADD231PS Z5, Z31, Z2
+	VBROADCASTSS 4(DI), Z31
+	VFMADD231PS Z5, Z31, Z3
+	VBROADCASTSS 4(R8), Z31
+	VFMADD231PS Z5, Z31, Z4
+	ADDQ $8, CX
+	ADDQ $8, DX
+	ADDQ $8, SI
+	ADDQ $8, DI
+	ADDQ $8, R8
+	ADDQ $64, R9
+	DECQ AX
+	JNZ mmBF16Z5x1_pfloop
+	JMP mmBF16Z5x1_odd
 mmBF16Z5x1_loop:
 	VPSLLD $16, (R9), Z5
 	VBROADCASTSS 0(CX), Z31
@@ -6729,8 +9040,8 @@ mmBF16Z5x1_store:
 	VZEROUPPER
 	RET
 
-// func mmBF16Z5x2(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
-TEXT ·mmBF16Z5x2(SB), NOSPLIT, $0-56
+// func mmBF16Z5x2(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
+TEXT ·mmBF16Z5x2(SB), NOSPLIT, $0-64
 	MOVL $0xffff0000, AX
 	VPBROADCASTD AX, Z30
 	MOVQ x+16(FP), CX
@@ -6742,6 +9053,7 @@ TEXT ·mmBF16Z5x2(SB), NOSPLIT, $0-56
 	MOVQ w+32(FP), R9
 	MOVQ ps+40(FP), AX
 	LEAQ (R9)(AX*1), R10
+	MOVQ pf+56(FP), R11
 	MOVQ in+48(FP), AX
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
@@ -6755,6 +9067,54 @@ TEXT ·mmBF16Z5x2(SB), NOSPLIT, $0-56
 	VPXORD Z9, Z9, Z9
 	SHRQ $1, AX
 	JZ mmBF16Z5x2_odd
+	TESTQ R11, R11
+	JZ mmBF16Z5x2_loop
+mmBF16Z5x2_pfloop:
+	PREFETCHT1 (R9)(R11*1)
+	VPSLLD $16, (R9), Z10
+	VPSLLD $16, (R10), Z11
+	VBROADCASTSS 0(CX), Z31
+	VFMADD231PS Z10, Z31, Z0
+	VFMADD231PS Z11, Z31, Z1
+	VBROADCASTSS 0(DX), Z31
+	VFMADD231PS Z10, Z31, Z2
+	VFMADD231PS Z11, Z31, Z3
+	VBROADCASTSS 0(SI), Z31
+	VFMADD231PS Z10, Z31, Z4
+	VFMADD231PS Z11, Z31, Z5
+	VBROADCASTSS 0(DI), Z31
+	VFMADD231PS Z10, Z31, Z6
+	VFMADD231PS Z11, Z31, Z7
+	VBROADCASTSS 0(R8), Z31
+	VFMADD231PS Z10, Z31, Z8
+	VFMADD231PS Z11, Z31, Z9
+	VPANDD (R9), Z30, Z10
+	VPANDD (R10), Z30, Z11
+	VBROADCASTSS 4(CX), Z31
+	VFMADD231PS Z10, Z31, Z0
+	VFMADD231PS Z11, Z31, Z1
+	VBROADCASTSS 4(DX), Z31
+	VFMADD231PS Z10, Z31, Z2
+	VFMADD231PS Z11, Z31, Z3
+	VBROADCASTSS 4(SI), Z31
+	VFMADD231PS Z10, Z31, Z4
+	VFMADD231PS Z11, Z31, Z5
+	VBROADCASTSS 4(DI), Z31
+	VFMADD231PS Z10, Z31, Z6
+	VFMADD231PS Z11, Z31, Z7
+	VBROADCASTSS 4(R8), Z31
+	VFMADD231PS Z10, Z31, Z8
+	VFMADD231PS Z11, Z31, Z9
+	ADDQ $8, CX
+	ADDQ $8, DX
+	ADDQ $8, SI
+	ADDQ $8, DI
+	ADDQ $8, R8
+	ADDQ $64, R9
+	ADDQ $64, R10
+	DECQ AX
+	JNZ mmBF16Z5x2_pfloop
+	JMP mmBF16Z5x2_odd
 mmBF16Z5x2_loop:
 	VPSLLD $16, (R9), Z10
 	VPSLLD $16, (R10), Z11
@@ -6840,8 +9200,8 @@ mmBF16Z5x2_store:
 	VZEROUPPER
 	RET
 
-// func mmBF16Z5x3(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
-TEXT ·mmBF16Z5x3(SB), NOSPLIT, $0-56
+// func mmBF16Z5x3(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
+TEXT ·mmBF16Z5x3(SB), NOSPLIT, $0-64
 	MOVL $0xffff0000, AX
 	VPBROADCASTD AX, Z30
 	MOVQ x+16(FP), CX
@@ -6854,6 +9214,7 @@ TEXT ·mmBF16Z5x3(SB), NOSPLIT, $0-56
 	MOVQ ps+40(FP), AX
 	LEAQ (R9)(AX*1), R10
 	LEAQ (R10)(AX*1), R11
+	MOVQ pf+56(FP), R12
 	MOVQ in+48(FP), AX
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
@@ -6872,6 +9233,67 @@ TEXT ·mmBF16Z5x3(SB), NOSPLIT, $0-56
 	VPXORD Z14, Z14, Z14
 	SHRQ $1, AX
 	JZ mmBF16Z5x3_odd
+	TESTQ R12, R12
+	JZ mmBF16Z5x3_loop
+mmBF16Z5x3_pfloop:
+	PREFETCHT1 (R9)(R12*1)
+	VPSLLD $16, (R9), Z15
+	VPSLLD $16, (R10), Z16
+	VPSLLD $16, (R11), Z17
+	VBROADCASTSS 0(CX), Z31
+	VFMADD231PS Z15, Z31, Z0
+	VFMADD231PS Z16, Z31, Z1
+	VFMADD231PS Z17, Z31, Z2
+	VBROADCASTSS 0(DX), Z31
+	VFMADD231PS Z15, Z31, Z3
+	VFMADD231PS Z16, Z31, Z4
+	VFMADD231PS Z17, Z31, Z5
+	VBROADCASTSS 0(SI), Z31
+	VFMADD231PS Z15, Z31, Z6
+	VFMADD231PS Z16, Z31, Z7
+	VFMADD231PS Z17, Z31, Z8
+	VBROADCASTSS 0(DI), Z31
+	VFMADD231PS Z15, Z31, Z9
+	VFMADD231PS Z16, Z31, Z10
+	VFMADD231PS Z17, Z31, Z11
+	VBROADCASTSS 0(R8), Z31
+	VFMADD231PS Z15, Z31, Z12
+	VFMADD231PS Z16, Z31, Z13
+	VFMADD231PS Z17, Z31, Z14
+	VPANDD (R9), Z30, Z15
+	VPANDD (R10), Z30, Z16
+	VPANDD (R11), Z30, Z17
+	VBROADCASTSS 4(CX), Z31
+	VFMADD231PS Z15, Z31, Z0
+	VFMADD231PS Z16, Z31, Z1
+	VFMADD231PS Z17, Z31, Z2
+	VBROADCASTSS 4(DX), Z31
+	VFMADD231PS Z15, Z31, Z3
+	VFMADD231PS Z16, Z31, Z4
+	VFMADD231PS Z17, Z31, Z5
+	VBROADCASTSS 4(SI), Z31
+	VFMADD231PS Z15, Z31, Z6
+	VFMADD231PS Z16, Z31, Z7
+	VFMADD231PS Z17, Z31, Z8
+	VBROADCASTSS 4(DI), Z31
+	VFMADD231PS Z15, Z31, Z9
+	VFMADD231PS Z16, Z31, Z10
+	VFMADD231PS Z17, Z31, Z11
+	VBROADCASTSS 4(R8), Z31
+	VFMADD231PS Z15, Z31, Z12
+	VFMADD231PS Z16, Z31, Z13
+	VFMADD231PS Z17, Z31, Z14
+	ADDQ $8, CX
+	ADDQ $8, DX
+	ADDQ $8, SI
+	ADDQ $8, DI
+	ADDQ $8, R8
+	ADDQ $64, R9
+	ADDQ $64, R10
+	ADDQ $64, R11
+	DECQ AX
+	JNZ mmBF16Z5x3_pfloop
+	JMP mmBF16Z5x3_odd
 mmBF16Z5x3_loop:
 	VPSLLD $16, (R9), Z15
 	VPSLLD $16, (R10), Z16
@@ -6981,8 +9403,8 @@ mmBF16Z5x3_store:
 	VZEROUPPER
 	RET
 
-// func mmBF16Z5x4(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
-TEXT ·mmBF16Z5x4(SB), NOSPLIT, $0-56
+// func mmBF16Z5x4(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
+TEXT ·mmBF16Z5x4(SB), NOSPLIT, $0-64
 	MOVL $0xffff0000, AX
 	VPBROADCASTD AX, Z30
 	MOVQ x+16(FP), CX
@@ -6996,6 +9418,7 @@ TEXT ·mmBF16Z5x4(SB), NOSPLIT, $0-56
 	LEAQ (R9)(AX*1), R10
 	LEAQ (R10)(AX*1), R11
 	LEAQ (R11)(AX*1), R12
+	MOVQ pf+56(FP), R13
 	MOVQ in+48(FP), AX
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
@@ -7019,6 +9442,80 @@ TEXT ·mmBF16Z5x4(SB), NOSPLIT, $0-56
 	VPXORD Z19, Z19, Z19
 	SHRQ $1, AX
 	JZ mmBF16Z5x4_odd
+	TESTQ R13, R13
+	JZ mmBF16Z5x4_loop
+mmBF16Z5x4_pfloop:
+	PREFETCHT1 (R9)(R13*1)
+	VPSLLD $16, (R9), Z20
+	VPSLLD $16, (R10), Z21
+	VPSLLD $16, (R11), Z22
+	VPSLLD $16, (R12), Z23
+	VBROADCASTSS 0(CX), Z31
+	VFMADD231PS Z20, Z31, Z0
+	VFMADD231PS Z21, Z31, Z1
+	VFMADD231PS Z22, Z31, Z2
+	VFMADD231PS Z23, Z31, Z3
+	VBROADCASTSS 0(DX), Z31
+	VFMADD231PS Z20, Z31, Z4
+	VFMADD231PS Z21, Z31, Z5
+	VFMADD231PS Z22, Z31, Z6
+	VFMADD231PS Z23, Z31, Z7
+	VBROADCASTSS 0(SI), Z31
+	VFMADD231PS Z20, Z31, Z8
+	VFMADD231PS Z21, Z31, Z9
+	VFMADD231PS Z22, Z31, Z10
+	VFMADD231PS Z23, Z31, Z11
+	VBROADCASTSS 0(DI), Z31
+	VFMADD231PS Z20, Z31, Z12
+	VFMADD231PS Z21, Z31, Z13
+	VFMADD231PS Z22, Z31, Z14
+	VFMADD231PS Z23, Z31, Z15
+	VBROADCASTSS 0(R8), Z31
+	VFMADD231PS Z20, Z31, Z16
+	VFMADD231PS Z21, Z31, Z17
+	VFMADD231PS Z22, Z31, Z18
+	VFMADD231PS Z23, Z31, Z19
+	VPANDD (R9), Z30, Z20
+	VPANDD (R10), Z30, Z21
+	VPANDD (R11), Z30, Z22
+	VPANDD (R12), Z30, Z23
+	VBROADCASTSS 4(CX), Z31
+	VFMADD231PS Z20, Z31, Z0
+	VFMADD231PS Z21, Z31, Z1
+	VFMADD231PS Z22, Z31, Z2
+	VFMADD231PS Z23, Z31, Z3
+	VBROADCASTSS 4(DX), Z31
+	VFMADD231PS Z20, Z31, Z4
+	VFMADD231PS Z21, Z31, Z5
+	VFMADD231PS Z22, Z31, Z6
+	VFMADD231PS Z23, Z31, Z7
+	VBROADCASTSS 4(SI), Z31
+	VFMADD231PS Z20, Z31, Z8
+	VFMADD231PS Z21, Z31, Z9
+	VFMADD231PS Z22, Z31, Z10
+	VFMADD231PS Z23, Z31, Z11
+	VBROADCASTSS 4(DI), Z31
+	VFMADD231PS Z20, Z31, Z12
+	VFMADD231PS Z21, Z31, Z13
+	VFMADD231PS Z22, Z31, Z14
+	VFMADD231PS Z23, Z31, Z15
+	VBROADCASTSS 4(R8), Z31
+	VFMADD231PS Z20, Z31, Z16
+	VFMADD231PS Z21, Z31, Z17
+	VFMADD231PS Z22, Z31, Z18
+	VFMADD231PS Z23, Z31, Z19
+	ADDQ $8, CX
+	ADDQ $8, DX
+	ADDQ $8, SI
+	ADDQ $8, DI
+	ADDQ $8, R8
+	ADDQ $64, R9
+	ADDQ $64, R10
+	ADDQ $64, R11
+	ADDQ $64, R12
+	DECQ AX
+	JNZ mmBF16Z5x4_pfloop
+	JMP mmBF16Z5x4_odd
 mmBF16Z5x4_loop:
 	VPSLLD $16, (R9), Z20
 	VPSLLD $16, (R10), Z21
@@ -7152,8 +9649,8 @@ mmBF16Z5x4_store:
 	VZEROUPPER
 	RET
 
-// func mmBF16Z5x5(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
-TEXT ·mmBF16Z5x5(SB), NOSPLIT, $0-56
+// func mmBF16Z5x5(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
+TEXT ·mmBF16Z5x5(SB), NOSPLIT, $0-64
 	MOVL $0xffff0000, AX
 	VPBROADCASTD AX, Z30
 	MOVQ x+16(FP), CX
@@ -7168,6 +9665,7 @@ TEXT ·mmBF16Z5x5(SB), NOSPLIT, $0-56
 	LEAQ (R10)(AX*1), R11
 	LEAQ (R11)(AX*1), R12
 	LEAQ (R12)(AX*1), R13
+	MOVQ pf+56(FP), BX
 	MOVQ in+48(FP), AX
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
@@ -7196,6 +9694,93 @@ TEXT ·mmBF16Z5x5(SB), NOSPLIT, $0-56
 	VPXORD Z24, Z24, Z24
 	SHRQ $1, AX
 	JZ mmBF16Z5x5_odd
+	TESTQ BX, BX
+	JZ mmBF16Z5x5_loop
+mmBF16Z5x5_pfloop:
+	PREFETCHT1 (R9)(BX*1)
+	VPSLLD $16, (R9), Z25
+	VPSLLD $16, (R10), Z26
+	VPSLLD $16, (R11), Z27
+	VPSLLD $16, (R12), Z28
+	VPSLLD $16, (R13), Z29
+	VBROADCASTSS 0(CX), Z31
+	VFMADD231PS Z25, Z31, Z0
+	VFMADD231PS Z26, Z31, Z1
+	VFMADD231PS Z27, Z31, Z2
+	VFMADD231PS Z28, Z31, Z3
+	VFMADD231PS Z29, Z31, Z4
+	VBROADCASTSS 0(DX), Z31
+	VFMADD231PS Z25, Z31, Z5
+	VFMADD231PS Z26, Z31, Z6
+	VFMADD231PS Z27, Z31, Z7
+	VFMADD231PS Z28, Z31, Z8
+	VFMADD231PS Z29, Z31, Z9
+	VBROADCASTSS 0(SI), Z31
+	VFMADD231PS Z25, Z31, Z10
+	VFMADD231PS Z26, Z31, Z11
+	VFMADD231PS Z27, Z31, Z12
+	VFMADD231PS Z28, Z31, Z13
+	VFMADD231PS Z29, Z31, Z14
+	VBROADCASTSS 0(DI), Z31
+	VFMADD231PS Z25, Z31, Z15
+	VFMADD231PS Z26, Z31, Z16
+	VFMADD231PS Z27, Z31, Z17
+	VFMADD231PS Z28, Z31, Z18
+	VFMADD231PS Z29, Z31, Z19
+	VBROADCASTSS 0(R8), Z31
+	VFMADD231PS Z25, Z31, Z20
+	VFMADD231PS Z26, Z31, Z21
+	VFMADD231PS Z27, Z31, Z22
+	VFMADD231PS Z28, Z31, Z23
+	VFMADD231PS Z29, Z31, Z24
+	VPANDD (R9), Z30, Z25
+	VPANDD (R10), Z30, Z26
+	VPANDD (R11), Z30, Z27
+	VPANDD (R12), Z30, Z28
+	VPANDD (R13), Z30, Z29
+	VBROADCASTSS 4(CX), Z31
+	VFMADD231PS Z25, Z31, Z0
+	VFMADD231PS Z26, Z31, Z1
+	VFMADD231PS Z27, Z31, Z2
+	VFMADD231PS Z28, Z31, Z3
+	VFMADD231PS Z29, Z31, Z4
+	VBROADCASTSS 4(DX), Z31
+	VFMADD231PS Z25, Z31, Z5
+	VFMADD231PS Z26, Z31, Z6
+	VFMADD231PS Z27, Z31, Z7
+	VFMADD231PS Z28, Z31, Z8
+	VFMADD231PS Z29, Z31, Z9
+	VBROADCASTSS 4(SI), Z31
+	VFMADD231PS Z25, Z31, Z10
+	VFMADD231PS Z26, Z31, Z11
+	VFMADD231PS Z27, Z31, Z12
+	VFMADD231PS Z28, Z31, Z13
+	VFMADD231PS Z29, Z31, Z14
+	VBROADCASTSS 4(DI), Z31
+	VFMADD231PS Z25, Z31, Z15
+	VFMADD231PS Z26, Z31, Z16
+	VFMADD231PS Z27, Z31, Z17
+	VFMADD231PS Z28, Z31, Z18
+	VFMADD231PS Z29, Z31, Z19
+	VBROADCASTSS 4(R8), Z31
+	VFMADD231PS Z25, Z31, Z20
+	VFMADD231PS Z26, Z31, Z21
+	VFMADD231PS Z27, Z31, Z22
+	VFMADD231PS Z28, Z31, Z23
+	VFMADD231PS Z29, Z31, Z24
+	ADDQ $8, CX
+	ADDQ $8, DX
+	ADDQ $8, SI
+	ADDQ $8, DI
+	ADDQ $8, R8
+	ADDQ $64, R9
+	ADDQ $64, R10
+	ADDQ $64, R11
+	ADDQ $64, R12
+	ADDQ $64, R13
+	DECQ AX
+	JNZ mmBF16Z5x5_pfloop
+	JMP mmBF16Z5x5_odd
 mmBF16Z5x5_loop:
 	VPSLLD $16, (R9), Z25
 	VPSLLD $16, (R10), Z26
@@ -7353,8 +9938,8 @@ mmBF16Z5x5_store:
 	VZEROUPPER
 	RET
 
-// func mmBF16Z6x1(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
-TEXT ·mmBF16Z6x1(SB), NOSPLIT, $0-56
+// func mmBF16Z6x1(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
+TEXT ·mmBF16Z6x1(SB), NOSPLIT, $0-64
 	MOVL $0xffff0000, AX
 	VPBROADCASTD AX, Z30
 	MOVQ x+16(FP), CX
@@ -7365,6 +9950,7 @@ TEXT ·mmBF16Z6x1(SB), NOSPLIT, $0-56
 	LEAQ (DI)(AX*1), R8
 	LEAQ (R8)(AX*1), R9
 	MOVQ w+32(FP), R10
+	MOVQ pf+56(FP), R11
 	MOVQ in+48(FP), AX
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
@@ -7374,6 +9960,46 @@ TEXT ·mmBF16Z6x1(SB), NOSPLIT, $0-56
 	VPXORD Z5, Z5, Z5
 	SHRQ $1, AX
 	JZ mmBF16Z6x1_odd
+	TESTQ R11, R11
+	JZ mmBF16Z6x1_loop
+mmBF16Z6x1_pfloop:
+	PREFETCHT1 (R10)(R11*1)
+	VPSLLD $16, (R10), Z6
+	VBROADCASTSS 0(CX), Z31
+	VFMADD231PS Z6, Z31, Z0
+	VBROADCASTSS 0(DX), Z31
+	VFMADD231PS Z6, Z31, Z1
+	VBROADCASTSS 0(SI), Z31
+	VFMADD231PS Z6, Z31, Z2
+	VBROADCASTSS 0(DI), Z31
+	VFMADD231PS Z6, Z31, Z3
+	VBROADCASTSS 0(R8), Z31
+	VFMADD231PS Z6, Z31, Z4
+	VBROADCASTSS 0(R9), Z31
+	VFMADD231PS Z6, Z31, Z5
+	VPANDD (R10), Z30, Z6
+	VBROADCASTSS 4(CX), Z31
+	VFMADD231PS Z6, Z31, Z0
+	VBROADCASTSS 4(DX), Z31
+	VFMADD231PS Z6, Z31, Z1
+	VBROADCASTSS 4(SI), Z31
+	VFMADD231PS Z6, Z31, Z2
+	VBROADCASTSS 4(DI), Z31
+	VFMADD231PS Z6, Z31, Z3
+	VBROADCASTSS 4(R8), Z31
+	VFMADD231PS Z6, Z31, Z4
+	VBROADCASTSS 4(R9), Z31
+	VFMADD231PS Z6, Z31, Z5
+	ADDQ $8, CX
+	ADDQ $8, DX
+	ADDQ $8, SI
+	ADDQ $8, DI
+	ADDQ $8, R8
+	ADDQ $8, R9
+	ADDQ $64, R10
+	DECQ AX
+	JNZ mmBF16Z6x1_pfloop
+	JMP mmBF16Z6x1_odd
 mmBF16Z6x1_loop:
 	VPSLLD $16, (R10), Z6
 	VBROADCASTSS 0(CX), Z31
@@ -7444,8 +10070,8 @@ mmBF16Z6x1_store:
 	VZEROUPPER
 	RET
 
-// func mmBF16Z6x2(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
-TEXT ·mmBF16Z6x2(SB), NOSPLIT, $0-56
+// func mmBF16Z6x2(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
+TEXT ·mmBF16Z6x2(SB), NOSPLIT, $0-64
 	MOVL $0xffff0000, AX
 	VPBROADCASTD AX, Z30
 	MOVQ x+16(FP), CX
@@ -7458,6 +10084,7 @@ TEXT ·mmBF16Z6x2(SB), NOSPLIT, $0-56
 	MOVQ w+32(FP), R10
 	MOVQ ps+40(FP), AX
 	LEAQ (R10)(AX*1), R11
+	MOVQ pf+56(FP), R12
 	MOVQ in+48(FP), AX
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
@@ -7473,6 +10100,61 @@ TEXT ·mmBF16Z6x2(SB), NOSPLIT, $0-56
 	VPXORD Z11, Z11, Z11
 	SHRQ $1, AX
 	JZ mmBF16Z6x2_odd
+	TESTQ R12, R12
+	JZ mmBF16Z6x2_loop
+mmBF16Z6x2_pfloop:
+	PREFETCHT1 (R10)(R12*1)
+	VPSLLD $16, (R10), Z12
+	VPSLLD $16, (R11), Z13
+	VBROADCASTSS 0(CX), Z31
+	VFMADD231PS Z12, Z31, Z0
+	VFMADD231PS Z13, Z31, Z1
+	VBROADCASTSS 0(DX), Z31
+	VFMADD231PS Z12, Z31, Z2
+	VFMADD231PS Z13, Z31, Z3
+	VBROADCASTSS 0(SI), Z31
+	VFMADD231PS Z12, Z31, Z4
+	VFMADD231PS Z13, Z31, Z5
+	VBROADCASTSS 0(DI), Z31
+	VFMADD231PS Z12, Z31, Z6
+	VFMADD231PS Z13, Z31, Z7
+	VBROADCASTSS 0(R8), Z31
+	VFMADD231PS Z12, Z31, Z8
+	VFMADD231PS Z13, Z31, Z9
+	VBROADCASTSS 0(R9), Z31
+	VFMADD231PS Z12, Z31, Z10
+	VFMADD231PS Z13, Z31, Z11
+	VPANDD (R10), Z30, Z12
+	VPANDD (R11), Z30, Z13
+	VBROADCASTSS 4(CX), Z31
+	VFMADD231PS Z12, Z31, Z0
+	VFMADD231PS Z13, Z31, Z1
+	VBROADCASTSS 4(DX), Z31
+	VFMADD231PS Z12, Z31, Z2
+	VFMADD231PS Z13, Z31, Z3
+	VBROADCASTSS 4(SI), Z31
+	VFMADD231PS Z12, Z31, Z4
+	VFMADD231PS Z13, Z31, Z5
+	VBROADCASTSS 4(DI), Z31
+	VFMADD231PS Z12, Z31, Z6
+	VFMADD231PS Z13, Z31, Z7
+	VBROADCASTSS 4(R8), Z31
+	VFMADD231PS Z12, Z31, Z8
+	VFMADD231PS Z13, Z31, Z9
+	VBROADCASTSS 4(R9), Z31
+	VFMADD231PS Z12, Z31, Z10
+	VFMADD231PS Z13, Z31, Z11
+	ADDQ $8, CX
+	ADDQ $8, DX
+	ADDQ $8, SI
+	ADDQ $8, DI
+	ADDQ $8, R8
+	ADDQ $8, R9
+	ADDQ $64, R10
+	ADDQ $64, R11
+	DECQ AX
+	JNZ mmBF16Z6x2_pfloop
+	JMP mmBF16Z6x2_odd
 mmBF16Z6x2_loop:
 	VPSLLD $16, (R10), Z12
 	VPSLLD $16, (R11), Z13
@@ -7571,8 +10253,8 @@ mmBF16Z6x2_store:
 	VZEROUPPER
 	RET
 
-// func mmBF16Z6x3(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
-TEXT ·mmBF16Z6x3(SB), NOSPLIT, $0-56
+// func mmBF16Z6x3(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
+TEXT ·mmBF16Z6x3(SB), NOSPLIT, $0-64
 	MOVL $0xffff0000, AX
 	VPBROADCASTD AX, Z30
 	MOVQ x+16(FP), CX
@@ -7586,6 +10268,7 @@ TEXT ·mmBF16Z6x3(SB), NOSPLIT, $0-56
 	MOVQ ps+40(FP), AX
 	LEAQ (R10)(AX*1), R11
 	LEAQ (R11)(AX*1), R12
+	MOVQ pf+56(FP), R13
 	MOVQ in+48(FP), AX
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
@@ -7607,6 +10290,76 @@ TEXT ·mmBF16Z6x3(SB), NOSPLIT, $0-56
 	VPXORD Z17, Z17, Z17
 	SHRQ $1, AX
 	JZ mmBF16Z6x3_odd
+	TESTQ R13, R13
+	JZ mmBF16Z6x3_loop
+mmBF16Z6x3_pfloop:
+	PREFETCHT1 (R10)(R13*1)
+	VPSLLD $16, (R10), Z18
+	VPSLLD $16, (R11), Z19
+	VPSLLD $16, (R12), Z20
+	VBROADCASTSS 0(CX), Z31
+	VFMADD231PS Z18, Z31, Z0
+	VFMADD231PS Z19, Z31, Z1
+	VFMADD231PS Z20, Z31, Z2
+	VBROADCASTSS 0(DX), Z31
+	VFMADD231PS Z18, Z31, Z3
+	VFMADD231PS Z19, Z31, Z4
+	VFMADD231PS Z20, Z31, Z5
+	VBROADCASTSS 0(SI), Z31
+	VFMADD231PS Z18, Z31, Z6
+	VFMADD231PS Z19, Z31, Z7
+	VFMADD231PS Z20, Z31, Z8
+	VBROADCASTSS 0(DI), Z31
+	VFMADD231PS Z18, Z31, Z9
+	VFMADD231PS Z19, Z31, Z10
+	VFMADD231PS Z20, Z31, Z11
+	VBROADCASTSS 0(R8), Z31
+	VFMADD231PS Z18, Z31, Z12
+	VFMADD231PS Z19, Z31, Z13
+	VFMADD231PS Z20, Z31, Z14
+	VBROADCASTSS 0(R9), Z31
+	VFMADD231PS Z18, Z31, Z15
+	VFMADD231PS Z19, Z31, Z16
+	VFMADD231PS Z20, Z31, Z17
+	VPANDD (R10), Z30, Z18
+	VPANDD (R11), Z30, Z19
+	VPANDD (R12), Z30, Z20
+	VBROADCASTSS 4(CX), Z31
+	VFMADD231PS Z18, Z31, Z0
+	VFMADD231PS Z19, Z31, Z1
+	VFMADD231PS Z20, Z31, Z2
+	VBROADCASTSS 4(DX), Z31
+	VFMADD231PS Z18, Z31, Z3
+	VFMADD231PS Z19, Z31, Z4
+	VFMADD231PS Z20, Z31, Z5
+	VBROADCASTSS 4(SI), Z31
+	VFMADD231PS Z18, Z31, Z6
+	VFMADD231PS Z19, Z31, Z7
+	VFMADD231PS Z20, Z31, Z8
+	VBROADCASTSS 4(DI), Z31
+	VFMADD231PS Z18, Z31, Z9
+	VFMADD231PS Z19, Z31, Z10
+	VFMADD231PS Z20, Z31, Z11
+	VBROADCASTSS 4(R8), Z31
+	VFMADD231PS Z18, Z31, Z12
+	VFMADD231PS Z19, Z31, Z13
+	VFMADD231PS Z20, Z31, Z14
+	VBROADCASTSS 4(R9), Z31
+	VFMADD231PS Z18, Z31, Z15
+	VFMADD231PS Z19, Z31, Z16
+	VFMADD231PS Z20, Z31, Z17
+	ADDQ $8, CX
+	ADDQ $8, DX
+	ADDQ $8, SI
+	ADDQ $8, DI
+	ADDQ $8, R8
+	ADDQ $8, R9
+	ADDQ $64, R10
+	ADDQ $64, R11
+	ADDQ $64, R12
+	DECQ AX
+	JNZ mmBF16Z6x3_pfloop
+	JMP mmBF16Z6x3_odd
 mmBF16Z6x3_loop:
 	VPSLLD $16, (R10), Z18
 	VPSLLD $16, (R11), Z19
@@ -7733,8 +10486,8 @@ mmBF16Z6x3_store:
 	VZEROUPPER
 	RET
 
-// func mmBF16Z6x4(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
-TEXT ·mmBF16Z6x4(SB), NOSPLIT, $0-56
+// func mmBF16Z6x4(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
+TEXT ·mmBF16Z6x4(SB), NOSPLIT, $0-64
 	MOVL $0xffff0000, AX
 	VPBROADCASTD AX, Z30
 	MOVQ x+16(FP), CX
@@ -7749,6 +10502,7 @@ TEXT ·mmBF16Z6x4(SB), NOSPLIT, $0-56
 	LEAQ (R10)(AX*1), R11
 	LEAQ (R11)(AX*1), R12
 	LEAQ (R12)(AX*1), R13
+	MOVQ pf+56(FP), BX
 	MOVQ in+48(FP), AX
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
@@ -7776,6 +10530,91 @@ TEXT ·mmBF16Z6x4(SB), NOSPLIT, $0-56
 	VPXORD Z23, Z23, Z23
 	SHRQ $1, AX
 	JZ mmBF16Z6x4_odd
+	TESTQ BX, BX
+	JZ mmBF16Z6x4_loop
+mmBF16Z6x4_pfloop:
+	PREFETCHT1 (R10)(BX*1)
+	VPSLLD $16, (R10), Z24
+	VPSLLD $16, (R11), Z25
+	VPSLLD $16, (R12), Z26
+	VPSLLD $16, (R13), Z27
+	VBROADCASTSS 0(CX), Z31
+	VFMADD231PS Z24, Z31, Z0
+	VFMADD231PS Z25, Z31, Z1
+	VFMADD231PS Z26, Z31, Z2
+	VFMADD231PS Z27, Z31, Z3
+	VBROADCASTSS 0(DX), Z31
+	VFMADD231PS Z24, Z31, Z4
+	VFMADD231PS Z25, Z31, Z5
+	VFMADD231PS Z26, Z31, Z6
+	VFMADD231PS Z27, Z31, Z7
+	VBROADCASTSS 0(SI), Z31
+	VFMADD231PS Z24, Z31, Z8
+	VFMADD231PS Z25, Z31, Z9
+	VFMADD231PS Z26, Z31, Z10
+	VFMADD231PS Z27, Z31, Z11
+	VBROADCASTSS 0(DI), Z31
+	VFMADD231PS Z24, Z31, Z12
+	VFMADD231PS Z25, Z31, Z13
+	VFMADD231PS Z26, Z31, Z14
+	VFMADD231PS Z27, Z31, Z15
+	VBROADCASTSS 0(R8), Z31
+	VFMADD231PS Z24, Z31, Z16
+	VFMADD231PS Z25, Z31, Z17
+	VFMADD231PS Z26, Z31, Z18
+	VFMADD231PS Z27, Z31, Z19
+	VBROADCASTSS 0(R9), Z31
+	VFMADD231PS Z24, Z31, Z20
+	VFMADD231PS Z25, Z31, Z21
+	VFMADD231PS Z26, Z31, Z22
+	VFMADD231PS Z27, Z31, Z23
+	VPANDD (R10), Z30, Z24
+	VPANDD (R11), Z30, Z25
+	VPANDD (R12), Z30, Z26
+	VPANDD (R13), Z30, Z27
+	VBROADCASTSS 4(CX), Z31
+	VFMADD231PS Z24, Z31, Z0
+	VFMADD231PS Z25, Z31, Z1
+	VFMADD231PS Z26, Z31, Z2
+	VFMADD231PS Z27, Z31, Z3
+	VBROADCASTSS 4(DX), Z31
+	VFMADD231PS Z24, Z31, Z4
+	VFMADD231PS Z25, Z31, Z5
+	VFMADD231PS Z26, Z31, Z6
+	VFMADD231PS Z27, Z31, Z7
+	VBROADCASTSS 4(SI), Z31
+	VFMADD231PS Z24, Z31, Z8
+	VFMADD231PS Z25, Z31, Z9
+	VFMADD231PS Z26, Z31, Z10
+	VFMADD231PS Z27, Z31, Z11
+	VBROADCASTSS 4(DI), Z31
+	VFMADD231PS Z24, Z31, Z12
+	VFMADD231PS Z25, Z31, Z13
+	VFMADD231PS Z26, Z31, Z14
+	VFMADD231PS Z27, Z31, Z15
+	VBROADCASTSS 4(R8), Z31
+	VFMADD231PS Z24, Z31, Z16
+	VFMADD231PS Z25, Z31, Z17
+	VFMADD231PS Z26, Z31, Z18
+	VFMADD231PS Z27, Z31, Z19
+	VBROADCASTSS 4(R9), Z31
+	VFMADD231PS Z24, Z31, Z20
+	VFMADD231PS Z25, Z31, Z21
+	VFMADD231PS Z26, Z31, Z22
+	VFMADD231PS Z27, Z31, Z23
+	ADDQ $8, CX
+	ADDQ $8, DX
+	ADDQ $8, SI
+	ADDQ $8, DI
+	ADDQ $8, R8
+	ADDQ $8, R9
+	ADDQ $64, R10
+	ADDQ $64, R11
+	ADDQ $64, R12
+	ADDQ $64, R13
+	DECQ AX
+	JNZ mmBF16Z6x4_pfloop
+	JMP mmBF16Z6x4_odd
 mmBF16Z6x4_loop:
 	VPSLLD $16, (R10), Z24
 	VPSLLD $16, (R11), Z25
@@ -7930,8 +10769,8 @@ mmBF16Z6x4_store:
 	VZEROUPPER
 	RET
 
-// func mmBF16Z7x1(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
-TEXT ·mmBF16Z7x1(SB), NOSPLIT, $0-56
+// func mmBF16Z7x1(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
+TEXT ·mmBF16Z7x1(SB), NOSPLIT, $0-64
 	MOVL $0xffff0000, AX
 	VPBROADCASTD AX, Z30
 	MOVQ x+16(FP), CX
@@ -7943,6 +10782,7 @@ TEXT ·mmBF16Z7x1(SB), NOSPLIT, $0-56
 	LEAQ (R8)(AX*1), R9
 	LEAQ (R9)(AX*1), R10
 	MOVQ w+32(FP), R11
+	MOVQ pf+56(FP), R12
 	MOVQ in+48(FP), AX
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
@@ -7953,6 +10793,51 @@ TEXT ·mmBF16Z7x1(SB), NOSPLIT, $0-56
 	VPXORD Z6, Z6, Z6
 	SHRQ $1, AX
 	JZ mmBF16Z7x1_odd
+	TESTQ R12, R12
+	JZ mmBF16Z7x1_loop
+mmBF16Z7x1_pfloop:
+	PREFETCHT1 (R11)(R12*1)
+	VPSLLD $16, (R11), Z7
+	VBROADCASTSS 0(CX), Z31
+	VFMADD231PS Z7, Z31, Z0
+	VBROADCASTSS 0(DX), Z31
+	VFMADD231PS Z7, Z31, Z1
+	VBROADCASTSS 0(SI), Z31
+	VFMADD231PS Z7, Z31, Z2
+	VBROADCASTSS 0(DI), Z31
+	VFMADD231PS Z7, Z31, Z3
+	VBROADCASTSS 0(R8), Z31
+	VFMADD231PS Z7, Z31, Z4
+	VBROADCASTSS 0(R9), Z31
+	VFMADD231PS Z7, Z31, Z5
+	VBROADCASTSS 0(R10), Z31
+	VFMADD231PS Z7, Z31, Z6
+	VPANDD (R11), Z30, Z7
+	VBROADCASTSS 4(CX), Z31
+	VFMADD231PS Z7, Z31, Z0
+	VBROADCASTSS 4(DX), Z31
+	VFMADD231PS Z7, Z31, Z1
+	VBROADCASTSS 4(SI), Z31
+	VFMADD231PS Z7, Z31, Z2
+	VBROADCASTSS 4(DI), Z31
+	VFMADD231PS Z7, Z31, Z3
+	VBROADCASTSS 4(R8), Z31
+	VFMADD231PS Z7, Z31, Z4
+	VBROADCASTSS 4(R9), Z31
+	VFMADD231PS Z7, Z31, Z5
+	VBROADCASTSS 4(R10), Z31
+	VFMADD231PS Z7, Z31, Z6
+	ADDQ $8, CX
+	ADDQ $8, DX
+	ADDQ $8, SI
+	ADDQ $8, DI
+	ADDQ $8, R8
+	ADDQ $8, R9
+	ADDQ $8, R10
+	ADDQ $64, R11
+	DECQ AX
+	JNZ mmBF16Z7x1_pfloop
+	JMP mmBF16Z7x1_odd
 mmBF16Z7x1_loop:
 	VPSLLD $16, (R11), Z7
 	VBROADCASTSS 0(CX), Z31
@@ -8032,8 +10917,8 @@ mmBF16Z7x1_store:
 	VZEROUPPER
 	RET
 
-// func mmBF16Z7x2(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
-TEXT ·mmBF16Z7x2(SB), NOSPLIT, $0-56
+// func mmBF16Z7x2(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
+TEXT ·mmBF16Z7x2(SB), NOSPLIT, $0-64
 	MOVL $0xffff0000, AX
 	VPBROADCASTD AX, Z30
 	MOVQ x+16(FP), CX
@@ -8047,6 +10932,7 @@ TEXT ·mmBF16Z7x2(SB), NOSPLIT, $0-56
 	MOVQ w+32(FP), R11
 	MOVQ ps+40(FP), AX
 	LEAQ (R11)(AX*1), R12
+	MOVQ pf+56(FP), R13
 	MOVQ in+48(FP), AX
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
@@ -8064,6 +10950,68 @@ TEXT ·mmBF16Z7x2(SB), NOSPLIT, $0-56
 	VPXORD Z13, Z13, Z13
 	SHRQ $1, AX
 	JZ mmBF16Z7x2_odd
+	TESTQ R13, R13
+	JZ mmBF16Z7x2_loop
+mmBF16Z7x2_pfloop:
+	PREFETCHT1 (R11)(R13*1)
+	VPSLLD $16, (R11), Z14
+	VPSLLD $16, (R12), Z15
+	VBROADCASTSS 0(CX), Z31
+	VFMADD231PS Z14, Z31, Z0
+	VFMADD231PS Z15, Z31, Z1
+	VBROADCASTSS 0(DX), Z31
+	VFMADD231PS Z14, Z31, Z2
+	VFMADD231PS Z15, Z31, Z3
+	VBROADCASTSS 0(SI), Z31
+	VFMADD231PS Z14, Z31, Z4
+	VFMADD231PS Z15, Z31, Z5
+	VBROADCASTSS 0(DI), Z31
+	VFMADD231PS Z14, Z31, Z6
+	VFMADD231PS Z15, Z31, Z7
+	VBROADCASTSS 0(R8), Z31
+	VFMADD231PS Z14, Z31, Z8
+	VFMADD231PS Z15, Z31, Z9
+	VBROADCASTSS 0(R9), Z31
+	VFMADD231PS Z14, Z31, Z10
+	VFMADD231PS Z15, Z31, Z11
+	VBROADCASTSS 0(R10), Z31
+	VFMADD231PS Z14, Z31, Z12
+	VFMADD231PS Z15, Z31, Z13
+	VPANDD (R11), Z30, Z14
+	VPANDD (R12), Z30, Z15
+	VBROADCASTSS 4(CX), Z31
+	VFMADD231PS Z14, Z31, Z0
+	VFMADD231PS Z15, Z31, Z1
+	VBROADCASTSS 4(DX), Z31
+	VFMADD231PS Z14, Z31, Z2
+	VFMADD231PS Z15, Z31, Z3
+	VBROADCASTSS 4(SI), Z31
+	VFMADD231PS Z14, Z31, Z4
+	VFMADD231PS Z15, Z31, Z5
+	VBROADCASTSS 4(DI), Z31
+	VFMADD231PS Z14, Z31, Z6
+	VFMADD231PS Z15, Z31, Z7
+	VBROADCASTSS 4(R8), Z31
+	VFMADD231PS Z14, Z31, Z8
+	VFMADD231PS Z15, Z31, Z9
+	VBROADCASTSS 4(R9), Z31
+	VFMADD231PS Z14, Z31, Z10
+	VFMADD231PS Z15, Z31, Z11
+	VBROADCASTSS 4(R10), Z31
+	VFMADD231PS Z14, Z31, Z12
+	VFMADD231PS Z15, Z31, Z13
+	ADDQ $8, CX
+	ADDQ $8, DX
+	ADDQ $8, SI
+	ADDQ $8, DI
+	ADDQ $8, R8
+	ADDQ $8, R9
+	ADDQ $8, R10
+	ADDQ $64, R11
+	ADDQ $64, R12
+	DECQ AX
+	JNZ mmBF16Z7x2_pfloop
+	JMP mmBF16Z7x2_odd
 mmBF16Z7x2_loop:
 	VPSLLD $16, (R11), Z14
 	VPSLLD $16, (R12), Z15
@@ -8175,8 +11123,8 @@ mmBF16Z7x2_store:
 	VZEROUPPER
 	RET
 
-// func mmBF16Z7x3(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
-TEXT ·mmBF16Z7x3(SB), NOSPLIT, $0-56
+// func mmBF16Z7x3(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
+TEXT ·mmBF16Z7x3(SB), NOSPLIT, $0-64
 	MOVL $0xffff0000, AX
 	VPBROADCASTD AX, Z30
 	MOVQ x+16(FP), CX
@@ -8191,6 +11139,7 @@ TEXT ·mmBF16Z7x3(SB), NOSPLIT, $0-56
 	MOVQ ps+40(FP), AX
 	LEAQ (R11)(AX*1), R12
 	LEAQ (R12)(AX*1), R13
+	MOVQ pf+56(FP), BX
 	MOVQ in+48(FP), AX
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
@@ -8215,6 +11164,85 @@ TEXT ·mmBF16Z7x3(SB), NOSPLIT, $0-56
 	VPXORD Z20, Z20, Z20
 	SHRQ $1, AX
 	JZ mmBF16Z7x3_odd
+	TESTQ BX, BX
+	JZ mmBF16Z7x3_loop
+mmBF16Z7x3_pfloop:
+	PREFETCHT1 (R11)(BX*1)
+	VPSLLD $16, (R11), Z21
+	VPSLLD $16, (R12), Z22
+	VPSLLD $16, (R13), Z23
+	VBROADCASTSS 0(CX), Z31
+	VFMADD231PS Z21, Z31, Z0
+	VFMADD231PS Z22, Z31, Z1
+	VFMADD231PS Z23, Z31, Z2
+	VBROADCASTSS 0(DX), Z31
+	VFMADD231PS Z21, Z31, Z3
+	VFMADD231PS Z22, Z31, Z4
+	VFMADD231PS Z23, Z31, Z5
+	VBROADCASTSS 0(SI), Z31
+	VFMADD231PS Z21, Z31, Z6
+	VFMADD231PS Z22, Z31, Z7
+	VFMADD231PS Z23, Z31, Z8
+	VBROADCASTSS 0(DI), Z31
+	VFMADD231PS Z21, Z31, Z9
+	VFMADD231PS Z22, Z31, Z10
+	VFMADD231PS Z23, Z31, Z11
+	VBROADCASTSS 0(R8), Z31
+	VFMADD231PS Z21, Z31, Z12
+	VFMADD231PS Z22, Z31, Z13
+	VFMADD231PS Z23, Z31, Z14
+	VBROADCASTSS 0(R9), Z31
+	VFMADD231PS Z21, Z31, Z15
+	VFMADD231PS Z22, Z31, Z16
+	VFMADD231PS Z23, Z31, Z17
+	VBROADCASTSS 0(R10), Z31
+	VFMADD231PS Z21, Z31, Z18
+	VFMADD231PS Z22, Z31, Z19
+	VFMADD231PS Z23, Z31, Z20
+	VPANDD (R11), Z30, Z21
+	VPANDD (R12), Z30, Z22
+	VPANDD (R13), Z30, Z23
+	VBROADCASTSS 4(CX), Z31
+	VFMADD231PS Z21, Z31, Z0
+	VFMADD231PS Z22, Z31, Z1
+	VFMADD231PS Z23, Z31, Z2
+	VBROADCASTSS 4(DX), Z31
+	VFMADD231PS Z21, Z31, Z3
+	VFMADD231PS Z22, Z31, Z4
+	VFMADD231PS Z23, Z31, Z5
+	VBROADCASTSS 4(SI), Z31
+	VFMADD231PS Z21, Z31, Z6
+	VFMADD231PS Z22, Z31, Z7
+	VFMADD231PS Z23, Z31, Z8
+	VBROADCASTSS 4(DI), Z31
+	VFMADD231PS Z21, Z31, Z9
+	VFMADD231PS Z22, Z31, Z10
+	VFMADD231PS Z23, Z31, Z11
+	VBROADCASTSS 4(R8), Z31
+	VFMADD231PS Z21, Z31, Z12
+	VFMADD231PS Z22, Z31, Z13
+	VFMADD231PS Z23, Z31, Z14
+	VBROADCASTSS 4(R9), Z31
+	VFMADD231PS Z21, Z31, Z15
+	VFMADD231PS Z22, Z31, Z16
+	VFMADD231PS Z23, Z31, Z17
+	VBROADCASTSS 4(R10), Z31
+	VFMADD231PS Z21, Z31, Z18
+	VFMADD231PS Z22, Z31, Z19
+	VFMADD231PS Z23, Z31, Z20
+	ADDQ $8, CX
+	ADDQ $8, DX
+	ADDQ $8, SI
+	ADDQ $8, DI
+	ADDQ $8, R8
+	ADDQ $8, R9
+	ADDQ $8, R10
+	ADDQ $64, R11
+	ADDQ $64, R12
+	ADDQ $64, R13
+	DECQ AX
+	JNZ mmBF16Z7x3_pfloop
+	JMP mmBF16Z7x3_odd
 mmBF16Z7x3_loop:
 	VPSLLD $16, (R11), Z21
 	VPSLLD $16, (R12), Z22
@@ -8358,8 +11386,8 @@ mmBF16Z7x3_store:
 	VZEROUPPER
 	RET
 
-// func mmBF16Z8x1(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
-TEXT ·mmBF16Z8x1(SB), NOSPLIT, $0-56
+// func mmBF16Z8x1(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
+TEXT ·mmBF16Z8x1(SB), NOSPLIT, $0-64
 	MOVL $0xffff0000, AX
 	VPBROADCASTD AX, Z30
 	MOVQ x+16(FP), CX
@@ -8372,6 +11400,7 @@ TEXT ·mmBF16Z8x1(SB), NOSPLIT, $0-56
 	LEAQ (R9)(AX*1), R10
 	LEAQ (R10)(AX*1), R11
 	MOVQ w+32(FP), R12
+	MOVQ pf+56(FP), R13
 	MOVQ in+48(FP), AX
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
@@ -8383,6 +11412,56 @@ TEXT ·mmBF16Z8x1(SB), NOSPLIT, $0-56
 	VPXORD Z7, Z7, Z7
 	SHRQ $1, AX
 	JZ mmBF16Z8x1_odd
+	TESTQ R13, R13
+	JZ mmBF16Z8x1_loop
+mmBF16Z8x1_pfloop:
+	PREFETCHT1 (R12)(R13*1)
+	VPSLLD $16, (R12), Z8
+	VBROADCASTSS 0(CX), Z31
+	VFMADD231PS Z8, Z31, Z0
+	VBROADCASTSS 0(DX), Z31
+	VFMADD231PS Z8, Z31, Z1
+	VBROADCASTSS 0(SI), Z31
+	VFMADD231PS Z8, Z31, Z2
+	VBROADCASTSS 0(DI), Z31
+	VFMADD231PS Z8, Z31, Z3
+	VBROADCASTSS 0(R8), Z31
+	VFMADD231PS Z8, Z31, Z4
+	VBROADCASTSS 0(R9), Z31
+	VFMADD231PS Z8, Z31, Z5
+	VBROADCASTSS 0(R10), Z31
+	VFMADD231PS Z8, Z31, Z6
+	VBROADCASTSS 0(R11), Z31
+	VFMADD231PS Z8, Z31, Z7
+	VPANDD (R12), Z30, Z8
+	VBROADCASTSS 4(CX), Z31
+	VFMADD231PS Z8, Z31, Z0
+	VBROADCASTSS 4(DX), Z31
+	VFMADD231PS Z8, Z31, Z1
+	VBROADCASTSS 4(SI), Z31
+	VFMADD231PS Z8, Z31, Z2
+	VBROADCASTSS 4(DI), Z31
+	VFMADD231PS Z8, Z31, Z3
+	VBROADCASTSS 4(R8), Z31
+	VFMADD231PS Z8, Z31, Z4
+	VBROADCASTSS 4(R9), Z31
+	VFMADD231PS Z8, Z31, Z5
+	VBROADCASTSS 4(R10), Z31
+	VFMADD231PS Z8, Z31, Z6
+	VBROADCASTSS 4(R11), Z31
+	VFMADD231PS Z8, Z31, Z7
+	ADDQ $8, CX
+	ADDQ $8, DX
+	ADDQ $8, SI
+	ADDQ $8, DI
+	ADDQ $8, R8
+	ADDQ $8, R9
+	ADDQ $8, R10
+	ADDQ $8, R11
+	ADDQ $64, R12
+	DECQ AX
+	JNZ mmBF16Z8x1_pfloop
+	JMP mmBF16Z8x1_odd
 mmBF16Z8x1_loop:
 	VPSLLD $16, (R12), Z8
 	VBROADCASTSS 0(CX), Z31
@@ -8471,8 +11550,8 @@ mmBF16Z8x1_store:
 	VZEROUPPER
 	RET
 
-// func mmBF16Z8x2(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
-TEXT ·mmBF16Z8x2(SB), NOSPLIT, $0-56
+// func mmBF16Z8x2(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
+TEXT ·mmBF16Z8x2(SB), NOSPLIT, $0-64
 	MOVL $0xffff0000, AX
 	VPBROADCASTD AX, Z30
 	MOVQ x+16(FP), CX
@@ -8487,6 +11566,7 @@ TEXT ·mmBF16Z8x2(SB), NOSPLIT, $0-56
 	MOVQ w+32(FP), R12
 	MOVQ ps+40(FP), AX
 	LEAQ (R12)(AX*1), R13
+	MOVQ pf+56(FP), BX
 	MOVQ in+48(FP), AX
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
@@ -8506,6 +11586,75 @@ TEXT ·mmBF16Z8x2(SB), NOSPLIT, $0-56
 	VPXORD Z15, Z15, Z15
 	SHRQ $1, AX
 	JZ mmBF16Z8x2_odd
+	TESTQ BX, BX
+	JZ mmBF16Z8x2_loop
+mmBF16Z8x2_pfloop:
+	PREFETCHT1 (R12)(BX*1)
+	VPSLLD $16, (R12), Z16
+	VPSLLD $16, (R13), Z17
+	VBROADCASTSS 0(CX), Z31
+	VFMADD231PS Z16, Z31, Z0
+	VFMADD231PS Z17, Z31, Z1
+	VBROADCASTSS 0(DX), Z31
+	VFMADD231PS Z16, Z31, Z2
+	VFMADD231PS Z17, Z31, Z3
+	VBROADCASTSS 0(SI), Z31
+	VFMADD231PS Z16, Z31, Z4
+	VFMADD231PS Z17, Z31, Z5
+	VBROADCASTSS 0(DI), Z31
+	VFMADD231PS Z16, Z31, Z6
+	VFMADD231PS Z17, Z31, Z7
+	VBROADCASTSS 0(R8), Z31
+	VFMADD231PS Z16, Z31, Z8
+	VFMADD231PS Z17, Z31, Z9
+	VBROADCASTSS 0(R9), Z31
+	VFMADD231PS Z16, Z31, Z10
+	VFMADD231PS Z17, Z31, Z11
+	VBROADCASTSS 0(R10), Z31
+	VFMADD231PS Z16, Z31, Z12
+	VFMADD231PS Z17, Z31, Z13
+	VBROADCASTSS 0(R11), Z31
+	VFMADD231PS Z16, Z31, Z14
+	VFMADD231PS Z17, Z31, Z15
+	VPANDD (R12), Z30, Z16
+	VPANDD (R13), Z30, Z17
+	VBROADCASTSS 4(CX), Z31
+	VFMADD231PS Z16, Z31, Z0
+	VFMADD231PS Z17, Z31, Z1
+	VBROADCASTSS 4(DX), Z31
+	VFMADD231PS Z16, Z31, Z2
+	VFMADD231PS Z17, Z31, Z3
+	VBROADCASTSS 4(SI), Z31
+	VFMADD231PS Z16, Z31, Z4
+	VFMADD231PS Z17, Z31, Z5
+	VBROADCASTSS 4(DI), Z31
+	VFMADD231PS Z16, Z31, Z6
+	VFMADD231PS Z17, Z31, Z7
+	VBROADCASTSS 4(R8), Z31
+	VFMADD231PS Z16, Z31, Z8
+	VFMADD231PS Z17, Z31, Z9
+	VBROADCASTSS 4(R9), Z31
+	VFMADD231PS Z16, Z31, Z10
+	VFMADD231PS Z17, Z31, Z11
+	VBROADCASTSS 4(R10), Z31
+	VFMADD231PS Z16, Z31, Z12
+	VFMADD231PS Z17, Z31, Z13
+	VBROADCASTSS 4(R11), Z31
+	VFMADD231PS Z16, Z31, Z14
+	VFMADD231PS Z17, Z31, Z15
+	ADDQ $8, CX
+	ADDQ $8, DX
+	ADDQ $8, SI
+	ADDQ $8, DI
+	ADDQ $8, R8
+	ADDQ $8, R9
+	ADDQ $8, R10
+	ADDQ $8, R11
+	ADDQ $64, R12
+	ADDQ $64, R13
+	DECQ AX
+	JNZ mmBF16Z8x2_pfloop
+	JMP mmBF16Z8x2_odd
 mmBF16Z8x2_loop:
 	VPSLLD $16, (R12), Z16
 	VPSLLD $16, (R13), Z17
@@ -8627,210 +11776,6 @@ mmBF16Z8x2_store:
 	ADDQ BX, AX
 	VMOVUPS Z14, 0(AX)
 	VMOVUPS Z15, 64(AX)
-	VZEROUPPER
-	RET
-
-// func mmBF16Z8x3(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
-TEXT ·mmBF16Z8x3(SB), NOSPLIT, $0-56
-	MOVL $0xffff0000, AX
-	VPBROADCASTD AX, Z30
-	MOVQ x+16(FP), CX
-	MOVQ xs+24(FP), AX
-	LEAQ (CX)(AX*1), DX
-	LEAQ (DX)(AX*1), SI
-	LEAQ (SI)(AX*1), DI
-	LEAQ (DI)(AX*1), R8
-	LEAQ (R8)(AX*1), R9
-	LEAQ (R9)(AX*1), R10
-	LEAQ (R10)(AX*1), R11
-	MOVQ w+32(FP), R12
-	MOVQ ps+40(FP), AX
-	LEAQ (R12)(AX*1), R13
-	LEAQ (R13)(AX*1), BX
-	MOVQ in+48(FP), AX
-	VPXORD Z0, Z0, Z0
-	VPXORD Z1, Z1, Z1
-	VPXORD Z2, Z2, Z2
-	VPXORD Z3, Z3, Z3
-	VPXORD Z4, Z4, Z4
-	VPXORD Z5, Z5, Z5
-	VPXORD Z6, Z6, Z6
-	VPXORD Z7, Z7, Z7
-	VPXORD Z8, Z8, Z8
-	VPXORD Z9, Z9, Z9
-	VPXORD Z10, Z10, Z10
-	VPXORD Z11, Z11, Z11
-	VPXORD Z12, Z12, Z12
-	VPXORD Z13, Z13, Z13
-	VPXORD Z14, Z14, Z14
-	VPXORD Z15, Z15, Z15
-	VPXORD Z16, Z16, Z16
-	VPXORD Z17, Z17, Z17
-	VPXORD Z18, Z18, Z18
-	VPXORD Z19, Z19, Z19
-	VPXORD Z20, Z20, Z20
-	VPXORD Z21, Z21, Z21
-	VPXORD Z22, Z22, Z22
-	VPXORD Z23, Z23, Z23
-	SHRQ $1, AX
-	JZ mmBF16Z8x3_odd
-mmBF16Z8x3_loop:
-	VPSLLD $16, (R12), Z24
-	VPSLLD $16, (R13), Z25
-	VPSLLD $16, (BX), Z26
-	VBROADCASTSS 0(CX), Z31
-	VFMADD231PS Z24, Z31, Z0
-	VFMADD231PS Z25, Z31, Z1
-	VFMADD231PS Z26, Z31, Z2
-	VBROADCASTSS 0(DX), Z31
-	VFMADD231PS Z24, Z31, Z3
-	VFMADD231PS Z25, Z31, Z4
-	VFMADD231PS Z26, Z31, Z5
-	VBROADCASTSS 0(SI), Z31
-	VFMADD231PS Z24, Z31, Z6
-	VFMADD231PS Z25, Z31, Z7
-	VFMADD231PS Z26, Z31, Z8
-	VBROADCASTSS 0(DI), Z31
-	VFMADD231PS Z24, Z31, Z9
-	VFMADD231PS Z25, Z31, Z10
-	VFMADD231PS Z26, Z31, Z11
-	VBROADCASTSS 0(R8), Z31
-	VFMADD231PS Z24, Z31, Z12
-	VFMADD231PS Z25, Z31, Z13
-	VFMADD231PS Z26, Z31, Z14
-	VBROADCASTSS 0(R9), Z31
-	VFMADD231PS Z24, Z31, Z15
-	VFMADD231PS Z25, Z31, Z16
-	VFMADD231PS Z26, Z31, Z17
-	VBROADCASTSS 0(R10), Z31
-	VFMADD231PS Z24, Z31, Z18
-	VFMADD231PS Z25, Z31, Z19
-	VFMADD231PS Z26, Z31, Z20
-	VBROADCASTSS 0(R11), Z31
-	VFMADD231PS Z24, Z31, Z21
-	VFMADD231PS Z25, Z31, Z22
-	VFMADD231PS Z26, Z31, Z23
-	VPANDD (R12), Z30, Z24
-	VPANDD (R13), Z30, Z25
-	VPANDD (BX), Z30, Z26
-	VBROADCASTSS 4(CX), Z31
-	VFMADD231PS Z24, Z31, Z0
-	VFMADD231PS Z25, Z31, Z1
-	VFMADD231PS Z26, Z31, Z2
-	VBROADCASTSS 4(DX), Z31
-	VFMADD231PS Z24, Z31, Z3
-	VFMADD231PS Z25, Z31, Z4
-	VFMADD231PS Z26, Z31, Z5
-	VBROADCASTSS 4(SI), Z31
-	VFMADD231PS Z24, Z31, Z6
-	VFMADD231PS Z25, Z31, Z7
-	VFMADD231PS Z26, Z31, Z8
-	VBROADCASTSS 4(DI), Z31
-	VFMADD231PS Z24, Z31, Z9
-	VFMADD231PS Z25, Z31, Z10
-	VFMADD231PS Z26, Z31, Z11
-	VBROADCASTSS 4(R8), Z31
-	VFMADD231PS Z24, Z31, Z12
-	VFMADD231PS Z25, Z31, Z13
-	VFMADD231PS Z26, Z31, Z14
-	VBROADCASTSS 4(R9), Z31
-	VFMADD231PS Z24, Z31, Z15
-	VFMADD231PS Z25, Z31, Z16
-	VFMADD231PS Z26, Z31, Z17
-	VBROADCASTSS 4(R10), Z31
-	VFMADD231PS Z24, Z31, Z18
-	VFMADD231PS Z25, Z31, Z19
-	VFMADD231PS Z26, Z31, Z20
-	VBROADCASTSS 4(R11), Z31
-	VFMADD231PS Z24, Z31, Z21
-	VFMADD231PS Z25, Z31, Z22
-	VFMADD231PS Z26, Z31, Z23
-	ADDQ $8, CX
-	ADDQ $8, DX
-	ADDQ $8, SI
-	ADDQ $8, DI
-	ADDQ $8, R8
-	ADDQ $8, R9
-	ADDQ $8, R10
-	ADDQ $8, R11
-	ADDQ $64, R12
-	ADDQ $64, R13
-	ADDQ $64, BX
-	DECQ AX
-	JNZ mmBF16Z8x3_loop
-mmBF16Z8x3_odd:
-	MOVQ in+48(FP), AX
-	TESTQ $1, AX
-	JZ mmBF16Z8x3_store
-	VPSLLD $16, (R12), Z24
-	VPSLLD $16, (R13), Z25
-	VPSLLD $16, (BX), Z26
-	VBROADCASTSS 0(CX), Z31
-	VFMADD231PS Z24, Z31, Z0
-	VFMADD231PS Z25, Z31, Z1
-	VFMADD231PS Z26, Z31, Z2
-	VBROADCASTSS 0(DX), Z31
-	VFMADD231PS Z24, Z31, Z3
-	VFMADD231PS Z25, Z31, Z4
-	VFMADD231PS Z26, Z31, Z5
-	VBROADCASTSS 0(SI), Z31
-	VFMADD231PS Z24, Z31, Z6
-	VFMADD231PS Z25, Z31, Z7
-	VFMADD231PS Z26, Z31, Z8
-	VBROADCASTSS 0(DI), Z31
-	VFMADD231PS Z24, Z31, Z9
-	VFMADD231PS Z25, Z31, Z10
-	VFMADD231PS Z26, Z31, Z11
-	VBROADCASTSS 0(R8), Z31
-	VFMADD231PS Z24, Z31, Z12
-	VFMADD231PS Z25, Z31, Z13
-	VFMADD231PS Z26, Z31, Z14
-	VBROADCASTSS 0(R9), Z31
-	VFMADD231PS Z24, Z31, Z15
-	VFMADD231PS Z25, Z31, Z16
-	VFMADD231PS Z26, Z31, Z17
-	VBROADCASTSS 0(R10), Z31
-	VFMADD231PS Z24, Z31, Z18
-	VFMADD231PS Z25, Z31, Z19
-	VFMADD231PS Z26, Z31, Z20
-	VBROADCASTSS 0(R11), Z31
-	VFMADD231PS Z24, Z31, Z21
-	VFMADD231PS Z25, Z31, Z22
-	VFMADD231PS Z26, Z31, Z23
-mmBF16Z8x3_store:
-	MOVQ y+0(FP), AX
-	MOVQ ys+8(FP), BX
-	VMOVUPS Z0, 0(AX)
-	VMOVUPS Z1, 64(AX)
-	VMOVUPS Z2, 128(AX)
-	ADDQ BX, AX
-	VMOVUPS Z3, 0(AX)
-	VMOVUPS Z4, 64(AX)
-	VMOVUPS Z5, 128(AX)
-	ADDQ BX, AX
-	VMOVUPS Z6, 0(AX)
-	VMOVUPS Z7, 64(AX)
-	VMOVUPS Z8, 128(AX)
-	ADDQ BX, AX
-	VMOVUPS Z9, 0(AX)
-	VMOVUPS Z10, 64(AX)
-	VMOVUPS Z11, 128(AX)
-	ADDQ BX, AX
-	VMOVUPS Z12, 0(AX)
-	VMOVUPS Z13, 64(AX)
-	VMOVUPS Z14, 128(AX)
-	ADDQ BX, AX
-	VMOVUPS Z15, 0(AX)
-	VMOVUPS Z16, 64(AX)
-	VMOVUPS Z17, 128(AX)
-	ADDQ BX, AX
-	VMOVUPS Z18, 0(AX)
-	VMOVUPS Z19, 64(AX)
-	VMOVUPS Z20, 128(AX)
-	ADDQ BX, AX
-	VMOVUPS Z21, 0(AX)
-	VMOVUPS Z22, 64(AX)
-	VMOVUPS Z23, 128(AX)
 	VZEROUPPER
 	RET
 

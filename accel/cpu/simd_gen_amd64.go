@@ -27,7 +27,7 @@ var simdBF16Kernels = mmTable{
 //go:noinline
 //go:norace
 //go:nocheckptr
-func mmF32R1P1(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int) {
+func mmF32R1P1(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, _ uintptr) {
 	var a00 archsimd.Float32x16
 	for i := 0; i < in; i++ {
 		o := uintptr(i) * 64
@@ -45,7 +45,7 @@ func mmF32R1P1(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w uns
 //go:noinline
 //go:norace
 //go:nocheckptr
-func mmBF16R1P1(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int) {
+func mmBF16R1P1(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, _ uintptr) {
 	var a00 archsimd.Float32x16
 	mask := archsimd.BroadcastUint32x16(0xFFFF0000)
 	pairs := in / 2
@@ -76,7 +76,7 @@ func mmBF16R1P1(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w un
 //go:noinline
 //go:norace
 //go:nocheckptr
-func mmF32R1P2(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int) {
+func mmF32R1P2(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, _ uintptr) {
 	var a00, a01 archsimd.Float32x16
 	w1 := unsafe.Add(w, ps)
 	for i := 0; i < in; i++ {
@@ -98,7 +98,7 @@ func mmF32R1P2(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w uns
 //go:noinline
 //go:norace
 //go:nocheckptr
-func mmBF16R1P2(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int) {
+func mmBF16R1P2(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, _ uintptr) {
 	var a00, a01 archsimd.Float32x16
 	w1 := unsafe.Add(w, ps)
 	mask := archsimd.BroadcastUint32x16(0xFFFF0000)
@@ -138,7 +138,7 @@ func mmBF16R1P2(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w un
 //go:noinline
 //go:norace
 //go:nocheckptr
-func mmF32R1P3(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int) {
+func mmF32R1P3(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, _ uintptr) {
 	var a00, a01, a02 archsimd.Float32x16
 	w1 := unsafe.Add(w, ps)
 	w2 := unsafe.Add(w1, ps)
@@ -164,7 +164,7 @@ func mmF32R1P3(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w uns
 //go:noinline
 //go:norace
 //go:nocheckptr
-func mmBF16R1P3(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int) {
+func mmBF16R1P3(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, _ uintptr) {
 	var a00, a01, a02 archsimd.Float32x16
 	w1 := unsafe.Add(w, ps)
 	w2 := unsafe.Add(w1, ps)
@@ -213,7 +213,7 @@ func mmBF16R1P3(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w un
 //go:noinline
 //go:norace
 //go:nocheckptr
-func mmF32R1P4(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int) {
+func mmF32R1P4(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, _ uintptr) {
 	var a00, a01, a02, a03 archsimd.Float32x16
 	w1 := unsafe.Add(w, ps)
 	w2 := unsafe.Add(w1, ps)
@@ -243,7 +243,7 @@ func mmF32R1P4(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w uns
 //go:noinline
 //go:norace
 //go:nocheckptr
-func mmBF16R1P4(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int) {
+func mmBF16R1P4(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, _ uintptr) {
 	var a00, a01, a02, a03 archsimd.Float32x16
 	w1 := unsafe.Add(w, ps)
 	w2 := unsafe.Add(w1, ps)
@@ -301,7 +301,7 @@ func mmBF16R1P4(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w un
 //go:noinline
 //go:norace
 //go:nocheckptr
-func mmF32R2P1(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int) {
+func mmF32R2P1(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, _ uintptr) {
 	var a00, a10 archsimd.Float32x16
 	x1 := unsafe.Add(x, xs)
 	for i := 0; i < in; i++ {
@@ -324,7 +324,7 @@ func mmF32R2P1(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w uns
 //go:noinline
 //go:norace
 //go:nocheckptr
-func mmBF16R2P1(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int) {
+func mmBF16R2P1(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, _ uintptr) {
 	var a00, a10 archsimd.Float32x16
 	x1 := unsafe.Add(x, xs)
 	mask := archsimd.BroadcastUint32x16(0xFFFF0000)
@@ -364,7 +364,7 @@ func mmBF16R2P1(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w un
 //go:noinline
 //go:norace
 //go:nocheckptr
-func mmF32R2P2(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int) {
+func mmF32R2P2(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, _ uintptr) {
 	var a00, a01, a10, a11 archsimd.Float32x16
 	w1 := unsafe.Add(w, ps)
 	x1 := unsafe.Add(x, xs)
@@ -393,7 +393,7 @@ func mmF32R2P2(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w uns
 //go:noinline
 //go:norace
 //go:nocheckptr
-func mmBF16R2P2(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int) {
+func mmBF16R2P2(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, _ uintptr) {
 	var a00, a01, a10, a11 archsimd.Float32x16
 	w1 := unsafe.Add(w, ps)
 	x1 := unsafe.Add(x, xs)
@@ -446,7 +446,7 @@ func mmBF16R2P2(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w un
 //go:noinline
 //go:norace
 //go:nocheckptr
-func mmF32R2P3(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int) {
+func mmF32R2P3(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, _ uintptr) {
 	var a00, a01, a02, a10, a11, a12 archsimd.Float32x16
 	w1 := unsafe.Add(w, ps)
 	w2 := unsafe.Add(w1, ps)
@@ -481,7 +481,7 @@ func mmF32R2P3(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w uns
 //go:noinline
 //go:norace
 //go:nocheckptr
-func mmBF16R2P3(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int) {
+func mmBF16R2P3(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, _ uintptr) {
 	var a00, a01, a02, a10, a11, a12 archsimd.Float32x16
 	w1 := unsafe.Add(w, ps)
 	w2 := unsafe.Add(w1, ps)
@@ -547,7 +547,7 @@ func mmBF16R2P3(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w un
 //go:noinline
 //go:norace
 //go:nocheckptr
-func mmF32R3P1(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int) {
+func mmF32R3P1(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, _ uintptr) {
 	var a00, a10, a20 archsimd.Float32x16
 	x1 := unsafe.Add(x, xs)
 	x2 := unsafe.Add(x1, xs)
@@ -575,7 +575,7 @@ func mmF32R3P1(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w uns
 //go:noinline
 //go:norace
 //go:nocheckptr
-func mmBF16R3P1(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int) {
+func mmBF16R3P1(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, _ uintptr) {
 	var a00, a10, a20 archsimd.Float32x16
 	x1 := unsafe.Add(x, xs)
 	x2 := unsafe.Add(x1, xs)
@@ -624,7 +624,7 @@ func mmBF16R3P1(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w un
 //go:noinline
 //go:norace
 //go:nocheckptr
-func mmF32R3P2(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int) {
+func mmF32R3P2(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, _ uintptr) {
 	var a00, a01, a10, a11, a20, a21 archsimd.Float32x16
 	w1 := unsafe.Add(w, ps)
 	x1 := unsafe.Add(x, xs)
@@ -660,7 +660,7 @@ func mmF32R3P2(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w uns
 //go:noinline
 //go:norace
 //go:nocheckptr
-func mmBF16R3P2(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int) {
+func mmBF16R3P2(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, _ uintptr) {
 	var a00, a01, a10, a11, a20, a21 archsimd.Float32x16
 	w1 := unsafe.Add(w, ps)
 	x1 := unsafe.Add(x, xs)

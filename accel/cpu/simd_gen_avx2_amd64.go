@@ -21,7 +21,7 @@ var avx2BF16Kernels = mmTable{
 //go:noinline
 //go:norace
 //go:nocheckptr
-func mmBF16x8R1P1(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int) {
+func mmBF16x8R1P1(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, _ uintptr) {
 	var a000, a001 archsimd.Float32x8
 	mask := archsimd.BroadcastUint32x8(0xFFFF0000)
 	sixteen := archsimd.BroadcastUint32x8(16)
@@ -71,7 +71,7 @@ func mmBF16x8R1P1(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w 
 //go:noinline
 //go:norace
 //go:nocheckptr
-func mmBF16x8R1P2(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int) {
+func mmBF16x8R1P2(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, _ uintptr) {
 	var a000, a001, a010, a011 archsimd.Float32x8
 	w1 := unsafe.Add(w, ps)
 	mask := archsimd.BroadcastUint32x8(0xFFFF0000)
@@ -134,15 +134,15 @@ func mmBF16x8R1P2(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w 
 }
 
 // mmBF16x8R1P3: 1 row(s) of x by 3 panel(s), as smaller blocks (this one would spill).
-func mmBF16x8R1P3(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int) {
-	mmBF16x8R1P2(y, ys, x, xs, w, ps, in)
-	mmBF16x8R1P1(unsafe.Add(y, 128), ys, x, xs, unsafe.Add(w, 2*ps), ps, in)
+func mmBF16x8R1P3(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, _ uintptr) {
+	mmBF16x8R1P2(y, ys, x, xs, w, ps, in, 0)
+	mmBF16x8R1P1(unsafe.Add(y, 128), ys, x, xs, unsafe.Add(w, 2*ps), ps, in, 0)
 }
 
 // mmBF16x8R1P4: 1 row(s) of x by 4 panel(s), as smaller blocks (this one would spill).
-func mmBF16x8R1P4(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int) {
-	mmBF16x8R1P2(y, ys, x, xs, w, ps, in)
-	mmBF16x8R1P2(unsafe.Add(y, 128), ys, x, xs, unsafe.Add(w, 2*ps), ps, in)
+func mmBF16x8R1P4(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, _ uintptr) {
+	mmBF16x8R1P2(y, ys, x, xs, w, ps, in, 0)
+	mmBF16x8R1P2(unsafe.Add(y, 128), ys, x, xs, unsafe.Add(w, 2*ps), ps, in, 0)
 }
 
 // mmBF16x8R2P1: 2 row(s) of x by 1 panel(s) of 16 outputs, bfloat16 pair panels, in 8-lane halves.
@@ -150,7 +150,7 @@ func mmBF16x8R1P4(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w 
 //go:noinline
 //go:norace
 //go:nocheckptr
-func mmBF16x8R2P1(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int) {
+func mmBF16x8R2P1(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, _ uintptr) {
 	var a000, a001, a100, a101 archsimd.Float32x8
 	x1 := unsafe.Add(x, xs)
 	mask := archsimd.BroadcastUint32x8(0xFFFF0000)
@@ -211,27 +211,27 @@ func mmBF16x8R2P1(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w 
 }
 
 // mmBF16x8R2P2: 2 row(s) of x by 2 panel(s), as smaller blocks (this one would spill).
-func mmBF16x8R2P2(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int) {
-	mmBF16x8R2P1(y, ys, x, xs, w, ps, in)
-	mmBF16x8R2P1(unsafe.Add(y, 64), ys, x, xs, unsafe.Add(w, ps), ps, in)
+func mmBF16x8R2P2(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, _ uintptr) {
+	mmBF16x8R2P1(y, ys, x, xs, w, ps, in, 0)
+	mmBF16x8R2P1(unsafe.Add(y, 64), ys, x, xs, unsafe.Add(w, ps), ps, in, 0)
 }
 
 // mmBF16x8R2P3: 2 row(s) of x by 3 panel(s), as smaller blocks (this one would spill).
-func mmBF16x8R2P3(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int) {
-	mmBF16x8R2P1(y, ys, x, xs, w, ps, in)
-	mmBF16x8R2P1(unsafe.Add(y, 64), ys, x, xs, unsafe.Add(w, ps), ps, in)
-	mmBF16x8R2P1(unsafe.Add(y, 128), ys, x, xs, unsafe.Add(w, 2*ps), ps, in)
+func mmBF16x8R2P3(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, _ uintptr) {
+	mmBF16x8R2P1(y, ys, x, xs, w, ps, in, 0)
+	mmBF16x8R2P1(unsafe.Add(y, 64), ys, x, xs, unsafe.Add(w, ps), ps, in, 0)
+	mmBF16x8R2P1(unsafe.Add(y, 128), ys, x, xs, unsafe.Add(w, 2*ps), ps, in, 0)
 }
 
 // mmBF16x8R3P1: 3 row(s) of x by 1 panel(s), as smaller blocks (this one would spill).
-func mmBF16x8R3P1(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int) {
-	mmBF16x8R2P1(y, ys, x, xs, w, ps, in)
-	mmBF16x8R1P1(unsafe.Add(y, 2*ys), ys, unsafe.Add(x, 2*xs), xs, w, ps, in)
+func mmBF16x8R3P1(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, _ uintptr) {
+	mmBF16x8R2P1(y, ys, x, xs, w, ps, in, 0)
+	mmBF16x8R1P1(unsafe.Add(y, 2*ys), ys, unsafe.Add(x, 2*xs), xs, w, ps, in, 0)
 }
 
 // mmBF16x8R3P2: 3 row(s) of x by 2 panel(s), as smaller blocks (this one would spill).
-func mmBF16x8R3P2(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int) {
-	mmBF16x8R2P1(y, ys, x, xs, w, ps, in)
-	mmBF16x8R2P1(unsafe.Add(y, 64), ys, x, xs, unsafe.Add(w, ps), ps, in)
-	mmBF16x8R1P2(unsafe.Add(y, 2*ys), ys, unsafe.Add(x, 2*xs), xs, w, ps, in)
+func mmBF16x8R3P2(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, _ uintptr) {
+	mmBF16x8R2P1(y, ys, x, xs, w, ps, in, 0)
+	mmBF16x8R2P1(unsafe.Add(y, 64), ys, x, xs, unsafe.Add(w, ps), ps, in, 0)
+	mmBF16x8R1P2(unsafe.Add(y, 2*ys), ys, unsafe.Add(x, 2*xs), xs, w, ps, in, 0)
 }

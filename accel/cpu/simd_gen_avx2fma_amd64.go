@@ -17,52 +17,52 @@ var avx2F32Kernels = mmTable{
 // 2 weight vectors of an input in registers (simd_avx2fma_amd64.s).
 //
 //go:noescape
-func mmF32FMAR1P1(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+func mmF32FMAR1P1(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
 
 // mmF32FMAR1P2: 1 row(s) of x by 2 panel(s) of float32 weights, 4 of the
 // 4 weight vectors of an input in registers (simd_avx2fma_amd64.s).
 //
 //go:noescape
-func mmF32FMAR1P2(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+func mmF32FMAR1P2(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
 
 // mmF32FMAR1P3: 1 row(s) of x by 3 panel(s) of float32 weights, 6 of the
 // 6 weight vectors of an input in registers (simd_avx2fma_amd64.s).
 //
 //go:noescape
-func mmF32FMAR1P3(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+func mmF32FMAR1P3(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
 
 // mmF32FMAR1P4: 1 row(s) of x by 4 panel(s) of float32 weights, 8 of the
 // 7 weight vectors of an input in registers (simd_avx2fma_amd64.s).
 //
 //go:noescape
-func mmF32FMAR1P4(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+func mmF32FMAR1P4(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
 
 // mmF32FMAR2P1: 2 row(s) of x by 1 panel(s) of float32 weights, 2 of the
 // 2 weight vectors of an input in registers (simd_avx2fma_amd64.s).
 //
 //go:noescape
-func mmF32FMAR2P1(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+func mmF32FMAR2P1(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
 
 // mmF32FMAR2P2: 2 row(s) of x by 2 panel(s) of float32 weights, 4 of the
 // 4 weight vectors of an input in registers (simd_avx2fma_amd64.s).
 //
 //go:noescape
-func mmF32FMAR2P2(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+func mmF32FMAR2P2(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
 
 // mmF32FMAR2P3: 2 row(s) of x by 3 panel(s) of float32 weights, 6 of the
 // 3 weight vectors of an input in registers (simd_avx2fma_amd64.s).
 //
 //go:noescape
-func mmF32FMAR2P3(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+func mmF32FMAR2P3(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
 
 // mmF32FMAR3P1: 3 row(s) of x by 1 panel(s) of float32 weights, 2 of the
 // 2 weight vectors of an input in registers (simd_avx2fma_amd64.s).
 //
 //go:noescape
-func mmF32FMAR3P1(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+func mmF32FMAR3P1(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
 
 // mmF32FMAR3P2: 3 row(s) of x by 2 panel(s) of float32 weights, 4 of the
 // 3 weight vectors of an input in registers (simd_avx2fma_amd64.s).
 //
 //go:noescape
-func mmF32FMAR3P2(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+func mmF32FMAR3P2(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)

@@ -10,12 +10,12 @@ import "unsafe"
 var avx512F32Kernels = mmTable{
 	{mmF32Z1x1, mmF32Z1x2, mmF32Z1x3, mmF32Z1x4, mmF32Z1x5, mmF32Z1x6, mmF32Z1x7, mmF32Z1x8},
 	{mmF32Z2x1, mmF32Z2x2, mmF32Z2x3, mmF32Z2x4, mmF32Z2x5, mmF32Z2x6, mmF32Z2x7, mmF32Z2x8},
-	{mmF32Z3x1, mmF32Z3x2, mmF32Z3x3, mmF32Z3x4, mmF32Z3x5, mmF32Z3x6, mmF32Z3x7, mmF32Z3x8},
-	{mmF32Z4x1, mmF32Z4x2, mmF32Z4x3, mmF32Z4x4, mmF32Z4x5, mmF32Z4x6, mmF32Z4x7, nil},
+	{mmF32Z3x1, mmF32Z3x2, mmF32Z3x3, mmF32Z3x4, mmF32Z3x5, mmF32Z3x6, mmF32Z3x7, nil},
+	{mmF32Z4x1, mmF32Z4x2, mmF32Z4x3, mmF32Z4x4, mmF32Z4x5, mmF32Z4x6, nil, nil},
 	{mmF32Z5x1, mmF32Z5x2, mmF32Z5x3, mmF32Z5x4, mmF32Z5x5, nil, nil, nil},
 	{mmF32Z6x1, mmF32Z6x2, mmF32Z6x3, mmF32Z6x4, nil, nil, nil, nil},
-	{mmF32Z7x1, mmF32Z7x2, mmF32Z7x3, mmF32Z7x4, nil, nil, nil, nil},
-	{mmF32Z8x1, mmF32Z8x2, mmF32Z8x3, nil, nil, nil, nil, nil},
+	{mmF32Z7x1, mmF32Z7x2, mmF32Z7x3, nil, nil, nil, nil, nil},
+	{mmF32Z8x1, mmF32Z8x2, nil, nil, nil, nil, nil, nil},
 }
 
 var avx512BF16Kernels = mmTable{
@@ -26,551 +26,521 @@ var avx512BF16Kernels = mmTable{
 	{mmBF16Z5x1, mmBF16Z5x2, mmBF16Z5x3, mmBF16Z5x4, mmBF16Z5x5, nil, nil, nil},
 	{mmBF16Z6x1, mmBF16Z6x2, mmBF16Z6x3, mmBF16Z6x4, nil, nil, nil, nil},
 	{mmBF16Z7x1, mmBF16Z7x2, mmBF16Z7x3, nil, nil, nil, nil, nil},
-	{mmBF16Z8x1, mmBF16Z8x2, mmBF16Z8x3, nil, nil, nil, nil, nil},
+	{mmBF16Z8x1, mmBF16Z8x2, nil, nil, nil, nil, nil, nil},
 }
 
 // mmF32Z1x1: 1 row(s) of x by 1 panel(s) of float32 weights, 1 of the
 // 1 weight vectors of an input in registers (simd_avx512fma_amd64.s).
 //
 //go:noescape
-func mmF32Z1x1(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+func mmF32Z1x1(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
 
 // mmF32Z1x2: 1 row(s) of x by 2 panel(s) of float32 weights, 2 of the
 // 2 weight vectors of an input in registers (simd_avx512fma_amd64.s).
 //
 //go:noescape
-func mmF32Z1x2(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+func mmF32Z1x2(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
 
 // mmF32Z1x3: 1 row(s) of x by 3 panel(s) of float32 weights, 3 of the
 // 3 weight vectors of an input in registers (simd_avx512fma_amd64.s).
 //
 //go:noescape
-func mmF32Z1x3(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+func mmF32Z1x3(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
 
 // mmF32Z1x4: 1 row(s) of x by 4 panel(s) of float32 weights, 4 of the
 // 4 weight vectors of an input in registers (simd_avx512fma_amd64.s).
 //
 //go:noescape
-func mmF32Z1x4(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+func mmF32Z1x4(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
 
 // mmF32Z1x5: 1 row(s) of x by 5 panel(s) of float32 weights, 5 of the
 // 5 weight vectors of an input in registers (simd_avx512fma_amd64.s).
 //
 //go:noescape
-func mmF32Z1x5(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+func mmF32Z1x5(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
 
 // mmF32Z1x6: 1 row(s) of x by 6 panel(s) of float32 weights, 6 of the
 // 6 weight vectors of an input in registers (simd_avx512fma_amd64.s).
 //
 //go:noescape
-func mmF32Z1x6(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+func mmF32Z1x6(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
 
 // mmF32Z1x7: 1 row(s) of x by 7 panel(s) of float32 weights, 7 of the
 // 7 weight vectors of an input in registers (simd_avx512fma_amd64.s).
 //
 //go:noescape
-func mmF32Z1x7(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+func mmF32Z1x7(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
 
 // mmF32Z1x8: 1 row(s) of x by 8 panel(s) of float32 weights, 8 of the
 // 8 weight vectors of an input in registers (simd_avx512fma_amd64.s).
 //
 //go:noescape
-func mmF32Z1x8(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+func mmF32Z1x8(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
 
 // mmF32Z2x1: 2 row(s) of x by 1 panel(s) of float32 weights, 1 of the
 // 1 weight vectors of an input in registers (simd_avx512fma_amd64.s).
 //
 //go:noescape
-func mmF32Z2x1(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+func mmF32Z2x1(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
 
 // mmF32Z2x2: 2 row(s) of x by 2 panel(s) of float32 weights, 2 of the
 // 2 weight vectors of an input in registers (simd_avx512fma_amd64.s).
 //
 //go:noescape
-func mmF32Z2x2(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+func mmF32Z2x2(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
 
 // mmF32Z2x3: 2 row(s) of x by 3 panel(s) of float32 weights, 3 of the
 // 3 weight vectors of an input in registers (simd_avx512fma_amd64.s).
 //
 //go:noescape
-func mmF32Z2x3(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+func mmF32Z2x3(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
 
 // mmF32Z2x4: 2 row(s) of x by 4 panel(s) of float32 weights, 4 of the
 // 4 weight vectors of an input in registers (simd_avx512fma_amd64.s).
 //
 //go:noescape
-func mmF32Z2x4(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+func mmF32Z2x4(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
 
 // mmF32Z2x5: 2 row(s) of x by 5 panel(s) of float32 weights, 5 of the
 // 5 weight vectors of an input in registers (simd_avx512fma_amd64.s).
 //
 //go:noescape
-func mmF32Z2x5(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+func mmF32Z2x5(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
 
 // mmF32Z2x6: 2 row(s) of x by 6 panel(s) of float32 weights, 6 of the
 // 6 weight vectors of an input in registers (simd_avx512fma_amd64.s).
 //
 //go:noescape
-func mmF32Z2x6(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+func mmF32Z2x6(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
 
 // mmF32Z2x7: 2 row(s) of x by 7 panel(s) of float32 weights, 7 of the
 // 7 weight vectors of an input in registers (simd_avx512fma_amd64.s).
 //
 //go:noescape
-func mmF32Z2x7(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+func mmF32Z2x7(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
 
 // mmF32Z2x8: 2 row(s) of x by 8 panel(s) of float32 weights, 8 of the
 // 8 weight vectors of an input in registers (simd_avx512fma_amd64.s).
 //
 //go:noescape
-func mmF32Z2x8(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+func mmF32Z2x8(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
 
 // mmF32Z3x1: 3 row(s) of x by 1 panel(s) of float32 weights, 1 of the
 // 1 weight vectors of an input in registers (simd_avx512fma_amd64.s).
 //
 //go:noescape
-func mmF32Z3x1(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+func mmF32Z3x1(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
 
 // mmF32Z3x2: 3 row(s) of x by 2 panel(s) of float32 weights, 2 of the
 // 2 weight vectors of an input in registers (simd_avx512fma_amd64.s).
 //
 //go:noescape
-func mmF32Z3x2(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+func mmF32Z3x2(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
 
 // mmF32Z3x3: 3 row(s) of x by 3 panel(s) of float32 weights, 3 of the
 // 3 weight vectors of an input in registers (simd_avx512fma_amd64.s).
 //
 //go:noescape
-func mmF32Z3x3(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+func mmF32Z3x3(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
 
 // mmF32Z3x4: 3 row(s) of x by 4 panel(s) of float32 weights, 4 of the
 // 4 weight vectors of an input in registers (simd_avx512fma_amd64.s).
 //
 //go:noescape
-func mmF32Z3x4(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+func mmF32Z3x4(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
 
 // mmF32Z3x5: 3 row(s) of x by 5 panel(s) of float32 weights, 5 of the
 // 5 weight vectors of an input in registers (simd_avx512fma_amd64.s).
 //
 //go:noescape
-func mmF32Z3x5(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+func mmF32Z3x5(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
 
 // mmF32Z3x6: 3 row(s) of x by 6 panel(s) of float32 weights, 6 of the
 // 6 weight vectors of an input in registers (simd_avx512fma_amd64.s).
 //
 //go:noescape
-func mmF32Z3x6(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+func mmF32Z3x6(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
 
 // mmF32Z3x7: 3 row(s) of x by 7 panel(s) of float32 weights, 7 of the
 // 7 weight vectors of an input in registers (simd_avx512fma_amd64.s).
 //
 //go:noescape
-func mmF32Z3x7(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
-
-// mmF32Z3x8: 3 row(s) of x by 8 panel(s) of float32 weights, 8 of the
-// 7 weight vectors of an input in registers (simd_avx512fma_amd64.s).
-//
-//go:noescape
-func mmF32Z3x8(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+func mmF32Z3x7(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
 
 // mmF32Z4x1: 4 row(s) of x by 1 panel(s) of float32 weights, 1 of the
 // 1 weight vectors of an input in registers (simd_avx512fma_amd64.s).
 //
 //go:noescape
-func mmF32Z4x1(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+func mmF32Z4x1(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
 
 // mmF32Z4x2: 4 row(s) of x by 2 panel(s) of float32 weights, 2 of the
 // 2 weight vectors of an input in registers (simd_avx512fma_amd64.s).
 //
 //go:noescape
-func mmF32Z4x2(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+func mmF32Z4x2(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
 
 // mmF32Z4x3: 4 row(s) of x by 3 panel(s) of float32 weights, 3 of the
 // 3 weight vectors of an input in registers (simd_avx512fma_amd64.s).
 //
 //go:noescape
-func mmF32Z4x3(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+func mmF32Z4x3(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
 
 // mmF32Z4x4: 4 row(s) of x by 4 panel(s) of float32 weights, 4 of the
 // 4 weight vectors of an input in registers (simd_avx512fma_amd64.s).
 //
 //go:noescape
-func mmF32Z4x4(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+func mmF32Z4x4(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
 
 // mmF32Z4x5: 4 row(s) of x by 5 panel(s) of float32 weights, 5 of the
 // 5 weight vectors of an input in registers (simd_avx512fma_amd64.s).
 //
 //go:noescape
-func mmF32Z4x5(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+func mmF32Z4x5(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
 
 // mmF32Z4x6: 4 row(s) of x by 6 panel(s) of float32 weights, 6 of the
 // 6 weight vectors of an input in registers (simd_avx512fma_amd64.s).
 //
 //go:noescape
-func mmF32Z4x6(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
-
-// mmF32Z4x7: 4 row(s) of x by 7 panel(s) of float32 weights, 7 of the
-// 3 weight vectors of an input in registers (simd_avx512fma_amd64.s).
-//
-//go:noescape
-func mmF32Z4x7(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+func mmF32Z4x6(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
 
 // mmF32Z5x1: 5 row(s) of x by 1 panel(s) of float32 weights, 1 of the
 // 1 weight vectors of an input in registers (simd_avx512fma_amd64.s).
 //
 //go:noescape
-func mmF32Z5x1(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+func mmF32Z5x1(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
 
 // mmF32Z5x2: 5 row(s) of x by 2 panel(s) of float32 weights, 2 of the
 // 2 weight vectors of an input in registers (simd_avx512fma_amd64.s).
 //
 //go:noescape
-func mmF32Z5x2(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+func mmF32Z5x2(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
 
 // mmF32Z5x3: 5 row(s) of x by 3 panel(s) of float32 weights, 3 of the
 // 3 weight vectors of an input in registers (simd_avx512fma_amd64.s).
 //
 //go:noescape
-func mmF32Z5x3(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+func mmF32Z5x3(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
 
 // mmF32Z5x4: 5 row(s) of x by 4 panel(s) of float32 weights, 4 of the
 // 4 weight vectors of an input in registers (simd_avx512fma_amd64.s).
 //
 //go:noescape
-func mmF32Z5x4(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+func mmF32Z5x4(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
 
 // mmF32Z5x5: 5 row(s) of x by 5 panel(s) of float32 weights, 5 of the
 // 5 weight vectors of an input in registers (simd_avx512fma_amd64.s).
 //
 //go:noescape
-func mmF32Z5x5(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+func mmF32Z5x5(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
 
 // mmF32Z6x1: 6 row(s) of x by 1 panel(s) of float32 weights, 1 of the
 // 1 weight vectors of an input in registers (simd_avx512fma_amd64.s).
 //
 //go:noescape
-func mmF32Z6x1(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+func mmF32Z6x1(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
 
 // mmF32Z6x2: 6 row(s) of x by 2 panel(s) of float32 weights, 2 of the
 // 2 weight vectors of an input in registers (simd_avx512fma_amd64.s).
 //
 //go:noescape
-func mmF32Z6x2(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+func mmF32Z6x2(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
 
 // mmF32Z6x3: 6 row(s) of x by 3 panel(s) of float32 weights, 3 of the
 // 3 weight vectors of an input in registers (simd_avx512fma_amd64.s).
 //
 //go:noescape
-func mmF32Z6x3(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+func mmF32Z6x3(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
 
 // mmF32Z6x4: 6 row(s) of x by 4 panel(s) of float32 weights, 4 of the
 // 4 weight vectors of an input in registers (simd_avx512fma_amd64.s).
 //
 //go:noescape
-func mmF32Z6x4(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+func mmF32Z6x4(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
 
 // mmF32Z7x1: 7 row(s) of x by 1 panel(s) of float32 weights, 1 of the
 // 1 weight vectors of an input in registers (simd_avx512fma_amd64.s).
 //
 //go:noescape
-func mmF32Z7x1(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+func mmF32Z7x1(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
 
 // mmF32Z7x2: 7 row(s) of x by 2 panel(s) of float32 weights, 2 of the
 // 2 weight vectors of an input in registers (simd_avx512fma_amd64.s).
 //
 //go:noescape
-func mmF32Z7x2(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+func mmF32Z7x2(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
 
 // mmF32Z7x3: 7 row(s) of x by 3 panel(s) of float32 weights, 3 of the
 // 3 weight vectors of an input in registers (simd_avx512fma_amd64.s).
 //
 //go:noescape
-func mmF32Z7x3(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
-
-// mmF32Z7x4: 7 row(s) of x by 4 panel(s) of float32 weights, 4 of the
-// 3 weight vectors of an input in registers (simd_avx512fma_amd64.s).
-//
-//go:noescape
-func mmF32Z7x4(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+func mmF32Z7x3(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
 
 // mmF32Z8x1: 8 row(s) of x by 1 panel(s) of float32 weights, 1 of the
 // 1 weight vectors of an input in registers (simd_avx512fma_amd64.s).
 //
 //go:noescape
-func mmF32Z8x1(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+func mmF32Z8x1(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
 
 // mmF32Z8x2: 8 row(s) of x by 2 panel(s) of float32 weights, 2 of the
 // 2 weight vectors of an input in registers (simd_avx512fma_amd64.s).
 //
 //go:noescape
-func mmF32Z8x2(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
-
-// mmF32Z8x3: 8 row(s) of x by 3 panel(s) of float32 weights, 3 of the
-// 3 weight vectors of an input in registers (simd_avx512fma_amd64.s).
-//
-//go:noescape
-func mmF32Z8x3(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+func mmF32Z8x2(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
 
 // mmBF16Z1x1: 1 row(s) of x by 1 panel(s) of bfloat16 pair weights
 // (simd_avx512fma_amd64.s).
 //
 //go:noescape
-func mmBF16Z1x1(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+func mmBF16Z1x1(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
 
 // mmBF16Z1x2: 1 row(s) of x by 2 panel(s) of bfloat16 pair weights
 // (simd_avx512fma_amd64.s).
 //
 //go:noescape
-func mmBF16Z1x2(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+func mmBF16Z1x2(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
 
 // mmBF16Z1x3: 1 row(s) of x by 3 panel(s) of bfloat16 pair weights
 // (simd_avx512fma_amd64.s).
 //
 //go:noescape
-func mmBF16Z1x3(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+func mmBF16Z1x3(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
 
 // mmBF16Z1x4: 1 row(s) of x by 4 panel(s) of bfloat16 pair weights
 // (simd_avx512fma_amd64.s).
 //
 //go:noescape
-func mmBF16Z1x4(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+func mmBF16Z1x4(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
 
 // mmBF16Z1x5: 1 row(s) of x by 5 panel(s) of bfloat16 pair weights
 // (simd_avx512fma_amd64.s).
 //
 //go:noescape
-func mmBF16Z1x5(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+func mmBF16Z1x5(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
 
 // mmBF16Z1x6: 1 row(s) of x by 6 panel(s) of bfloat16 pair weights
 // (simd_avx512fma_amd64.s).
 //
 //go:noescape
-func mmBF16Z1x6(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+func mmBF16Z1x6(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
 
 // mmBF16Z1x7: 1 row(s) of x by 7 panel(s) of bfloat16 pair weights
 // (simd_avx512fma_amd64.s).
 //
 //go:noescape
-func mmBF16Z1x7(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+func mmBF16Z1x7(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
 
 // mmBF16Z1x8: 1 row(s) of x by 8 panel(s) of bfloat16 pair weights
 // (simd_avx512fma_amd64.s).
 //
 //go:noescape
-func mmBF16Z1x8(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+func mmBF16Z1x8(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
 
 // mmBF16Z2x1: 2 row(s) of x by 1 panel(s) of bfloat16 pair weights
 // (simd_avx512fma_amd64.s).
 //
 //go:noescape
-func mmBF16Z2x1(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+func mmBF16Z2x1(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
 
 // mmBF16Z2x2: 2 row(s) of x by 2 panel(s) of bfloat16 pair weights
 // (simd_avx512fma_amd64.s).
 //
 //go:noescape
-func mmBF16Z2x2(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+func mmBF16Z2x2(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
 
 // mmBF16Z2x3: 2 row(s) of x by 3 panel(s) of bfloat16 pair weights
 // (simd_avx512fma_amd64.s).
 //
 //go:noescape
-func mmBF16Z2x3(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+func mmBF16Z2x3(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
 
 // mmBF16Z2x4: 2 row(s) of x by 4 panel(s) of bfloat16 pair weights
 // (simd_avx512fma_amd64.s).
 //
 //go:noescape
-func mmBF16Z2x4(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+func mmBF16Z2x4(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
 
 // mmBF16Z2x5: 2 row(s) of x by 5 panel(s) of bfloat16 pair weights
 // (simd_avx512fma_amd64.s).
 //
 //go:noescape
-func mmBF16Z2x5(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+func mmBF16Z2x5(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
 
 // mmBF16Z2x6: 2 row(s) of x by 6 panel(s) of bfloat16 pair weights
 // (simd_avx512fma_amd64.s).
 //
 //go:noescape
-func mmBF16Z2x6(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+func mmBF16Z2x6(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
 
 // mmBF16Z2x7: 2 row(s) of x by 7 panel(s) of bfloat16 pair weights
 // (simd_avx512fma_amd64.s).
 //
 //go:noescape
-func mmBF16Z2x7(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+func mmBF16Z2x7(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
 
 // mmBF16Z2x8: 2 row(s) of x by 8 panel(s) of bfloat16 pair weights
 // (simd_avx512fma_amd64.s).
 //
 //go:noescape
-func mmBF16Z2x8(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+func mmBF16Z2x8(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
 
 // mmBF16Z3x1: 3 row(s) of x by 1 panel(s) of bfloat16 pair weights
 // (simd_avx512fma_amd64.s).
 //
 //go:noescape
-func mmBF16Z3x1(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+func mmBF16Z3x1(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
 
 // mmBF16Z3x2: 3 row(s) of x by 2 panel(s) of bfloat16 pair weights
 // (simd_avx512fma_amd64.s).
 //
 //go:noescape
-func mmBF16Z3x2(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+func mmBF16Z3x2(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
 
 // mmBF16Z3x3: 3 row(s) of x by 3 panel(s) of bfloat16 pair weights
 // (simd_avx512fma_amd64.s).
 //
 //go:noescape
-func mmBF16Z3x3(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+func mmBF16Z3x3(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
 
 // mmBF16Z3x4: 3 row(s) of x by 4 panel(s) of bfloat16 pair weights
 // (simd_avx512fma_amd64.s).
 //
 //go:noescape
-func mmBF16Z3x4(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+func mmBF16Z3x4(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
 
 // mmBF16Z3x5: 3 row(s) of x by 5 panel(s) of bfloat16 pair weights
 // (simd_avx512fma_amd64.s).
 //
 //go:noescape
-func mmBF16Z3x5(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+func mmBF16Z3x5(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
 
 // mmBF16Z3x6: 3 row(s) of x by 6 panel(s) of bfloat16 pair weights
 // (simd_avx512fma_amd64.s).
 //
 //go:noescape
-func mmBF16Z3x6(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+func mmBF16Z3x6(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
 
 // mmBF16Z3x7: 3 row(s) of x by 7 panel(s) of bfloat16 pair weights
 // (simd_avx512fma_amd64.s).
 //
 //go:noescape
-func mmBF16Z3x7(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+func mmBF16Z3x7(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
 
 // mmBF16Z4x1: 4 row(s) of x by 1 panel(s) of bfloat16 pair weights
 // (simd_avx512fma_amd64.s).
 //
 //go:noescape
-func mmBF16Z4x1(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+func mmBF16Z4x1(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
 
 // mmBF16Z4x2: 4 row(s) of x by 2 panel(s) of bfloat16 pair weights
 // (simd_avx512fma_amd64.s).
 //
 //go:noescape
-func mmBF16Z4x2(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+func mmBF16Z4x2(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
 
 // mmBF16Z4x3: 4 row(s) of x by 3 panel(s) of bfloat16 pair weights
 // (simd_avx512fma_amd64.s).
 //
 //go:noescape
-func mmBF16Z4x3(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+func mmBF16Z4x3(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
 
 // mmBF16Z4x4: 4 row(s) of x by 4 panel(s) of bfloat16 pair weights
 // (simd_avx512fma_amd64.s).
 //
 //go:noescape
-func mmBF16Z4x4(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+func mmBF16Z4x4(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
 
 // mmBF16Z4x5: 4 row(s) of x by 5 panel(s) of bfloat16 pair weights
 // (simd_avx512fma_amd64.s).
 //
 //go:noescape
-func mmBF16Z4x5(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+func mmBF16Z4x5(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
 
 // mmBF16Z4x6: 4 row(s) of x by 6 panel(s) of bfloat16 pair weights
 // (simd_avx512fma_amd64.s).
 //
 //go:noescape
-func mmBF16Z4x6(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+func mmBF16Z4x6(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
 
 // mmBF16Z5x1: 5 row(s) of x by 1 panel(s) of bfloat16 pair weights
 // (simd_avx512fma_amd64.s).
 //
 //go:noescape
-func mmBF16Z5x1(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+func mmBF16Z5x1(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
 
 // mmBF16Z5x2: 5 row(s) of x by 2 panel(s) of bfloat16 pair weights
 // (simd_avx512fma_amd64.s).
 //
 //go:noescape
-func mmBF16Z5x2(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+func mmBF16Z5x2(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
 
 // mmBF16Z5x3: 5 row(s) of x by 3 panel(s) of bfloat16 pair weights
 // (simd_avx512fma_amd64.s).
 //
 //go:noescape
-func mmBF16Z5x3(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+func mmBF16Z5x3(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
 
 // mmBF16Z5x4: 5 row(s) of x by 4 panel(s) of bfloat16 pair weights
 // (simd_avx512fma_amd64.s).
 //
 //go:noescape
-func mmBF16Z5x4(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+func mmBF16Z5x4(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
 
 // mmBF16Z5x5: 5 row(s) of x by 5 panel(s) of bfloat16 pair weights
 // (simd_avx512fma_amd64.s).
 //
 //go:noescape
-func mmBF16Z5x5(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+func mmBF16Z5x5(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
 
 // mmBF16Z6x1: 6 row(s) of x by 1 panel(s) of bfloat16 pair weights
 // (simd_avx512fma_amd64.s).
 //
 //go:noescape
-func mmBF16Z6x1(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+func mmBF16Z6x1(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
 
 // mmBF16Z6x2: 6 row(s) of x by 2 panel(s) of bfloat16 pair weights
 // (simd_avx512fma_amd64.s).
 //
 //go:noescape
-func mmBF16Z6x2(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+func mmBF16Z6x2(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
 
 // mmBF16Z6x3: 6 row(s) of x by 3 panel(s) of bfloat16 pair weights
 // (simd_avx512fma_amd64.s).
 //
 //go:noescape
-func mmBF16Z6x3(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+func mmBF16Z6x3(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
 
 // mmBF16Z6x4: 6 row(s) of x by 4 panel(s) of bfloat16 pair weights
 // (simd_avx512fma_amd64.s).
 //
 //go:noescape
-func mmBF16Z6x4(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+func mmBF16Z6x4(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
 
 // mmBF16Z7x1: 7 row(s) of x by 1 panel(s) of bfloat16 pair weights
 // (simd_avx512fma_amd64.s).
 //
 //go:noescape
-func mmBF16Z7x1(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+func mmBF16Z7x1(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
 
 // mmBF16Z7x2: 7 row(s) of x by 2 panel(s) of bfloat16 pair weights
 // (simd_avx512fma_amd64.s).
 //
 //go:noescape
-func mmBF16Z7x2(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+func mmBF16Z7x2(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
 
 // mmBF16Z7x3: 7 row(s) of x by 3 panel(s) of bfloat16 pair weights
 // (simd_avx512fma_amd64.s).
 //
 //go:noescape
-func mmBF16Z7x3(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+func mmBF16Z7x3(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
 
 // mmBF16Z8x1: 8 row(s) of x by 1 panel(s) of bfloat16 pair weights
 // (simd_avx512fma_amd64.s).
 //
 //go:noescape
-func mmBF16Z8x1(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+func mmBF16Z8x1(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
 
 // mmBF16Z8x2: 8 row(s) of x by 2 panel(s) of bfloat16 pair weights
 // (simd_avx512fma_amd64.s).
 //
 //go:noescape
-func mmBF16Z8x2(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
-
-// mmBF16Z8x3: 8 row(s) of x by 3 panel(s) of bfloat16 pair weights
-// (simd_avx512fma_amd64.s).
-//
-//go:noescape
-func mmBF16Z8x3(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int)
+func mmBF16Z8x2(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
