@@ -635,18 +635,19 @@ func runRoPE(c *rcall, lo, hi int, k *kctx) {
 		k.rope = make([]float32, pairs)
 	}
 	freq := k.rope[:pairs]
-	rotate := rotateHead
+	halves := false
 	if c.op == accel.OpRoPETable {
 		copyF32(freq, c.o[3].f32()[:pairs])
-		if accel.RoPELayout(c.i[1]) == accel.RoPEHalves {
-			rotate = rotateHalves
-		}
+		halves = accel.RoPELayout(c.i[1]) == accel.RoPEHalves
 	} else {
 		theta := c.f[0]
 		for i := 0; i < pairs; i++ {
 			freq[i] = accel.RoPEFreq(2*i, hd, theta)
 		}
 	}
+	// The vector rotations take runs of whole heads of an even size.
+	vk := simdOps()
+	vecOK := vk != nil && 2*pairs == hd
 	ac := &k.ropeCS
 	ac.use(freq, T)
 	sp := span{lo: lo, hi: hi, T: T, H: ropeUnitHeads(c), tm: rowSplit(T)}
@@ -655,15 +656,27 @@ func runRoPE(c *rcall, lo, hi int, k *kctx) {
 		if !ok {
 			break
 		}
-		fcr, fci := ac.angles(t, pos[t], freq)
+		e := ac.angles(t, pos[t], freq)
 		qr, kr := q[t*qc:(t+1)*qc], kk[t*kc:(t+1)*kc]
-		for h := h0; h < h1; h++ {
-			if h < nq {
-				rotate(qr[h*hd:(h+1)*hd], fcr, fci)
-			}
-			if h%group == 0 && h/group < nk {
-				g := h / group
-				rotate(kr[g*hd:(g+1)*hd], fcr, fci)
+		// The query heads [h0, h1) and the key heads they own (g with
+		// g*group in [h0, h1)), each a run of whole heads.
+		q0, q1 := min(h0, nq), min(h1, nq)
+		g0, g1 := min((h0+group-1)/group, nk), min((h1+group-1)/group, nk)
+		for _, run := range [2][]float32{qr[q0*hd : q1*hd], kr[g0*hd : g1*hd]} {
+			switch {
+			case len(run) == 0:
+			case vecOK && halves && vk.ropeHalves != nil:
+				vk.ropeHalves(run, e.cos, e.sin)
+			case vecOK && !halves && vk.ropePairs != nil:
+				vk.ropePairs(run, e.cos2, e.sin2)
+			default:
+				for o := 0; o < len(run); o += hd {
+					if halves {
+						rotateHalves(run[o:o+hd], e.cos, e.sin)
+					} else {
+						rotateHead(run[o:o+hd], e.cos, e.sin)
+					}
+				}
 			}
 		}
 	}
@@ -678,8 +691,13 @@ func runRoPE(c *rcall, lo, hi int, k *kctx) {
 type ropeAngles struct {
 	freq []float32 // the frequencies the entries are for
 	pos  []int64   // per token: the position of its entry (noAngles: none)
-	cs   []float32 // per token: 2*len(freq) values
+	cs   []float32 // per token: 6*len(freq) values (ropeEntry)
 }
+
+// ropeEntry is a token's angles: per pair i, cos[i] and sin[i], and the
+// same laid out for the vector rotation of adjacent pairs (vecOps.ropePairs):
+// cos2[2i] = cos2[2i+1] = cos[i], sin2[2i] = -sin[i], sin2[2i+1] = sin[i].
+type ropeEntry struct{ cos, sin, cos2, sin2 []float32 }
 
 const noAngles = math.MinInt64
 
@@ -696,7 +714,7 @@ func (a *ropeAngles) use(freq []float32, T int) {
 	for len(a.pos) < T {
 		a.pos = append(a.pos, noAngles)
 	}
-	if need := len(a.pos) * 2 * len(freq); cap(a.cs) < need {
+	if need := len(a.pos) * 6 * len(freq); cap(a.cs) < need {
 		a.cs, same = make([]float32, need), false
 	} else {
 		a.cs = a.cs[:need]
@@ -708,23 +726,25 @@ func (a *ropeAngles) use(freq []float32, T int) {
 	}
 }
 
-// angles is token t's cos and sin at position p, computed where its entry
-// is for another position.
-func (a *ropeAngles) angles(t int, p int32, freq []float32) (fcr, fci []float32) {
+// angles is token t's entry at position p, computed where it is for
+// another position.
+func (a *ropeAngles) angles(t int, p int32, freq []float32) ropeEntry {
 	n := len(freq)
-	e := a.cs[t*2*n : (t+1)*2*n]
-	fcr, fci = e[:n], e[n:]
+	b := a.cs[t*6*n : (t+1)*6*n]
+	e := ropeEntry{cos: b[:n], sin: b[n : 2*n], cos2: b[2*n : 4*n], sin2: b[4*n:]}
 	if a.pos[t] == int64(p) {
-		return fcr, fci
+		return e
 	}
 	pf := float32(p)
 	for i := 0; i < n; i++ {
 		val := pf * freq[i]
-		fcr[i] = float32(math.Cos(float64(val)))
-		fci[i] = float32(math.Sin(float64(val)))
+		cr, ci := float32(math.Cos(float64(val))), float32(math.Sin(float64(val)))
+		e.cos[i], e.sin[i] = cr, ci
+		e.cos2[2*i], e.cos2[2*i+1] = cr, cr
+		e.sin2[2*i], e.sin2[2*i+1] = -ci, ci
 	}
 	a.pos[t] = int64(p)
-	return fcr, fci
+	return e
 }
 
 //go:norace

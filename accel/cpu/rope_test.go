@@ -73,3 +73,58 @@ func TestRoPEAnglesReused(t *testing.T) {
 		})
 	}
 }
+
+// TestRoPEVecPlain: runRoPE on each vector set gives the plain-Go
+// rotations' bits, for interleaved pairs (OpRoPE) and halves (OpRoPETable),
+// grouped and ungrouped key heads, head-major and token-major units, in
+// pieces that cut heads' runs anywhere.
+func TestRoPEVecPlain(t *testing.T) {
+	needVec(t)
+	old := vec.Load()
+	defer vec.Store(old)
+	r := rand.New(rand.NewPCG(7, 8))
+	for _, sh := range []struct{ hd, nq, nk, T int }{
+		{64, 8, 2, 5}, {64, 8, 8, 20}, {16, 4, 1, 17}, {128, 4, 4, 3}, {72, 6, 2, 16}, {6, 3, 3, 2}, {64, 2, 4, 4},
+	} {
+		for _, halves := range []bool{false, true} {
+			t.Run(fmt.Sprintf("hd%d/q%d/k%d/T%d/halves=%v", sh.hd, sh.nq, sh.nk, sh.T, halves), func(t *testing.T) {
+				q := specialF32(r, sh.T*sh.nq*sh.hd, 2)
+				kk := specialF32(r, sh.T*sh.nk*sh.hd, 2)
+				pos := make([]int32, sh.T)
+				for j := range pos {
+					pos[j] = int32(r.IntN(5000))
+				}
+				call := func() *rcall {
+					c := ropeCall(q, kk, pos, sh.T, sh.hd, sh.nq, sh.nk, 10000)
+					if halves {
+						freq := make([]float32, sh.hd/2)
+						for i := range freq {
+							freq[i] = accel.RoPEFreq(2*i, sh.hd, 500000)
+						}
+						c.op = accel.OpRoPETable
+						c.o[3] = operand{b: accel.F32Bytes(freq), rows: 1, cols: len(freq), dt: accel.F32}
+						c.i[1] = int(accel.RoPEHalves)
+					}
+					return c
+				}
+				want := call()
+				n, _ := unitsRoPE(want)
+				vec.Store(nil)
+				runRoPE(want, 0, n, &kctx{})
+				for _, vk := range vecSets() {
+					vec.Store(vk)
+					got := call()
+					k := &kctx{}
+					for _, cut := range [][2]int{{0, n / 3}, {n / 3, 2 * n / 3}, {2 * n / 3, n}} {
+						runRoPE(got, cut[0], cut[1], k)
+					}
+					for o := 0; o < 2; o++ {
+						if j, ok := bitsEqual(got.o[o].f32(), want.o[o].f32()); !ok {
+							t.Fatalf("%s: operand %d element %d: %g, plain Go %g", vk.name, o, j, got.o[o].f32()[j], want.o[o].f32()[j])
+						}
+					}
+				}
+			})
+		}
+	}
+}

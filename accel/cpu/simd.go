@@ -89,6 +89,13 @@ type vecOps struct {
 	div func(x []float32, s float32)
 	// silu sets out[i] = silu(a[i]) * b[i].
 	silu func(out, a, b []float32)
+	// ropePairs rotates each head of v (len(v) a multiple of the head
+	// size len(cos2)) as rotateHead does, from the interleaved angles of
+	// ropeEntry; ropeHalves as rotateHalves does (heads of 2*len(cos)).
+	// Each product is rounded before the add, as there: the same bits.
+	// nil where the set has none.
+	ropePairs  func(v, cos2, sin2 []float32)
+	ropeHalves func(v, cos, sin []float32)
 	// scores sets att[p] = (q · k_p) / scale for every p < len(att),
 	// k_p = kc[offs[p]:][:len(q)], each a sequential dot product; len(q)
 	// a multiple of 8; maxOff is the largest of offs; qb is scratch of

@@ -50,25 +50,27 @@ func avx512Ops() *vecOps {
 	return &vecOps{
 		name: "avx512",
 		// Go assembly (gen_avx512fma.go).
-		f32:      avx512F32Kernels,
-		bf16:     avx512BF16Kernels,
-		blocks:   mmBlocks{f32: [2]int{6, 4}, bf16: [2]int{6, 4}, f32Row: [2]int{1, 4}, bf16Row: [2]int{1, 4}},
-		scale:    vScaleGo,
-		expShift: vExpShiftGo,
-		div:      vDivGo,
-		silu:     vSiLUGo,
-		scores:   vScoresGo,
-		av:       vAttnAVGo,
-		scoresT:  vScoresT16Go,
-		scoresT2: vScoresT16x2Go,
-		avRows:   vAVRows16Go,
-		keysT8:   vKeysT8Go,
-		attn8:    attn8Go,
-		attnDec:  attnDec512,
-		sum:      vSumGo,
-		max:      vMaxGo,
-		rowSums4: vRowSums4Go,
-		quant:    avx512Quant(),
+		f32:        avx512F32Kernels,
+		bf16:       avx512BF16Kernels,
+		blocks:     mmBlocks{f32: [2]int{6, 4}, bf16: [2]int{6, 4}, f32Row: [2]int{1, 4}, bf16Row: [2]int{1, 4}},
+		scale:      vScaleGo,
+		expShift:   vExpShiftGo,
+		div:        vDivGo,
+		silu:       vSiLUGo,
+		ropePairs:  vRoPEPairs,
+		ropeHalves: vRoPEHalves,
+		scores:     vScoresGo,
+		av:         vAttnAVGo,
+		scoresT:    vScoresT16Go,
+		scoresT2:   vScoresT16x2Go,
+		avRows:     vAVRows16Go,
+		keysT8:     vKeysT8Go,
+		attn8:      attn8Go,
+		attnDec:    attnDec512,
+		sum:        vSumGo,
+		max:        vMaxGo,
+		rowSums4:   vRowSums4Go,
+		quant:      avx512Quant(),
 	}
 }
 
@@ -106,6 +108,65 @@ func vScale(out, x, w []float32, s float32) {
 		xv := archsimd.LoadFloat32x16SlicePart(x[i:])
 		wv := archsimd.LoadFloat32x16SlicePart(w[i:])
 		wv.Mul(sv.Mul(xv)).StoreSlicePart(out[i:])
+	}
+	archsimd.ClearAVXUpperBits()
+}
+
+// vRoPEPairs is vecOps.ropePairs: per 16 lanes of a head, v·cos2 plus
+// v's pairs swapped times sin2, each product rounded, so that lane 2i is
+// v[2i]·cos − v[2i+1]·sin (x + (−y) is x − y exactly) and lane 2i+1 is
+// v[2i+1]·cos + v[2i]·sin, rotateHead's values.
+//
+//go:noinline
+//go:norace
+//go:nocheckptr
+func vRoPEPairs(v, cos2, sin2 []float32) {
+	hd := len(cos2)
+	sin2 = sin2[:hd]
+	for o := 0; o+hd <= len(v); o += hd {
+		h := v[o : o+hd]
+		i := 0
+		for ; i+16 <= hd; i += 16 {
+			x := archsimd.LoadFloat32x16Slice(h[i:])
+			sw := x.AsInt32x16().PermuteScalarsGrouped(1, 0, 3, 2).AsFloat32x16()
+			c := archsimd.LoadFloat32x16Slice(cos2[i:])
+			s := archsimd.LoadFloat32x16Slice(sin2[i:])
+			x.Mul(c).Add(sw.Mul(s)).StoreSlice(h[i:])
+		}
+		if i < hd {
+			x := archsimd.LoadFloat32x16SlicePart(h[i:])
+			sw := x.AsInt32x16().PermuteScalarsGrouped(1, 0, 3, 2).AsFloat32x16()
+			c := archsimd.LoadFloat32x16SlicePart(cos2[i:])
+			s := archsimd.LoadFloat32x16SlicePart(sin2[i:])
+			x.Mul(c).Add(sw.Mul(s)).StoreSlicePart(h[i:])
+		}
+	}
+	archsimd.ClearAVXUpperBits()
+}
+
+// vRoPEHalves is vecOps.ropeHalves: rotateHalves on 16 pairs at a time.
+//
+//go:noinline
+//go:norace
+//go:nocheckptr
+func vRoPEHalves(v, cos, sin []float32) {
+	n := len(cos)
+	sin = sin[:n]
+	for o := 0; o+2*n <= len(v); o += 2 * n {
+		a, b := v[o:o+n], v[o+n:o+2*n]
+		i := 0
+		for ; i+16 <= n; i += 16 {
+			x, y := archsimd.LoadFloat32x16Slice(a[i:]), archsimd.LoadFloat32x16Slice(b[i:])
+			c, s := archsimd.LoadFloat32x16Slice(cos[i:]), archsimd.LoadFloat32x16Slice(sin[i:])
+			x.Mul(c).Sub(y.Mul(s)).StoreSlice(a[i:])
+			x.Mul(s).Add(y.Mul(c)).StoreSlice(b[i:])
+		}
+		if i < n {
+			x, y := archsimd.LoadFloat32x16SlicePart(a[i:]), archsimd.LoadFloat32x16SlicePart(b[i:])
+			c, s := archsimd.LoadFloat32x16SlicePart(cos[i:]), archsimd.LoadFloat32x16SlicePart(sin[i:])
+			x.Mul(c).Sub(y.Mul(s)).StoreSlicePart(a[i:])
+			x.Mul(s).Add(y.Mul(c)).StoreSlicePart(b[i:])
+		}
 	}
 	archsimd.ClearAVXUpperBits()
 }

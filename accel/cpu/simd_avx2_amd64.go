@@ -43,19 +43,21 @@ func avx2Ops() *vecOps {
 		bf16: avx2BF16Kernels,
 		// float32: 12 accumulators in assembly (gen_avx2fma.go); bf16: the
 		// largest blocks that fit in the compiler's registers (gen_avx2mm.go).
-		blocks:   mmBlocks{f32: [2]int{3, 2}, bf16: [2]int{2, 1}, f32Row: [2]int{1, 3}, bf16Row: [2]int{1, 2}},
-		scale:    vScale8Go,
-		expShift: vExpShift8Go,
-		div:      vDiv8,
-		silu:     vSiLU8Go,
-		scores:   vScoresGo,
-		av:       vAttnAV8Go,
-		scoresT:  vScoresT8Go,
-		avRows:   vAVRows8Go,
-		keysT8:   vKeysT8Go,
-		sum:      vSum8Go,
-		max:      vMax8Go,
-		rowSums4: vRowSums4Go,
+		blocks:     mmBlocks{f32: [2]int{3, 2}, bf16: [2]int{2, 1}, f32Row: [2]int{1, 3}, bf16Row: [2]int{1, 2}},
+		scale:      vScale8Go,
+		expShift:   vExpShift8Go,
+		div:        vDiv8,
+		silu:       vSiLU8Go,
+		ropePairs:  vRoPEPairs8,
+		ropeHalves: vRoPEHalves8,
+		scores:     vScoresGo,
+		av:         vAttnAV8Go,
+		scoresT:    vScoresT8Go,
+		avRows:     vAVRows8Go,
+		keysT8:     vKeysT8Go,
+		sum:        vSum8Go,
+		max:        vMax8Go,
+		rowSums4:   vRowSums4Go,
 	}
 }
 
@@ -659,6 +661,62 @@ func vKeysT8(dst unsafe.Pointer, ds uintptr, kc unsafe.Pointer, o []int, hd int)
 		a1.Select128FromPair(1, 3, b1).Store((*[8]float32)(unsafe.Add(d, 5*ds)))
 		a2.Select128FromPair(1, 3, b2).Store((*[8]float32)(unsafe.Add(d, 6*ds)))
 		a3.Select128FromPair(1, 3, b3).Store((*[8]float32)(unsafe.Add(d, 7*ds)))
+	}
+	archsimd.ClearAVXUpperBits()
+}
+
+// vRoPEPairs8 is vRoPEPairs (simd_amd64.go) on 8 lanes.
+//
+//go:noinline
+//go:norace
+//go:nocheckptr
+func vRoPEPairs8(v, cos2, sin2 []float32) {
+	hd := len(cos2)
+	sin2 = sin2[:hd]
+	for o := 0; o+hd <= len(v); o += hd {
+		h := v[o : o+hd]
+		i := 0
+		for ; i+8 <= hd; i += 8 {
+			x := archsimd.LoadFloat32x8Slice(h[i:])
+			sw := x.AsInt32x8().PermuteScalarsGrouped(1, 0, 3, 2).AsFloat32x8()
+			c := archsimd.LoadFloat32x8Slice(cos2[i:])
+			s := archsimd.LoadFloat32x8Slice(sin2[i:])
+			x.Mul(c).Add(sw.Mul(s)).StoreSlice(h[i:])
+		}
+		if i < hd {
+			x := archsimd.LoadFloat32x8SlicePart(h[i:])
+			sw := x.AsInt32x8().PermuteScalarsGrouped(1, 0, 3, 2).AsFloat32x8()
+			c := archsimd.LoadFloat32x8SlicePart(cos2[i:])
+			s := archsimd.LoadFloat32x8SlicePart(sin2[i:])
+			x.Mul(c).Add(sw.Mul(s)).StoreSlicePart(h[i:])
+		}
+	}
+	archsimd.ClearAVXUpperBits()
+}
+
+// vRoPEHalves8 is vRoPEHalves (simd_amd64.go) on 8 lanes.
+//
+//go:noinline
+//go:norace
+//go:nocheckptr
+func vRoPEHalves8(v, cos, sin []float32) {
+	n := len(cos)
+	sin = sin[:n]
+	for o := 0; o+2*n <= len(v); o += 2 * n {
+		a, b := v[o:o+n], v[o+n:o+2*n]
+		i := 0
+		for ; i+8 <= n; i += 8 {
+			x, y := archsimd.LoadFloat32x8Slice(a[i:]), archsimd.LoadFloat32x8Slice(b[i:])
+			c, s := archsimd.LoadFloat32x8Slice(cos[i:]), archsimd.LoadFloat32x8Slice(sin[i:])
+			x.Mul(c).Sub(y.Mul(s)).StoreSlice(a[i:])
+			x.Mul(s).Add(y.Mul(c)).StoreSlice(b[i:])
+		}
+		if i < n {
+			x, y := archsimd.LoadFloat32x8SlicePart(a[i:]), archsimd.LoadFloat32x8SlicePart(b[i:])
+			c, s := archsimd.LoadFloat32x8SlicePart(cos[i:]), archsimd.LoadFloat32x8SlicePart(sin[i:])
+			x.Mul(c).Sub(y.Mul(s)).StoreSlicePart(a[i:])
+			x.Mul(s).Add(y.Mul(c)).StoreSlicePart(b[i:])
+		}
 	}
 	archsimd.ClearAVXUpperBits()
 }

@@ -436,3 +436,52 @@ func testVecAttention(t *testing.T, vk *vecOps) {
 		}
 	}
 }
+
+// TestVecRoPE: each set's rotations of runs of heads give rotateHead's and
+// rotateHalves's bits, for head sizes that are and are not whole vectors,
+// on special values (zeros of both signs, subnormals, large numbers) at
+// the angles of positions near and far.
+func TestVecRoPE(t *testing.T) { eachVecSet(t, testVecRoPE) }
+
+func testVecRoPE(t *testing.T, vk *vecOps) {
+	if vk.ropePairs == nil || vk.ropeHalves == nil {
+		t.Skip("the set has no vector rotations")
+	}
+	r := rand.New(rand.NewPCG(61, 62))
+	for _, hd := range []int{2, 6, 8, 14, 16, 24, 32, 64, 72, 128, 136} {
+		pairs := hd / 2
+		freq := make([]float32, pairs)
+		for i := range freq {
+			freq[i] = accel.RoPEFreq(2*i, hd, 10000)
+		}
+		var a ropeAngles
+		a.use(freq, 1)
+		for _, p := range []int32{0, 1, 7, 4095, 131071} {
+			e := a.angles(0, p, freq)
+			for _, heads := range []int{1, 3} {
+				v := specialF32(r, heads*hd, 2)
+				for _, tc := range []struct {
+					name   string
+					vec    func(v []float32)
+					scalar func(v []float32)
+				}{
+					{"pairs", func(v []float32) { vk.ropePairs(v, e.cos2, e.sin2) }, func(v []float32) { rotateHead(v, e.cos, e.sin) }},
+					{"halves", func(v []float32) { vk.ropeHalves(v, e.cos, e.sin) }, func(v []float32) { rotateHalves(v, e.cos, e.sin) }},
+				} {
+					got := append([]float32(nil), v...)
+					tc.vec(got)
+					want := append([]float32(nil), v...)
+					for o := 0; o < len(want); o += hd {
+						tc.scalar(want[o : o+hd])
+					}
+					for i := range want {
+						if !sameBits32(got[i], want[i]) {
+							t.Fatalf("%s hd=%d heads=%d pos=%d: [%d] = %v (%#x), want %v (%#x) from %v",
+								tc.name, hd, heads, p, i, got[i], math.Float32bits(got[i]), want[i], math.Float32bits(want[i]), v[i])
+						}
+					}
+				}
+			}
+		}
+	}
+}
