@@ -124,9 +124,8 @@ func genAsm(a func(string, ...any), name string, R, P, nw int) {
 	}
 	a("\tTESTQ R9, R9\n\tJLE %s_store\n", name)
 	// The loop twice: first the one that prefetches, with each input, the
-	// line R13 bytes past the first panel's current one, then the one
-	// taken when pf is 0 (mmKernel, simd.go), which spends no load slot
-	// on it.
+	// line at R13 (pf) and moves R13 32 bytes on, then the one taken when
+	// pf is 0 (mmKernel, simd.go), which spends no load slot on it.
 	body := func() {
 		mem := func(k int) string {
 			q, h := k/2, k%2
@@ -159,7 +158,7 @@ func genAsm(a func(string, ...any), name string, R, P, nw int) {
 	}
 	a("\tTESTQ R13, R13\n\tJZ %s_loop\n", name)
 	a("%s_pfloop:\n", name)
-	a("\tPREFETCHT1 (SI)(R13*1)\n")
+	a("\tPREFETCHT1 (R13)\n\tADDQ $32, R13\n")
 	body()
 	a("\tDECQ R9\n\tJNZ %s_pfloop\n\tJMP %s_store\n", name, name)
 	a("%s_loop:\n", name)

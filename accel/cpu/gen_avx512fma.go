@@ -216,7 +216,7 @@ func genBF16(a func(string, ...any), name string, R, P int) {
 	}
 	a("\tSHRQ $1, AX\n")
 	a("\tJZ %s_odd\n", name)
-	loops(a, name, wr[0], ptrRegs[R+P], "odd", func() {
+	loops(a, name, ptrRegs[R+P], "odd", func() {
 		half(false)
 		half(true)
 		for r := 0; r < R; r++ {
@@ -242,7 +242,7 @@ func genAsm(a func(string, ...any), name string, R, P, nw int) {
 		a("\tVPXORD Z%d, Z%d, Z%d\n", i, i, i)
 	}
 	a("\tTESTQ AX, AX\n\tJLE %s_store\n", name)
-	loops(a, name, wr[0], ptrRegs[R+P], "store", func() {
+	loops(a, name, ptrRegs[R+P], "store", func() {
 		src := make([]string, P)
 		for q := range src {
 			if q < nw {
@@ -270,14 +270,14 @@ func genAsm(a func(string, ...any), name string, R, P, nw int) {
 
 // loops writes a kernel's input loop twice, each iteration body() and a
 // count down of AX, both going on to label name_next: first the one that
-// prefetches, with each input, the line pf (a register) bytes past the
-// first panel's current one (w0), then the one that does not, taken when
-// pf is 0 (mmKernel, simd.go), so that a block that prefetches nothing
-// spends no load slot on it.
-func loops(a func(string, ...any), name, w0, pf, next string, body func()) {
+// prefetches, with each input, the line at pf (a register) and moves pf
+// 32 bytes on, then the one that does not, taken when pf is 0 (mmKernel,
+// simd.go), so that a block that prefetches nothing spends no load slot
+// on it.
+func loops(a func(string, ...any), name, pf, next string, body func()) {
 	a("\tTESTQ %s, %s\n\tJZ %s_loop\n", pf, pf, name)
 	a("%s_pfloop:\n", name)
-	a("\tPREFETCHT1 (%s)(%s*1)\n", w0, pf)
+	a("\tPREFETCHT1 (%s)\n\tADDQ $32, %s\n", pf, pf)
 	body()
 	a("\tDECQ AX\n\tJNZ %s_pfloop\n", name)
 	a("\tJMP %s_%s\n", name, next)

@@ -67,11 +67,17 @@ func runMatMulPacked(c *rcall, p *packed, lo, hi, t0, t1 int, k *kctx) {
 	}
 	// A group of panels is read from memory by its first block of rows and
 	// from cache by the others. So that the first block does not wait on
-	// memory, each block after it prefetches one panel of the next group
-	// (mmKernel's pf), until that group is all asked for: at 64 rows and
-	// 6-row blocks, the next group's 4 panels arrive during the 10 blocks
-	// left of this one.
-	pfn := lo + P // the next panel to prefetch
+	// memory, each block after it prefetches half a panel of the next
+	// group (mmKernel's pf), until that group is all asked for: at 64 rows
+	// and 6-row blocks, the next group's 4 panels arrive during 8 of the
+	// 10 blocks left of this one. (A whole panel per block asked for them
+	// faster than one core reads memory, and the first blocks still
+	// waited.) Over pfMaxRows rows or more (a prefill) the first block is
+	// too small a part of a group's time to be worth it.
+	pfh := 2 * (lo + P) // the next half panel to prefetch
+	if t1-t0 >= pfMaxRows {
+		pfh = 2 * hi
+	}
 	for pn := lo; pn < full; {
 		np := min(P, full-pn)
 		if rest := full - pn - np; rest > 0 && rest < np-1 {
@@ -80,13 +86,13 @@ func runMatMulPacked(c *rcall, p *packed, lo, hi, t0, t1 int, k *kctx) {
 			np = (full - pn + 1) / 2
 		}
 		wp := p.panel(pn)
-		pfn = max(pfn, pn+np)
+		pfh = max(pfh, 2*(pn+np))
 		for t := t0; t < t1; {
 			nr := min(R, t1-t)
 			var pf uintptr
-			if t > t0 && pfn < min(hi, pn+np+P) {
-				pf = uintptr(pfn-pn) * p.ps
-				pfn++
+			if t > t0 && pfh < 2*min(hi, pn+np+P) {
+				pf = uintptr(wp) + uintptr(pfh-2*pn)*(p.ps/2)
+				pfh++
 			}
 			ks[nr-1][np-1](unsafe.Add(yp, uintptr(t)*ys+uintptr(pn)*panelWidth*4), ys,
 				unsafe.Add(xp, uintptr(t)*xs), xs, wp, p.ps, in, pf)
@@ -108,6 +114,10 @@ func runMatMulPacked(c *rcall, p *packed, lo, hi, t0, t1 int, k *kctx) {
 		}
 	}
 }
+
+// pfMaxRows is the rows of x from which runMatMulPacked prefetches no
+// panels.
+const pfMaxRows = 128
 
 // kernelSpan checks that the operands hold what the packed kernels will
 // touch through raw pointers for output panels [.., hi) of rows [.., t1):

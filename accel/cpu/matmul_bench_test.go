@@ -248,3 +248,45 @@ func BenchmarkMatMulFloor(b *testing.B) {
 	b.ReportMetric(sec*1e6/2, "µs/step-2cores")
 	b.ReportMetric(flops/sec/1e9, "GFLOP/s")
 }
+
+// BenchmarkMatMulCold times the packed float32 kernels at 64 rows (a
+// batch's decode step) on the 110M model's 768x2048 matmul, one thread,
+// with weights that come from memory: a ring of packed copies larger than
+// the last-level cache, one per run ("cold"), against one copy read over
+// and over ("warm"). The gap is what a group's first block of rows waits
+// on memory, which runMatMulPacked's prefetch (mmKernel's pf) hides.
+func BenchmarkMatMulCold(b *testing.B) {
+	if !vecBuilt.hasMM() {
+		b.Skip("no vector matmul kernels in this build or on this CPU")
+	}
+	old := vec.Load()
+	vec.Store(vecBuilt)
+	defer vec.Store(old)
+	r := rand.New(rand.NewPCG(7, 8))
+	const T, in, out = 64, 768, 2048
+	c := benchMatCall(r, accel.F32, T, out, in)
+	// 1.5x the last-level cache (64 MiB where unknown), at most 2 GiB.
+	ring := int64(64 << 20)
+	if llc := LastLevelCache(); llc > 0 {
+		ring = llc + llc/2
+	}
+	n := int(min(ring, 2<<30) / int64(4*in*out))
+	for _, tc := range []struct {
+		name   string
+		copies int
+	}{{"warm", 1}, {"cold", max(n, 2)}} {
+		b.Run(tc.name, func(b *testing.B) {
+			ps := make([]*packed, tc.copies)
+			for i := range ps {
+				ps[i] = packWeights(c.o[2])
+			}
+			k := &kctx{}
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				p := ps[i%len(ps)]
+				runMatMulPacked(c, p, 0, p.panels, 0, T, k)
+			}
+			b.ReportMetric(2*float64(T*in*out)*float64(b.N)/1e9/b.Elapsed().Seconds(), "GFLOP/s")
+		})
+	}
+}

@@ -55,14 +55,13 @@ const EnvSIMD = "REPRISE_CPU_SIMD"
 // times P panels of W (stride ps bytes) over in inputs, into R rows of y
 // (stride ys bytes), 16*P outputs per row.
 //
-// pf asks the assembly kernels to prefetch into L2, with each input, the
-// line pf bytes past the first panel's current one: a panel holds 64 bytes
-// an input (float32) or an input pair (bf16), so over the call that is one
-// whole panel, pf bytes past the first. The caller uses it to bring the
-// next panels in from memory while this block computes (matmul.go); pf 0
-// prefetches lines the kernel reads anyway, which costs a load slot and
-// fetches nothing. The archsimd kernels ignore it. The bits never depend
-// on it.
+// pf, where not 0, is an address the assembly kernels prefetch into L2
+// from, 32 bytes further with each input (float32) or input pair (bf16):
+// a panel holds 64 bytes an input or pair, so over the call that is half a
+// panel's lines. The caller uses it to bring the next panels in from
+// memory while this block computes (matmul.go); a prefetch never faults,
+// and pf 0 runs a loop without it. The archsimd kernels ignore it. The
+// bits never depend on it.
 type mmKernel func(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
 
 // mmBlocks are the register blocks (R rows of x, P panels) a kernel set's
