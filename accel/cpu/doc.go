@@ -49,7 +49,10 @@
 // transposed, so one vector load holds the 16 outputs' weights for one input
 // and each lane of the kernel is one output's sequential sum, exactly the
 // reference's (bf16: pairs of inputs interleaved, widened by one shift or one
-// and). The packed copy is made at a matrix's first MatMul or by
+// and). The float32 and bf16 kernels walk a group of panels over every row
+// block; under 128 rows each block after a group's first prefetches into
+// L2 half a panel of the next group, so that its first block does not wait
+// on memory (matmul.go; BenchmarkMatMulCold). The packed copy is made at a matrix's first MatMul or by
 // PackWeights, cached per (segment, offset, shape, dtype), charged to the
 // arena, and dropped before any write to its bytes lands (pack.go). On
 // Linux, where transparent huge pages are "always" or "madvise", packs of
