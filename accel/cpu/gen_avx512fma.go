@@ -62,10 +62,11 @@ func shapes(bf16 bool) (s [][2]int) {
 	return
 }
 
-// ptrRegs hold the row pointers of x and the panel pointers of w (ABI0: any
-// general register but SP, BP, R14 (g for the wrapper) and R15 (dynamic
-// linking) is free); AX counts the inputs, and y's pointer and stride are
-// read from the frame after the loop, when these are free again.
+// ptrRegs hold the row pointers of x, the panel pointers of w and, after
+// them (ptrRegs[R+P]), the prefetch address pf (ABI0: any general register
+// but SP, BP, R14 (g for the wrapper) and R15 (dynamic linking) is free);
+// AX counts the inputs, and y's pointer and stride are read from the frame
+// after the loop, when these are free again.
 var ptrRegs = []string{"CX", "DX", "SI", "DI", "R8", "R9", "R10", "R11", "R12", "R13", "BX"}
 
 func main() {

@@ -685,9 +685,9 @@ func runRoPE(c *rcall, lo, hi int, k *kctx) {
 // ropeAngles keeps a worker's cos and sin of each token's angles, so that
 // the layers of a step, which rotate the same positions by the same
 // frequencies, compute them once: per token t of a call, the position they
-// are for and the pairs' cos then sin. An entry is only used for the same
-// position and frequencies bit for bit, so the rotation reads the values it
-// would compute.
+// are for and its ropeEntry (cos, sin, cos2, sin2). An entry is only used
+// for the same position and frequencies bit for bit, so the rotation reads
+// the values it would compute.
 type ropeAngles struct {
 	freq []float32 // the frequencies the entries are for
 	pos  []int64   // per token: the position of its entry (noAngles: none)

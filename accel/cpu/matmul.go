@@ -74,8 +74,10 @@ func runMatMulPacked(c *rcall, p *packed, lo, hi, t0, t1 int, k *kctx) {
 	// faster than one core reads memory, and the first blocks still
 	// waited.) Over pfMaxRows rows or more (a prefill) the first block is
 	// too small a part of a group's time to be worth it.
-	pfh := 2 * (lo + P) // the next half panel to prefetch
-	if t1-t0 >= pfMaxRows {
+	// pfh is the next half panel to prefetch; each group's start moves it
+	// past the group's own panels.
+	pfh := 2 * lo
+	if c.o[1].rows >= pfMaxRows {
 		pfh = 2 * hi
 	}
 	for pn := lo; pn < full; {
@@ -115,8 +117,8 @@ func runMatMulPacked(c *rcall, p *packed, lo, hi, t0, t1 int, k *kctx) {
 	}
 }
 
-// pfMaxRows is the rows of x from which runMatMulPacked prefetches no
-// panels.
+// pfMaxRows is the rows of x (the call's, not a piece's) from which
+// runMatMulPacked prefetches no panels.
 const pfMaxRows = 128
 
 // kernelSpan checks that the operands hold what the packed kernels will

@@ -115,7 +115,9 @@ func vScale(out, x, w []float32, s float32) {
 // vRoPEPairs is vecOps.ropePairs: per 16 lanes of a head, v·cos2 plus
 // v's pairs swapped times sin2, each product rounded, so that lane 2i is
 // v[2i]·cos − v[2i+1]·sin (x + (−y) is x − y exactly) and lane 2i+1 is
-// v[2i+1]·cos + v[2i]·sin, rotateHead's values.
+// v[2i+1]·cos + v[2i]·sin, rotateHead's values (the same bits, up to which
+// NaN's payload a sum of two NaN products keeps: the odd lanes add in the
+// other order).
 //
 //go:noinline
 //go:norace
