@@ -41,7 +41,7 @@ const maxR, maxP = 8, 8
 // shapes are the (R, P) blocks in a table, those that fit: the float32
 // blocks hold R·P accumulators, the weights (as many as fit) and a
 // broadcast, the bf16 ones R·P accumulators, P widened weight vectors, the
-// mask and a broadcast; R + P pointers and the prefetch offset (pf) in
+// mask and a broadcast; R + P pointers and the prefetch address (pf) in
 // ptrRegs, which leaves out the blocks of 11 rows and panels (4x7, 8x3).
 // A block that a kernel set walks (matmul.go) needs every smaller block of
 // its rectangle, for the last rows and panels, and the tail panel takes

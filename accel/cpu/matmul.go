@@ -74,6 +74,7 @@ func runMatMulPacked(c *rcall, p *packed, lo, hi, t0, t1 int, k *kctx) {
 	// faster than one core reads memory, and the first blocks still
 	// waited.) Over pfMaxRows rows or more (a prefill) the first block is
 	// too small a part of a group's time to be worth it.
+	//
 	// pfh is the next half panel to prefetch; each group's start moves it
 	// past the group's own panels.
 	pfh := 2 * lo

@@ -204,12 +204,7 @@ func BenchmarkPrefillMatMuls(b *testing.B) {
 // step that no scheduling can beat; 64 × the batch-1 replayed step
 // (BenchmarkStep) over it bounds the aggregate speed-up batching can give.
 func BenchmarkMatMulFloor(b *testing.B) {
-	if !vecBuilt.hasMM() {
-		b.Skip("no vector matmul kernels in this build or on this CPU")
-	}
-	old := vec.Load()
-	vec.Store(vecBuilt)
-	defer vec.Store(old)
+	useBuiltMM(b)
 	r := rand.New(rand.NewPCG(5, 6))
 	sh := shapeStories
 	const T = 64
@@ -256,12 +251,7 @@ func BenchmarkMatMulFloor(b *testing.B) {
 // and over ("warm"). The gap is what a group's first block of rows waits
 // on memory, which runMatMulPacked's prefetch (mmKernel's pf) hides.
 func BenchmarkMatMulCold(b *testing.B) {
-	if !vecBuilt.hasMM() {
-		b.Skip("no vector matmul kernels in this build or on this CPU")
-	}
-	old := vec.Load()
-	vec.Store(vecBuilt)
-	defer vec.Store(old)
+	useBuiltMM(b)
 	r := rand.New(rand.NewPCG(7, 8))
 	const T, in, out = 64, 768, 2048
 	c := benchMatCall(r, accel.F32, T, out, in)
@@ -289,4 +279,17 @@ func BenchmarkMatMulCold(b *testing.B) {
 			b.ReportMetric(2*float64(T*in*out)*float64(b.N)/1e9/b.Elapsed().Seconds(), "GFLOP/s")
 		})
 	}
+}
+
+// useBuiltMM runs the benchmark on this build's fastest vector set, the
+// set before it restored at its end, or skips it where no set has packed
+// matmul kernels.
+func useBuiltMM(b *testing.B) {
+	b.Helper()
+	if !vecBuilt.hasMM() {
+		b.Skip("no vector matmul kernels in this build or on this CPU")
+	}
+	old := vec.Load()
+	vec.Store(vecBuilt)
+	b.Cleanup(func() { vec.Store(old) })
 }

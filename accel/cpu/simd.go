@@ -58,10 +58,10 @@ const EnvSIMD = "REPRISE_CPU_SIMD"
 // pf, where not 0, is an address the assembly kernels prefetch into L2
 // from, 32 bytes further with each input (float32) or input pair (bf16):
 // a panel holds 64 bytes an input or pair, so over the call that is half a
-// panel's lines (bf16: but the last pair's of an odd input count). The caller uses it to bring the next panels in from
-// memory while this block computes (matmul.go); a prefetch never faults,
-// and pf 0 runs a loop without it. The archsimd kernels ignore it. The
-// bits never depend on it.
+// panel's lines (bf16: but the last pair's of an odd input count). The
+// caller uses it to bring the next panels in from memory while this block
+// computes (matmul.go); a prefetch never faults, and pf 0 runs a loop
+// without it. The archsimd kernels ignore it. The bits never depend on it.
 type mmKernel func(y unsafe.Pointer, ys uintptr, x unsafe.Pointer, xs uintptr, w unsafe.Pointer, ps uintptr, in int, pf uintptr)
 
 // mmBlocks are the register blocks (R rows of x, P panels) a kernel set's
