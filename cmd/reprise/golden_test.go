@@ -51,8 +51,9 @@ func TestPlanTable(t *testing.T) {
 	}
 }
 
-// bench counts buckets in English and does not call weights read from the
-// cache a broken roofline.
+// bench counts buckets in English, does not call weights read from the
+// cache a broken roofline, and lists its bandwidth probes where it took
+// several.
 func TestBenchText(t *testing.T) {
 	rep := BenchReport{Model: "synthetic-6M", Params: 6_000_000, WeightBytes: 24 << 20, ReadBytes: 24 << 20, Weights: "f32", Device: "cpu:0 (test)",
 		MemoryBandwidth: 20e9, Capture: BenchCapture{Seconds: 1.5, Buckets: 1},
@@ -61,7 +62,11 @@ func TestBenchText(t *testing.T) {
 	var b strings.Builder
 	printBench(&b, rep)
 	rep.Capture.Buckets, rep.Roofline.LastLevelCache, rep.ReadBytes = 3, 16<<20, 24<<20
+	rep.MemoryProbes = []float64{15.5e9, 20e9}
 	printBench(&b, rep)
+	if !strings.Contains(b.String(), "memory read bandwidth: 20.0 GB/s (best of 15.5, 20.0)") {
+		t.Error("the bandwidth probes are not listed")
+	}
 	golden(t, "bench_text.golden", b.String())
 	if strings.Contains(b.String(), "1 buckets") {
 		t.Error("1 buckets")
