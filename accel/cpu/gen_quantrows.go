@@ -34,7 +34,10 @@ func main() {
 	p("package cpu\n\n")
 	p("import (\n\t\"runtime\"\n\t\"simd/archsimd\"\n\t\"unsafe\"\n)\n\n")
 	for _, R := range []int{3, 2} {
-		genQ8_0(p, R)
+		if R == 2 {
+			// mmQ8_0x3 is Go assembly (quant_rows_asm_amd64.s).
+			genQ8_0(p, R)
+		}
 		genQ4_0(p, R)
 		genQ4_K(p, R, false, false)
 		genQ6_K(p, R, R == 2, false)

@@ -22,7 +22,8 @@ import (
 //
 // The Q8_0, Q4_0, Q4_K and Q6_K kernels are generated (gen_quantrows.go says why:
 // the compiler's scheduler keeps a written-out block in source order, and a
-// loop's sums spill) into quant_rows_gen_amd64.go. Two things about their
+// loop's sums spill) into quant_rows_gen_amd64.go, but for mmQ8_0x3, which
+// is Go assembly (quant_rows_asm_amd64.go says why). Two things about their
 // code are not obvious from it:
 //   - Fences. The scheduler issues the loads of a whole written-out block
 //     first (they depend on nothing in it), which would hold every group's
