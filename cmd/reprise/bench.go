@@ -48,6 +48,12 @@ type BenchReport struct {
 	Capture  BenchCapture `json:"capture"`
 }
 
+// addProbe records one bandwidth probe: MemoryBandwidth is the best so far.
+func (r *BenchReport) addProbe(bw float64) {
+	r.MemoryProbes = append(r.MemoryProbes, bw)
+	r.MemoryBandwidth = max(r.MemoryBandwidth, bw)
+}
+
 // BenchRow is one batch size: the median decode step eager and replayed.
 type BenchRow struct {
 	BatchSize    int     `json:"batch_size"`
@@ -147,12 +153,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		Device: dev.Info().String(), Capture: BenchCapture{Seconds: time.Since(t0).Seconds(), Buckets: len(e.Runner().Buckets())}}
 	// The roofline compares the weights' read rate with the host's memory
 	// bandwidth, whatever the device: cpu.ReadBandwidth measures the host's.
-	probe := func() {
-		bw := cpu.ReadBandwidth(0)
-		rep.MemoryProbes = append(rep.MemoryProbes, bw)
-		rep.MemoryBandwidth = max(rep.MemoryBandwidth, bw)
-	}
-	probe()
+	rep.addProbe(cpu.ReadBandwidth(0))
 	if info.MatrixTypes != "" {
 		// A quantized file's matrices run as stored, whatever --weights says.
 		rep.Weights = info.MatrixTypes
@@ -184,7 +185,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		rep.Rows = append(rep.Rows, row)
 		if bs == 1 {
 			// Next to the steps the roofline judges (see MemoryProbes).
-			probe()
+			rep.addProbe(cpu.ReadBandwidth(0))
 		}
 		if !*asJSON {
 			fmt.Fprintf(stderr, "bs=%d done\n", bs)

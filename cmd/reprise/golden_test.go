@@ -62,9 +62,15 @@ func TestBenchText(t *testing.T) {
 	var b strings.Builder
 	printBench(&b, rep)
 	rep.Capture.Buckets, rep.Roofline.LastLevelCache, rep.ReadBytes = 3, 16<<20, 24<<20
-	rep.MemoryProbes = []float64{15.5e9, 20e9}
+	rep.MemoryBandwidth, rep.MemoryProbes = 0, nil
+	rep.addProbe(15.5e9)
+	rep.addProbe(20e9)
+	rep.addProbe(18e9)
+	if rep.MemoryBandwidth != 20e9 {
+		t.Errorf("bandwidth %g after probes 15.5e9, 20e9, 18e9: want the best", rep.MemoryBandwidth)
+	}
 	printBench(&b, rep)
-	if !strings.Contains(b.String(), "memory read bandwidth: 20.0 GB/s (best of 15.5, 20.0)") {
+	if !strings.Contains(b.String(), "memory read bandwidth: 20.0 GB/s (best of 15.5, 20.0, 18.0)") {
 		t.Error("the bandwidth probes are not listed")
 	}
 	golden(t, "bench_text.golden", b.String())
