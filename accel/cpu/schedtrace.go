@@ -32,10 +32,13 @@ const EnvScheduleTrace = "REPRISE_CPU_SCHEDULE_TRACE"
 type schedTrace struct {
 	every uint64
 	ns    [][][3]atomic.Int64
+	// took[w] counts the slots worker w ran that were another's: a worker
+	// late to a phase finds its slot taken and waits out the phase.
+	took []atomic.Int64
 }
 
 func newSchedTrace(every uint64, W, np int) *schedTrace {
-	t := &schedTrace{every: every, ns: make([][][3]atomic.Int64, W)}
+	t := &schedTrace{every: every, ns: make([][][3]atomic.Int64, W), took: make([]atomic.Int64, W)}
 	for w := range t.ns {
 		t.ns[w] = make([][3]atomic.Int64, np)
 	}
@@ -141,6 +144,9 @@ func (s *schedule) traceReport() {
 		fmt.Fprintf(&b, "\n%4d phases", g.phases)
 		for w := 0; w < s.W; w++ {
 			fmt.Fprintf(&b, " | w%d items %s (cpu %s) wait %s", w, ms(g.ns[w][0]), ms(g.ns[w][2]), ms(g.ns[w][1]))
+			if g == tot {
+				fmt.Fprintf(&b, " took %.2f", float64(t.took[w].Swap(0))/float64(t.every))
+			}
 		}
 		fmt.Fprintf(&b, " | uneven %s ms | crit cpu %s ms | %s", ms(g.uneven), ms(g.crit), g.label)
 	}

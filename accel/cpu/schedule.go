@@ -187,6 +187,9 @@ func (s *schedule) runAll(j *job, self int, k *kctx) {
 				s.runItems(j, s.parts[w][start:end], k)
 			}
 			s.done[ph].n.Add(1)
+			if tr != nil && w != self && self < len(tr.took) {
+				tr.took[self].Add(1)
+			}
 		}
 		if tr != nil {
 			t1, c1 = time.Now(), cputime.Thread()
