@@ -57,6 +57,10 @@ type Capability struct {
 	Deterministic bool `json:"deterministic"`
 	// ComputeUnits is the number of parallel units (cores, SMs, CUs).
 	ComputeUnits int `json:"compute_units"`
+	// KVCacheF16: OpKVWrite and OpAttention take F16 caches (half the
+	// bytes of F32: twice the positions in the same memory, and half the
+	// bytes a decode step's attention reads).
+	KVCacheF16 bool `json:"kv_cache_f16"`
 }
 
 // DeviceInfo names a device.

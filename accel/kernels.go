@@ -37,7 +37,10 @@ const (
 	OpRoPE
 	// OpKVWrite: T0 kcache[S,KVD][T4 slot[t]] = T2 k[T,KVD][t] and likewise
 	// T1 vcache from T3 v. T4 slots has T elements (I32); a slot outside [0,S)
-	// writes nothing.
+	// writes nothing. The caches are both F32 or both F16 (where the
+	// device's Capability has KVCacheF16); into F16 each element is rounded
+	// to the nearest binary16, ties to even (quant.FloatToHalf), values
+	// beyond its range becoming infinities.
 	OpKVWrite
 	// OpAttention: causal grouped-query attention over a paged KV cache.
 	// T0 out[T,H*hd], T1 q[T,H*hd], T2 kcache[S,KVH*hd], T3 vcache[S,KVH*hd],
@@ -46,7 +49,9 @@ const (
 	// Token t of row r = T4[t] at position n = T5[t] attends to positions
 	// 0..n of r, position p living in slot T6[r][p/page]*page + p%page.
 	// Query head h reads KV head h/(H/KVH). A token whose row, position or
-	// pages are out of range gets a zero output.
+	// pages are out of range gets a zero output. F16 caches (as OpKVWrite's)
+	// are widened exactly: the output is the output over F32 caches holding
+	// the widened values (bit for bit on a Deterministic device).
 	OpAttention
 	// OpSiLUMul: T0 out = silu(T1 a) * T2 b, elementwise. out may be a or b.
 	OpSiLUMul
@@ -182,6 +187,24 @@ func (c *Call) Validate() error {
 	}
 	if err := sp.check(c); err != nil {
 		return fmt.Errorf("accel: %s: %w: %w", sp.name, err, ErrInvalidArgument)
+	}
+	return nil
+}
+
+// ValidateFor is Validate, then whether a device of capability capab runs
+// the call: F16 KV caches need KVCacheF16 (ErrUnsupported without it).
+func (c *Call) ValidateFor(capab Capability) error {
+	if err := c.Validate(); err != nil {
+		return err
+	}
+	if c.Op == OpKVWrite || c.Op == OpAttention {
+		kc := c.T[0]
+		if c.Op == OpAttention {
+			kc = c.T[2]
+		}
+		if kc.DType == F16 && !capab.KVCacheF16 {
+			return fmt.Errorf("accel: %s: f16 KV cache: %w", opSpecs[c.Op].name, ErrUnsupported)
+		}
 	}
 	return nil
 }
@@ -323,9 +346,20 @@ func checkAddRow(c *Call) error {
 	return nil
 }
 
+// checkCaches: a KV cache pair is F32 or F16, both the same.
+func checkCaches(kc, vc Tensor) error {
+	if err := want(kc, "kcache", F32, F16); err != nil {
+		return err
+	}
+	if vc.DType != kc.DType {
+		return fmt.Errorf("vcache is %s, kcache %s", vc.DType, kc.DType)
+	}
+	return nil
+}
+
 func checkKVWrite(c *Call) error {
 	kc, vc, k, v, slots := c.T[0], c.T[1], c.T[2], c.T[3], c.T[4]
-	if err := firstErr(want(kc, "kcache", F32), want(vc, "vcache", F32), want(k, "k", F32),
+	if err := firstErr(checkCaches(kc, vc), want(k, "k", F32),
 		want(v, "v", F32), want(slots, "slots", I32)); err != nil {
 		return err
 	}
@@ -337,8 +371,8 @@ func checkKVWrite(c *Call) error {
 
 func checkAttention(c *Call) error {
 	out, q, kc, vc, rows, pos, pages := c.T[0], c.T[1], c.T[2], c.T[3], c.T[4], c.T[5], c.T[6]
-	if err := firstErr(want(out, "out", F32), want(q, "q", F32), want(kc, "kcache", F32),
-		want(vc, "vcache", F32), want(rows, "rows", I32), want(pos, "pos", I32), want(pages, "pages", I32)); err != nil {
+	if err := firstErr(want(out, "out", F32), want(q, "q", F32), checkCaches(kc, vc),
+		want(rows, "rows", I32), want(pos, "pos", I32), want(pages, "pages", I32)); err != nil {
 		return err
 	}
 	h, kvh, hd, page := c.I[0], c.I[1], c.I[2], c.I[3]

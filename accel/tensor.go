@@ -22,6 +22,11 @@ const (
 	Q4_0 // ggml Q4_0: 32 4-bit and an f16 scale per block
 	Q4_K // ggml Q4_K: super-blocks of 256, 6-bit scales and mins per 32
 	Q6_K // ggml Q6_K: super-blocks of 256, int8 scales per 16
+
+	// F16 is IEEE binary16, for KV caches (OpKVWrite, OpAttention) on
+	// devices whose Capability has KVCacheF16: stored rounded to nearest
+	// even, widened to float32 exactly on load.
+	F16
 )
 
 // Size is the element's size in bytes, 0 for a block-quantized type (see
@@ -30,7 +35,7 @@ func (d DType) Size() int64 {
 	switch d {
 	case F32, I32:
 		return 4
-	case BF16:
+	case BF16, F16:
 		return 2
 	}
 	return 0
@@ -91,6 +96,8 @@ func (d DType) String() string {
 		return "i32"
 	case BF16:
 		return "bf16"
+	case F16:
+		return "f16"
 	case Q8_0:
 		return "q8_0"
 	case Q4_0:

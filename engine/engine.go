@@ -44,6 +44,10 @@ type Options struct {
 	KVPages int
 	// KVMemoryFraction caps an automatically sized cache (default 0.5).
 	KVMemoryFraction float64
+	// KVCacheDType is the KV cache's element type: accel.F32 (0 too) or
+	// accel.F16 (half the bytes per position, values rounded to binary16
+	// as they are written), which needs the device's KVCacheF16.
+	KVCacheDType accel.DType
 	// MaxBatch is the most requests decoded together (default 64, and at
 	// most the largest captured decode batch when graphs cap it).
 	MaxBatch int
@@ -242,15 +246,28 @@ func New(dev accel.Device, m Model, opts Options) (*Engine, error) {
 	for _, t := range info.StopTokens {
 		e.stops[t] = true
 	}
+	switch opts.KVCacheDType {
+	case 0:
+		opts.KVCacheDType = accel.F32
+	case accel.F32:
+	case accel.F16:
+		if !dev.Capability().KVCacheF16 {
+			return nil, fmt.Errorf("engine: an f16 KV cache on %s: %w", dev.Info(), accel.ErrUnsupported)
+		}
+	default:
+		return nil, fmt.Errorf("engine: KV cache type %s: want f32 or f16: %w", opts.KVCacheDType, accel.ErrInvalidArgument)
+	}
+	e.opts.KVCacheDType = opts.KVCacheDType
 	pages := opts.KVPages
 	kvdim := info.KVHeads * info.HeadSize
 	if pages == 0 {
 		want := opts.MaxBatch*((info.MaxSeq+opts.PageSize-1)/opts.PageSize) + 1
 		budget := int64(float64(dev.MemInfo().Free) * opts.KVMemoryFraction)
-		pages = kvPagesWithin(budget, want, info.Layers, opts.PageSize, kvdim)
+		pages = kvPagesWithin(budget, want, info.Layers, opts.PageSize, kvdim, opts.KVCacheDType)
 	}
 	var err error
-	if e.kv, err = newKVCache(dev, kvConfig{Layers: info.Layers, KVDim: kvdim, PageSize: opts.PageSize, Pages: pages, MaxLen: info.MaxSeq}); err != nil {
+	if e.kv, err = newKVCache(dev, kvConfig{Layers: info.Layers, KVDim: kvdim, PageSize: opts.PageSize, Pages: pages,
+		MaxLen: info.MaxSeq, DType: opts.KVCacheDType}); err != nil {
 		return nil, err
 	}
 	e.pos, e.samp, e.pen = newPositions(dev), newSampler(dev), newPenaltyPool(dev, info.Vocab, opts.MaxBatch)
@@ -290,7 +307,7 @@ func New(dev accel.Device, m Model, opts Options) (*Engine, error) {
 		}
 	}
 	e.log.Info("engine ready", "model", info.Name, "device", dev.Info().String(), "kv_pages", pages,
-		"page_size", opts.PageSize, "kv_bytes", e.kv.Bytes(), "graphs", opts.Graphs)
+		"page_size", opts.PageSize, "kv_bytes", e.kv.Bytes(), "kv_dtype", opts.KVCacheDType, "graphs", opts.Graphs)
 	return e, nil
 }
 

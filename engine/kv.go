@@ -23,10 +23,11 @@ var errKVFull = errors.New("kv cache full")
 // kvConfig shapes a paged KV cache.
 type kvConfig struct {
 	Layers   int
-	KVDim    int // KV heads × head size
-	PageSize int // positions per page
-	Pages    int // pages including the sink
-	MaxLen   int // positions a request may hold
+	KVDim    int         // KV heads × head size
+	PageSize int         // positions per page
+	Pages    int         // pages including the sink
+	MaxLen   int         // positions a request may hold
+	DType    accel.DType // the K and V tensors' element type (F32 or F16)
 }
 
 // kvCache is the paged KV cache: per layer a K and a V tensor of Pages ×
@@ -77,7 +78,10 @@ type KVPlan struct {
 
 // newKVCache allocates the cache on dev.
 func newKVCache(dev accel.Device, cfg kvConfig) (*kvCache, error) {
-	if cfg.Layers < 1 || cfg.KVDim < 1 || cfg.PageSize < 1 || cfg.Pages < 2 || cfg.MaxLen < 1 {
+	if cfg.DType == 0 {
+		cfg.DType = accel.F32
+	}
+	if cfg.Layers < 1 || cfg.KVDim < 1 || cfg.PageSize < 1 || cfg.Pages < 2 || cfg.MaxLen < 1 || cfg.DType.Size() == 0 {
 		return nil, fmt.Errorf("kv: bad config %+v (need at least one page besides the sink)", cfg)
 	}
 	c := &kvCache{cfg: cfg, ppr: (cfg.MaxLen + cfg.PageSize - 1) / cfg.PageSize, reqs: map[int64]*kvState{},
@@ -93,7 +97,7 @@ func newKVCache(dev accel.Device, cfg kvConfig) (*kvCache, error) {
 func (c *kvCache) alloc(dev accel.Device) error {
 	cfg := c.cfg
 	slots := cfg.Pages * cfg.PageSize
-	c.layerB = int64(slots) * int64(cfg.KVDim) * 4
+	c.layerB = int64(slots) * int64(cfg.KVDim) * cfg.DType.Size()
 	for l := 0; l < cfg.Layers; l++ {
 		for _, dst := range []*[]accel.Tensor{&c.K, &c.V} {
 			b, err := dev.Alloc(c.layerB)
@@ -101,7 +105,7 @@ func (c *kvCache) alloc(dev accel.Device) error {
 				c.Close(dev)
 				return fmt.Errorf("kv: %d pages of %d positions × %d layers: %w", cfg.Pages, cfg.PageSize, cfg.Layers, err)
 			}
-			*dst = append(*dst, accel.Tensor{Buf: b, DType: accel.F32, Rows: slots, Cols: cfg.KVDim})
+			*dst = append(*dst, accel.Tensor{Buf: b, DType: cfg.DType, Rows: slots, Cols: cfg.KVDim})
 		}
 	}
 	for p := int32(cfg.Pages - 1); p > SinkPage; p-- {
@@ -116,15 +120,15 @@ func (c *kvCache) alloc(dev accel.Device) error {
 // layer and kind, and the allocator rounds each to its segments and packs
 // small ones together (alloc.Packer predicts where), so pages × page bytes
 // alone can be up to a segment per tensor short.
-func kvPagesWithin(budget int64, want, layers, pageSize, kvdim int) int {
+func kvPagesWithin(budget int64, want, layers, pageSize, kvdim int, dt accel.DType) int {
 	reserved := func(pages int) int64 {
 		var p alloc.Packer
 		for range 2 * layers {
-			p.Alloc(int64(pages*pageSize) * int64(kvdim) * 4)
+			p.Alloc(int64(pages*pageSize) * int64(kvdim) * dt.Size())
 		}
 		return p.Reserved()
 	}
-	pageBytes := 2 * int64(layers) * int64(pageSize) * int64(kvdim) * 4
+	pageBytes := 2 * int64(layers) * int64(pageSize) * int64(kvdim) * dt.Size()
 	hi := int(min(int64(want), budget/pageBytes))
 	if hi <= 0 || reserved(hi) <= budget {
 		return hi
@@ -142,7 +146,7 @@ func kvPagesWithin(budget int64, want, layers, pageSize, kvdim int) int {
 
 // PageBytes is the device memory one page takes over every layer.
 func (c *kvCache) PageBytes() int64 {
-	return 2 * int64(c.cfg.Layers) * int64(c.cfg.PageSize) * int64(c.cfg.KVDim) * 4
+	return 2 * int64(c.cfg.Layers) * int64(c.cfg.PageSize) * int64(c.cfg.KVDim) * c.cfg.DType.Size()
 }
 
 // resize gives the cache pages (the sink included). No row may hold a page.

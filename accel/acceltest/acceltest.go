@@ -52,6 +52,7 @@ func Run(t *testing.T, backend string, expect ...Expect) {
 	t.Run("ArchDecoderMatchesCPU", func(t *testing.T) { testDecoderMatchesCPU(t, backend, newArchDecoder) })
 	t.Run("BF16", func(t *testing.T) { testBF16(t, backend) })
 	t.Run("QuantMatMul", func(t *testing.T) { testQuantMatMul(t, backend) })
+	t.Run("KVCacheF16", func(t *testing.T) { testKVCacheF16(t, backend) })
 	t.Run("MisalignedOperand", func(t *testing.T) { testMisalignedOperand(t, backend) })
 	t.Run("ForeignBuffer", func(t *testing.T) { testForeignBuffer(t, backend) })
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/reprise-ml/reprise/accel"
+	"github.com/reprise-ml/reprise/quant"
 )
 
 // BF16Bits truncates v to bfloat16: the little-endian bits a BF16 tensor
@@ -33,6 +34,47 @@ func (e *Env) BF16(v []float32, rows, cols int) accel.Tensor {
 		e.T.Fatalf("upload: %v", err)
 	}
 	return accel.Tensor{Buf: buf, DType: accel.BF16, Rows: rows, Cols: cols}
+}
+
+// F16Bits rounds v to binary16 (quant.FloatToHalf): the little-endian bits
+// an F16 tensor holds, and the float32 values they widen to exactly.
+func F16Bits(v []float32) (bits []byte, widened []float32) {
+	bits = make([]byte, 2*len(v))
+	widened = make([]float32, len(v))
+	for i, x := range v {
+		h := quant.FloatToHalf(x)
+		widened[i] = quant.HalfToFloat(h)
+		bits[2*i], bits[2*i+1] = byte(h), byte(h>>8)
+	}
+	return bits, widened
+}
+
+// F16 uploads v, rounded to binary16 (F16Bits), as a rows x cols tensor.
+func (e *Env) F16(v []float32, rows, cols int) accel.Tensor {
+	e.T.Helper()
+	bits, _ := F16Bits(v)
+	buf, err := e.Dev.Alloc(int64(len(bits)))
+	if err != nil {
+		e.T.Fatal(err)
+	}
+	if err := accel.Upload(e.S, buf, bits); err != nil {
+		e.T.Fatalf("upload: %v", err)
+	}
+	return accel.Tensor{Buf: buf, DType: accel.F16, Rows: rows, Cols: cols}
+}
+
+// ReadF16 downloads an F16 tensor widened to float32.
+func (e *Env) ReadF16(t accel.Tensor) []float32 {
+	e.T.Helper()
+	b, err := accel.Download(e.S, t.Buf.Slice(0, t.Bytes()))
+	if err != nil {
+		e.T.Fatalf("download: %v", err)
+	}
+	v := make([]float32, len(b)/2)
+	for i := range v {
+		v[i] = quant.HalfToFloat(uint16(b[2*i]) | uint16(b[2*i+1])<<8)
+	}
+	return v
 }
 
 // Ones returns n ones.

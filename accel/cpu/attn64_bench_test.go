@@ -45,10 +45,20 @@ func BenchmarkAttentionBatch64(b *testing.B) {
 			if cold {
 				name = fmt.Sprintf("ctx%d/cold", ctx)
 			}
+			var hs []*rcall // the same calls over F16 caches
+			halfCalls := func() []*rcall {
+				if hs == nil {
+					for _, c := range calls() {
+						hs = append(hs, halfCache(c))
+					}
+				}
+				return hs
+			}
 			// "set" is the build's kernel set; "general" the same without
 			// its decode path (attnDec), where it has one: the per-token
-			// path it replaces, timed in the same run.
-			for _, variant := range []string{"set", "general"} {
+			// path it replaces, timed in the same run; "f16" the set over
+			// F16 caches.
+			for _, variant := range []string{"set", "general", "f16"} {
 				b.Run(name+"/"+variant, func(b *testing.B) {
 					if vecBuilt == nil {
 						b.Skip("no vector kernels in this build")
@@ -63,6 +73,9 @@ func BenchmarkAttentionBatch64(b *testing.B) {
 						vk = &g
 					}
 					cs := calls()
+					if variant == "f16" {
+						cs = halfCalls()
+					}
 					units, _ := unitsAttention(cs[0])
 					old := vec.Load()
 					defer vec.Store(old)

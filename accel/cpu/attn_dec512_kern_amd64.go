@@ -46,6 +46,18 @@ func init() {
 //go:noescape
 func scoresDec16(att, kc unsafe.Pointer, offs *int, nb int, q unsafe.Pointer, hd int, scale float32)
 
+// scoresDec16h is scoresDec16 over an F16 cache: kc and offs in binary16
+// elements, each row widened as it is loaded (attn_dec512_amd64.s).
+//
+//go:noescape
+func scoresDec16h(att, kc unsafe.Pointer, offs *int, nb int, q unsafe.Pointer, hd int, scale float32)
+
+// vAVDec2x64h is vAVDec2x64 over an F16 cache, for n = len(offs) > 0
+// positions (attn_dec512_amd64.s).
+//
+//go:noescape
+func vAVDec2x64h(d0, d1, v0, v1 unsafe.Pointer, offs *int, n int, a0, a1 unsafe.Pointer)
+
 // vAVDec2x64 adds a0[p] * v0_p to d0[:64] and a1[p] * v1_p to d1[:64] for
 // every p < len(offs) in order, vX_p the 64 floats at vX + 4*offs[p]: two
 // heads' weighted sums (or two halves of one head's), eight chains side

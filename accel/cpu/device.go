@@ -235,7 +235,7 @@ func (d *Device) Info() accel.DeviceInfo { return d.info }
 // Capability is fixed for the CPU device.
 func (d *Device) Capability() accel.Capability {
 	return accel.Capability{Available: true, PinnedMemory: true, GraphCapture: true, GraphUpdate: true,
-		MemoryTotal: d.budget.Capacity(), Deterministic: true, ComputeUnits: d.threads}
+		MemoryTotal: d.budget.Capacity(), Deterministic: true, ComputeUnits: d.threads, KVCacheF16: true}
 }
 
 // Threads is the number of threads kernels use.

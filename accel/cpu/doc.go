@@ -38,6 +38,14 @@
 // values side by side, requesting the next head's rows meanwhile; each
 // score and sum keeps the general path's chain.
 //
+// F16 KV caches (half.go; Capability.KVCacheF16): OpKVWrite rounds with
+// VCVTPS2PH where the CPU has F16C (quant.FloatToHalf's bits otherwise too),
+// and OpAttention runs the float32 kernels on the exactly widened values,
+// so its bits are the float32 cache's over them: the AVX-512 decode kernels
+// widen each row as they load it (scoresDec16h, vAVDec2x64h), the other
+// paths widen a token's rows (or a prefill run's, per head) into the
+// worker's scratch first.
+//
 // Attention on both vector sets takes a prefill's queries by runs of one
 // sequence (attn_runs.go): per head and piece, the sequence's keys are
 // transposed once into panels and its values gathered in rows, and its

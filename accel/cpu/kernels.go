@@ -76,24 +76,26 @@ func init() {
 // goroutine running it (each pool worker and each stream has its own, so
 // kernels never allocate in steady state).
 type kctx struct {
-	d       *Device
-	att     []float32 // attention scores
-	offs    []int     // attention: each position's row offset in the cache
-	qb      []float32 // attention: the query broadcast for the vector kernel
-	kt      []float32 // attention: a sequence's keys transposed (attn_runs.go)
-	vb      []float32 // attention: a sequence's values in rows (attn_runs.go)
-	ns      []int     // attention: a run's context lengths (attn_runs.go)
-	rowv    []float32 // attention: each row's sum
-	rows4   [4][]float32
-	sums4   [4]float32
-	smp     sampleScratch
-	rope    []float32 // RoPE frequencies
-	ropeCS  ropeAngles
-	tail    [12 * panelWidth]float32 // a partial last panel's outputs: up to 12 rows (the VNNI kernels' most)
-	qa      qacts                    // quantized matmul: this piece's rows of x, quantized
-	qw      []byte                   // quantized matmul: a panel widened for many rows (quant_rows_amd64.go)
-	lpMarks []uint64                 // log probabilities: the vector top k's marks (logprobs.go)
-	zeros   []float32                // penalties: an all-zero bias row, never written (penalties.go)
+	d        *Device
+	att      []float32 // attention scores
+	offs     []int     // attention: each position's row offset in the cache
+	qb       []float32 // attention: the query broadcast for the vector kernel
+	kt       []float32 // attention: a sequence's keys transposed (attn_runs.go)
+	vb       []float32 // attention: a sequence's values in rows (attn_runs.go)
+	ns       []int     // attention: a run's context lengths (attn_runs.go)
+	kw, vw   []float32 // attention over F16 caches: rows widened (half.go)
+	offsNext []int     // attention over F16 caches: the next token's offs
+	rowv     []float32 // attention: each row's sum
+	rows4    [4][]float32
+	sums4    [4]float32
+	smp      sampleScratch
+	rope     []float32 // RoPE frequencies
+	ropeCS   ropeAngles
+	tail     [12 * panelWidth]float32 // a partial last panel's outputs: up to 12 rows (the VNNI kernels' most)
+	qa       qacts                    // quantized matmul: this piece's rows of x, quantized
+	qw       []byte                   // quantized matmul: a panel widened for many rows (quant_rows_amd64.go)
+	lpMarks  []uint64                 // log probabilities: the vector top k's marks (logprobs.go)
+	zeros    []float32                // penalties: an all-zero bias row, never written (penalties.go)
 
 	// reuseActs: the schedule item running says that the item before it
 	// on this goroutine was a quantized matmul reading the same rows of
@@ -782,7 +784,15 @@ func unitsKV(c *rcall) (int, int) { return kvBands(c) * c.o[2].rows, 2 * panelWi
 
 //go:norace
 func runKVWrite(c *rcall, lo, hi int, _ *kctx) {
-	kc, vc, k, v, slots := c.o[0].f32(), c.o[1].f32(), c.o[2].f32(), c.o[3].f32(), c.o[4].i32()
+	k, v, slots := c.o[2].f32(), c.o[3].f32(), c.o[4].i32()
+	half := c.o[0].dt == accel.F16
+	var kc, vc []float32
+	var kh, vh []uint16
+	if half {
+		kh, vh = c.o[0].u16(), c.o[1].u16()
+	} else {
+		kc, vc = c.o[0].f32(), c.o[1].f32()
+	}
 	kd, vd, nslots := c.o[0].cols, c.o[1].cols, c.o[0].rows
 	T, nb := c.o[2].rows, kvBands(c)
 	tm := rowSplit(T)
@@ -798,11 +808,19 @@ func runKVWrite(c *rcall, lo, hi int, _ *kctx) {
 		c0 := b * panelWidth
 		if c0 < kd {
 			c1 := min(c0+panelWidth, kd)
-			copyF32(kc[s*kd+c0:s*kd+c1], k[t*kd+c0:t*kd+c1])
+			if half {
+				narrowHalf(kh[s*kd+c0:s*kd+c1], k[t*kd+c0:t*kd+c1])
+			} else {
+				copyF32(kc[s*kd+c0:s*kd+c1], k[t*kd+c0:t*kd+c1])
+			}
 		}
 		if c0 < vd {
 			c1 := min(c0+panelWidth, vd)
-			copyF32(vc[s*vd+c0:s*vd+c1], v[t*vd+c0:t*vd+c1])
+			if half {
+				narrowHalf(vh[s*vd+c0:s*vd+c1], v[t*vd+c0:t*vd+c1])
+			} else {
+				copyF32(vc[s*vd+c0:s*vd+c1], v[t*vd+c0:t*vd+c1])
+			}
 		}
 	}
 }
@@ -829,7 +847,15 @@ func unitsAttention(c *rcall) (int, int) {
 //
 //go:norace
 func runAttention(c *rcall, lo, hi int, k *kctx) {
-	out, q, kc, vc := c.o[0].f32(), c.o[1].f32(), c.o[2].f32(), c.o[3].f32()
+	out, q := c.o[0].f32(), c.o[1].f32()
+	half := c.o[2].dt == accel.F16
+	var kc, vc []float32
+	var kh, vh []uint16
+	if half {
+		kh, vh = c.o[2].u16(), c.o[3].u16()
+	} else {
+		kc, vc = c.o[2].f32(), c.o[3].f32()
+	}
 	rows, pages := c.o[4].i32(), c.o[6].i32()
 	nh, nkv, hd, page := c.i[0], c.i[1], c.i[2], c.i[3]
 	ppr := c.o[6].cols
@@ -860,6 +886,23 @@ func runAttention(c *rcall, lo, hi int, k *kctx) {
 		r := int(rows[t])
 		// hi is the largest offset, for the vector kernels' one bounds check.
 		offs, hi := cacheOffs(k, pages[r*ppr:(r+1)*ppr], n, page, kvd)
+		if half && vk != nil && vk.attnDecHalf != nil && vk.attnDecHalf(orow, q[t*nh*hd:(t+1)*nh*hd], kh, vh, offs, hi, n, h0, h1, group, hd, scale, k, vk) {
+			continue
+		}
+		if half {
+			// The KV heads of heads [h0, h1), widened; the next token's
+			// rows asked for while this one's kernels run on the widened
+			// copy.
+			c0, c1 := (h0/group)*hd, ((h1-1)/group+1)*hd
+			kc, vc, hi = widenRows(k, kh, vh, offs, kvd, c0, c1)
+			if t+1 < T {
+				if n1, ok := attnValid(c, t+1); ok {
+					r1 := int(rows[t+1])
+					o1, _ := cacheOffsIn(&k.offsNext, pages[r1*ppr:(r1+1)*ppr], n1, page, kvd)
+					prefetchHalfRows(kh, vh, o1, c0, c1)
+				}
+			}
+		}
 		if vk != nil && vk.attnDec != nil && vk.attnDec(orow, q[t*nh*hd:(t+1)*nh*hd], kc, vc, offs, hi, n, h0, h1, group, hd, scale, k, vk) {
 			continue
 		}
@@ -914,10 +957,17 @@ func padOffs(k *kctx, n, ns int) []int {
 //
 //go:norace
 func cacheOffs(k *kctx, pt []int32, n, page, kvd int) (offs []int, maxOff int) {
-	if cap(k.offs) < n {
-		k.offs = make([]int, 0, max(n, 1024))
+	return cacheOffsIn(&k.offs, pt, n, page, kvd)
+}
+
+// cacheOffsIn is cacheOffs into *buf.
+//
+//go:norace
+func cacheOffsIn(buf *[]int, pt []int32, n, page, kvd int) (offs []int, maxOff int) {
+	if cap(*buf) < n {
+		*buf = make([]int, 0, max(n, 1024))
 	}
-	offs = k.offs[:n]
+	offs = (*buf)[:n]
 	for p, pg := 0, 0; p < n; pg++ {
 		base := int(pt[pg]) * page
 		for j := 0; j < page && p < n; j, p = j+1, p+1 {

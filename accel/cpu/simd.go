@@ -131,6 +131,10 @@ type vecOps struct {
 	// (attn_dec512_amd64.go), false where it does not apply and nothing was
 	// written.
 	attnDec func(orow, qrow, kc, vc []float32, offs []int, maxOff, n, h0, h1, group, hd int, scale float32, k *kctx, vk *vecOps) bool
+	// attnDecHalf is attnDec over F16 caches (kh, vh), where the set
+	// widens their rows in its kernels; false for shapes it leaves to the
+	// widened copy (half.go).
+	attnDecHalf func(orow, qrow []float32, kh, vh []uint16, offs []int, maxOff, n, h0, h1, group, hd int, scale float32, k *kctx, vk *vecOps) bool
 	// sum adds x up in no particular order (bandwidth probe only).
 	sum func(x []float32) float32
 	// max is the maximum of x, false where x is empty or holds a NaN.

@@ -158,7 +158,7 @@ func (s *stream) result(fn string, code int32) error {
 // Launch validates the call, resolves it and enqueues its kernel (recorded
 // by the driver while the stream captures).
 func (s *stream) Launch(c *accel.Call) error {
-	if err := c.Validate(); err != nil {
+	if err := c.ValidateFor(s.d.capab); err != nil {
 		return err
 	}
 	kl, err := prepare(c, s.d.resolve, s.blas != 0)

@@ -81,7 +81,7 @@ func (s *stream) invalidate(what string) error {
 }
 
 func (s *stream) Launch(c *accel.Call) error {
-	if err := c.Validate(); err != nil {
+	if err := c.ValidateFor(s.d.capab); err != nil {
 		return err
 	}
 	for i := 0; i < c.Operands(); i++ {

@@ -24,6 +24,7 @@ type deviceFlags struct {
 	memory   string
 	fraction float64
 	weights  string
+	kvCache  string // --kv-cache-dtype: auto, f32 or f16
 	model    llama.Source
 	verbose  bool
 	// logJSON writes the logs as JSON lines (serve's --log-format json).
@@ -35,6 +36,7 @@ func (d *deviceFlags) register(fs *flag.FlagSet, synthetic bool) {
 	fs.StringVar(&d.memory, "device-memory", "", "cap on the device memory reprise uses, e.g. 2GiB (CPU: the arena's capacity; default "+cpu.EnvMemory+" or a quarter of RAM)")
 	fs.Float64Var(&d.fraction, "device-memory-fraction", 0.9, "fraction of the device memory that weights, KV cache and graphs may take together; graph capture is planned within it")
 	fs.StringVar(&d.weights, "weights", "f32", "storage of weight matrices: f32, bf16, or quantized at load as llama-quantize does: q8_0, q4_0, q4_k (matrices a GGUF file stores as Q8_0, Q4_0, Q4_K or Q6_K are used as they are)")
+	fs.StringVar(&d.kvCache, "kv-cache-dtype", "auto", "KV cache element type: f32, f16 (half the memory per position; values rounded to binary16 as llama.cpp's default cache does), or auto: f16 for quantized and bf16 weights where the device supports it, else f32")
 	fs.StringVar(&d.model.Model, "model", "", "model `path`: a GGUF file, a Hugging Face directory or a llama2.c checkpoint, told apart by content (default: the embedded stories260K)")
 	fs.StringVar(&d.model.Tokenizer, "tokenizer", "", "llama2.c tokenizer `path`: needed with a llama2.c checkpoint; replaces the model's own tokenizer")
 	fs.IntVar(&d.model.MaxSeq, "max-model-len", 0, "context length to serve, in positions (0: the model's own; above it is allowed, with a warning)")
@@ -48,7 +50,29 @@ func (d *deviceFlags) check() error {
 	if d.fraction <= 0 || d.fraction > 1 {
 		return fmt.Errorf("%w: --device-memory-fraction %v: want a number in (0, 1]", errUsage, d.fraction)
 	}
+	switch d.kvCache {
+	case "", "auto", "f32", "f16":
+	default:
+		return fmt.Errorf("%w: --kv-cache-dtype %q: want auto, f32 or f16", errUsage, d.kvCache)
+	}
 	return nil
+}
+
+// kvCacheDType is the KV cache type the flag asks for on dev, for a model
+// whose matrices are stored as matrixTypes (engine.ModelInfo's): auto is
+// f16 where the device has it and the weights are not float32 (a float32
+// model keeps the float32 cache its references were computed with).
+func (d *deviceFlags) kvCacheDType(dev accel.Device, matrixTypes string) accel.DType {
+	switch d.kvCache {
+	case "f32":
+		return accel.F32
+	case "f16":
+		return accel.F16
+	}
+	if dev.Capability().KVCacheF16 && matrixTypes != "" && matrixTypes != "f32" {
+		return accel.F16
+	}
+	return accel.F32
 }
 
 func (d *deviceFlags) open() (accel.Device, error) {
@@ -124,6 +148,9 @@ func (d *deviceFlags) openSession(stderr io.Writer, tweak func(*llama.Options), 
 		eo.Logger = d.log(stderr)
 	}
 	eo.MemoryFraction = d.fraction
+	if eo.KVCacheDType == 0 {
+		eo.KVCacheDType = d.kvCacheDType(dev, s.model.Info().MatrixTypes)
+	}
 	for _, w := range loaded.Warnings {
 		eo.Logger.Warn(w, "model", d.model.Model)
 	}

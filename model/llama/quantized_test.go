@@ -9,6 +9,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/reprise-ml/reprise/accel"
 	"github.com/reprise-ml/reprise/accel/cpu"
 	"github.com/reprise-ml/reprise/engine"
 	"github.com/reprise-ml/reprise/model/gguf"
@@ -76,8 +77,9 @@ func TestQuantizedFixtures(t *testing.T) {
 			names = names[:1]
 		}
 	}
-	for _, name := range names {
-		t.Run(name, func(t *testing.T) {
+	for _, c := range quantCases(names) {
+		name, kv := c.name, c.kv
+		t.Run(name+"/kv-"+kv.String(), func(t *testing.T) {
 			path := qdir + name + ".gguf"
 			wantRaw, err := os.ReadFile(fixtures + name + ".Once_upon_a_time.txt")
 			must(t, err)
@@ -92,7 +94,7 @@ func TestQuantizedFixtures(t *testing.T) {
 			if got := m.Info().MatrixTypes; got != wantTypes {
 				t.Errorf("MatrixTypes %q, want %q", got, wantTypes)
 			}
-			e, err := engine.New(dev, m, engine.Options{MaxBatch: 1, PlanCache: "off"})
+			e, err := engine.New(dev, m, engine.Options{MaxBatch: 1, PlanCache: "off", KVCacheDType: kv})
 			must(t, err)
 			defer e.Close()
 			must(t, e.Start(context.Background()))
@@ -159,4 +161,26 @@ func TestQuantizedFixtures(t *testing.T) {
 			}
 		})
 	}
+}
+
+// quantCases are TestQuantizedFixtures' runs: each file with a float32 KV
+// cache and with a binary16 one (llama.cpp's default, which printed the
+// reference texts; reprise's --kv-cache-dtype auto for quantized files).
+func quantCases(names []string) []struct {
+	name string
+	kv   accel.DType
+} {
+	var cs []struct {
+		name string
+		kv   accel.DType
+	}
+	for _, n := range names {
+		for _, kv := range []accel.DType{accel.F32, accel.F16} {
+			cs = append(cs, struct {
+				name string
+				kv   accel.DType
+			}{n, kv})
+		}
+	}
+	return cs
 }
