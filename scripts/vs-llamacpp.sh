@@ -23,14 +23,20 @@
 #
 # Per file and repetition, in this order (reversed on even repetitions):
 #   - llama-bench -t T -p 512 -n 64 -r 2: pp512 and tg64 (batch-1 decode);
-#   - reprise bench --batch-sizes 1,64 --prefill-lengths 512: the replayed
-#     batch-1 decode step, the piecewise 512-token prefill (eager where no
-#     region shape fits) and the replayed batch-64 decode step, with
-#     --max-model-len 1024 since the file declares 128 positions;
+#   - reprise bench --batch-sizes 1 --prefill-lengths 512: the replayed
+#     batch-1 decode step and the piecewise 512-token prefill (eager where
+#     no region shape fits), with --max-model-len 1024 since the file
+#     declares 128 positions;
 #   - llama-batched-bench -npl 64 -npp 4 -ntg $NTG: 64 sequences of a 4-token
-#     prompt each, S_TG (aggregate decode tokens/s), against reprise's batch
-#     64 (64 requests of a 2-token prompt, decode steps from position 2 on,
-#     at least 3 timed, fewer than 64 when --max-time 3s runs out).
+#     prompt each, S_TG (aggregate decode tokens/s), against reprise bench
+#     --batch-sizes 64 --warmup 2 --steps $NTG: 64 requests of a 2-token
+#     prompt, two decode steps untimed, then $NTG timed, so that both
+#     programs' timed steps attend to the same positions (4 to 4+$NTG; the
+#     attention of a step grows with them). Before 2026-12-03 reprise's
+#     batch 64 ran in the batch-1 run, timed from position 6 to up to 70.
+# Both programs keep their default KV cache type: llama.cpp's is f16, and
+# reprise's --kv-cache-dtype auto is f16 for the quantized files and f32
+# for the f32 ones.
 # With REPS > 1 each side's best repetition is reported. Every run's
 # 1-minute load average (uptime) when it started and when it ended is
 # printed ("start>end"): the figures are only as good as the machine was
@@ -152,15 +158,28 @@ EOF
 }
 
 run_reprise() {
-	local f=$1 name=$2 l out sizes=1
-	[[ $BATCHED = 1 ]] && sizes=1,64
+	local f=$1 name=$2 l out
 	l=$(load1)
 	out=$WORK/reprise-$name.json
-	REPRISE_CPU_THREADS=$THREADS "$REPRISE" bench --model "$f" --batch-sizes "$sizes" --prefill-lengths 512 \
+	REPRISE_CPU_THREADS=$THREADS "$REPRISE" bench --model "$f" --batch-sizes 1 --prefill-lengths 512 \
 		--prefill-runs "$PREFILL_RUNS" --max-model-len 1024 --json >"$out" 2>"$WORK/reprise-$name.err" ||
 		{ log "reprise bench $name failed: $WORK/reprise-$name.err"; return; }
 	l="$l>$(load1)"
-	python3 - "$out" "$name" "$l" >>"$res" <<'EOF'
+	reprise_rows "$out" "$name" "$l"
+	[[ $BATCHED = 1 ]] || return 0
+	l=$(load1)
+	out=$WORK/reprise-64-$name.json
+	REPRISE_CPU_THREADS=$THREADS "$REPRISE" bench --model "$f" --batch-sizes 64 --prefill-lengths 0 \
+		--warmup 2 --steps "$NTG" --max-time 60s --max-model-len 1024 --json >"$out" 2>"$WORK/reprise-64-$name.err" ||
+		{ log "reprise bench $name at 64 failed: $WORK/reprise-64-$name.err"; return; }
+	l="$l>$(load1)"
+	reprise_rows "$out" "$name" "$l"
+}
+
+# reprise_rows appends the rows of reprise bench's JSON $1 for file $2,
+# loads $3, to $res.
+reprise_rows() {
+	python3 - "$1" "$2" "$3" >>"$res" <<'EOF'
 import json, sys
 path, name, load = sys.argv[1:]
 d = json.load(open(path))
