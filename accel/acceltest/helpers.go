@@ -26,6 +26,12 @@ func BF16Bits(v []float32) (bits []byte, widened []float32) {
 func (e *Env) BF16(v []float32, rows, cols int) accel.Tensor {
 	e.T.Helper()
 	bits, _ := BF16Bits(v)
+	return e.upload(bits, accel.BF16, rows, cols)
+}
+
+// upload allocates and fills a rows x cols tensor of dt with bits.
+func (e *Env) upload(bits []byte, dt accel.DType, rows, cols int) accel.Tensor {
+	e.T.Helper()
 	buf, err := e.Dev.Alloc(int64(len(bits)))
 	if err != nil {
 		e.T.Fatal(err)
@@ -33,7 +39,7 @@ func (e *Env) BF16(v []float32, rows, cols int) accel.Tensor {
 	if err := accel.Upload(e.S, buf, bits); err != nil {
 		e.T.Fatalf("upload: %v", err)
 	}
-	return accel.Tensor{Buf: buf, DType: accel.BF16, Rows: rows, Cols: cols}
+	return accel.Tensor{Buf: buf, DType: dt, Rows: rows, Cols: cols}
 }
 
 // F16Bits rounds v to binary16 (quant.FloatToHalf): the little-endian bits
@@ -53,14 +59,7 @@ func F16Bits(v []float32) (bits []byte, widened []float32) {
 func (e *Env) F16(v []float32, rows, cols int) accel.Tensor {
 	e.T.Helper()
 	bits, _ := F16Bits(v)
-	buf, err := e.Dev.Alloc(int64(len(bits)))
-	if err != nil {
-		e.T.Fatal(err)
-	}
-	if err := accel.Upload(e.S, buf, bits); err != nil {
-		e.T.Fatalf("upload: %v", err)
-	}
-	return accel.Tensor{Buf: buf, DType: accel.F16, Rows: rows, Cols: cols}
+	return e.upload(bits, accel.F16, rows, cols)
 }
 
 // ReadF16 downloads an F16 tensor widened to float32.

@@ -1,7 +1,5 @@
 package cpu
 
-import "github.com/reprise-ml/reprise/accel"
-
 // The attention of a prefill: many queries of one sequence read the same
 // keys. runAttention's per-token path transposes eight keys inside the
 // scores kernel for every query (its lanes are positions, so that each
@@ -112,11 +110,7 @@ func rowGoodPages(c *rcall, r, np int) int {
 //go:norace
 func attnRun(c *rcall, h, t0, t1 int, k *kctx, vk *vecOps) {
 	out, q := c.o[0].f32(), c.o[1].f32()
-	half := c.o[2].dt == accel.F16
-	var kc, vc []float32
-	if !half {
-		kc, vc = c.o[2].f32(), c.o[3].f32()
-	}
+	kc, vc, kh, vh, half := caches(c.o[2], c.o[3])
 	rows, pages := c.o[4].i32(), c.o[6].i32()
 	nh, nkv, hd, page := c.i[0], c.i[1], c.i[2], c.i[3]
 	ppr := c.o[6].cols
@@ -147,7 +141,7 @@ func attnRun(c *rcall, h, t0, t1 int, k *kctx, vk *vecOps) {
 	offs, maxOff := cacheOffs(k, pages[int(rows[t0])*ppr:(int(rows[t0])+1)*ppr], nmax, page, kvd)
 	if half {
 		// This head's rows widened, one after another: offsets of hd.
-		kc, vc, maxOff = widenRows(k, c.o[2].u16()[koff:], c.o[3].u16()[koff:], offs, hd, 0, hd)
+		kc, vc, maxOff = widenRows(k, kh[koff:], vh[koff:], offs, hd, 0, hd)
 		koff = 0
 	}
 	if maxOff+koff+hd > len(kc) || maxOff+koff+hd > len(vc) {

@@ -785,14 +785,7 @@ func unitsKV(c *rcall) (int, int) { return kvBands(c) * c.o[2].rows, 2 * panelWi
 //go:norace
 func runKVWrite(c *rcall, lo, hi int, _ *kctx) {
 	k, v, slots := c.o[2].f32(), c.o[3].f32(), c.o[4].i32()
-	half := c.o[0].dt == accel.F16
-	var kc, vc []float32
-	var kh, vh []uint16
-	if half {
-		kh, vh = c.o[0].u16(), c.o[1].u16()
-	} else {
-		kc, vc = c.o[0].f32(), c.o[1].f32()
-	}
+	kc, vc, kh, vh, half := caches(c.o[0], c.o[1])
 	kd, vd, nslots := c.o[0].cols, c.o[1].cols, c.o[0].rows
 	T, nb := c.o[2].rows, kvBands(c)
 	tm := rowSplit(T)
@@ -825,6 +818,15 @@ func runKVWrite(c *rcall, lo, hi int, _ *kctx) {
 	}
 }
 
+// caches views a KV cache pair as float32 (kc, vc) or, half, as binary16
+// (kh, vh).
+func caches(k, v operand) (kc, vc []float32, kh, vh []uint16, half bool) {
+	if k.dt == accel.F16 {
+		return nil, nil, k.u16(), v.u16(), true
+	}
+	return k.f32(), v.f32(), nil, nil, false
+}
+
 // Attention units are (head, token) pairs, head-major: unit u is head u/T of
 // token u%T.
 func unitsAttention(c *rcall) (int, int) {
@@ -848,14 +850,7 @@ func unitsAttention(c *rcall) (int, int) {
 //go:norace
 func runAttention(c *rcall, lo, hi int, k *kctx) {
 	out, q := c.o[0].f32(), c.o[1].f32()
-	half := c.o[2].dt == accel.F16
-	var kc, vc []float32
-	var kh, vh []uint16
-	if half {
-		kh, vh = c.o[2].u16(), c.o[3].u16()
-	} else {
-		kc, vc = c.o[2].f32(), c.o[3].f32()
-	}
+	kc, vc, kh, vh, half := caches(c.o[2], c.o[3])
 	rows, pages := c.o[4].i32(), c.o[6].i32()
 	nh, nkv, hd, page := c.i[0], c.i[1], c.i[2], c.i[3]
 	ppr := c.o[6].cols
