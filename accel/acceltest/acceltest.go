@@ -138,10 +138,16 @@ func (e *Env) I32(v []int32, rows, cols int) accel.Tensor {
 // Zeros allocates a zeroed tensor.
 func (e *Env) Zeros(dt accel.DType, rows, cols int) accel.Tensor {
 	e.T.Helper()
-	if dt == accel.I32 {
+	switch dt {
+	case accel.I32:
 		return e.I32(make([]int32, rows*cols), rows, cols)
+	case accel.F16:
+		return e.F16(make([]float32, rows*cols), rows, cols)
+	case accel.F32:
+		return e.F32(make([]float32, rows*cols), rows, cols)
 	}
-	return e.F32(make([]float32, rows*cols), rows, cols)
+	e.T.Fatalf("Zeros of %s", dt)
+	return accel.Tensor{}
 }
 
 // ReadF32 downloads a F32 tensor.

@@ -307,6 +307,7 @@ func Open(ordinal int, opts accel.Options) (*Device, error) {
 		MemoryTotal:   capacity,
 		Deterministic: true,
 		ComputeUnits:  int(units),
+		KVCacheF16:    true, // k_kv_write_f16 and k_attention_f16, core OpenCL C
 	}
 	if d.aux, err = d.newQueue(); err != nil {
 		return nil, err

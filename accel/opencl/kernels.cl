@@ -248,27 +248,65 @@ __kernel void k_rope_table(__global float* q, ulong qo, __global float* k, ulong
 	}
 }
 
-// One work-item per token; a slot outside [0, s) writes nothing.
-__kernel void k_kv_write(__global float* kc, ulong kco, __global float* vc, ulong vco,
-                         __global const float* k, ulong ko, __global const float* v, ulong vo,
-                         __global const int* slots, ulong so, int t, int kd, int vd, int s) {
+// KV caches are float (F32) or half (F16). kv_load and kv_store reach a cache
+// as untyped global memory by element index, f16 a constant in each kernel,
+// so that the F32 and F16 kernels share one body and its arithmetic: attention
+// over an F16 cache is attention over an F32 cache of the widened values, bit
+// for bit. F16 uses OpenCL C's core vload_half (exact widening) and
+// vstore_half_rte (nearest, ties to even; beyond binary16's range an
+// infinity), so it needs no cl_khr_fp16. A NaN, whose binary16 bits
+// vstore_half_rte leaves to the implementation, is stored as
+// quant.FloatToHalf stores it: quiet, its sign and top mantissa bits kept.
+inline float kv_load(__global const void* c, size_t i, int f16) {
+	if (f16) return vload_half(i, (__global const half*)c);
+	return ((__global const float*)c)[i];
+}
+
+inline void kv_store(__global void* c, size_t i, float x, int f16) {
+	if (!f16) {
+		((__global float*)c)[i] = x;
+	} else if (isnan(x)) {
+		uint b = as_uint(x);
+		((__global ushort*)c)[i] = (ushort)(((b >> 16) & 0x8000u) | 0x7e00u | ((b >> 13) & 0x3ffu));
+	} else {
+		vstore_half_rte(x, i, (__global half*)c);
+	}
+}
+
+// One work-item per token; a slot outside [0, s) writes nothing. Cache
+// offsets count cache elements (4 bytes for F32, 2 for F16).
+inline void kv_write(__global void* kc, ulong kco, __global void* vc, ulong vco,
+                     __global const float* k, ulong ko, __global const float* v, ulong vo,
+                     __global const int* slots, ulong so, int t, int kd, int vd, int s, int f16) {
 	size_t r = get_global_id(0);
 	if (r >= (size_t)t) return;
 	int slot = slots[so + r];
 	if (slot < 0 || slot >= s) return;
-	for (int j = 0; j < kd; j++) kc[kco + (size_t)slot * (size_t)kd + j] = k[ko + r * (size_t)kd + j];
-	for (int j = 0; j < vd; j++) vc[vco + (size_t)slot * (size_t)vd + j] = v[vo + r * (size_t)vd + j];
+	for (int j = 0; j < kd; j++) kv_store(kc, kco + (size_t)slot * (size_t)kd + j, k[ko + r * (size_t)kd + j], f16);
+	for (int j = 0; j < vd; j++) kv_store(vc, vco + (size_t)slot * (size_t)vd + j, v[vo + r * (size_t)vd + j], f16);
+}
+
+__kernel void k_kv_write(__global float* kc, ulong kco, __global float* vc, ulong vco,
+                         __global const float* k, ulong ko, __global const float* v, ulong vo,
+                         __global const int* slots, ulong so, int t, int kd, int vd, int s) {
+	kv_write(kc, kco, vc, vco, k, ko, v, vo, slots, so, t, kd, vd, s, 0);
+}
+
+__kernel void k_kv_write_f16(__global half* kc, ulong kco, __global half* vc, ulong vco,
+                             __global const float* k, ulong ko, __global const float* v, ulong vo,
+                             __global const int* slots, ulong so, int t, int kd, int vd, int s) {
+	kv_write(kc, kco, vc, vco, k, ko, v, vo, slots, so, t, kd, vd, s, 1);
 }
 
 // One work-item per (token, head). The softmax is sequential over positions,
 // in the CPU device's order: scores s/scale, max, sum of exp(s - max), then
 // out += (exp(s - max) / sum) * v position by position. Scores are recomputed
 // in each pass (the same operations, so the same bits) instead of stored.
-__kernel void k_attention(__global float* out, ulong oo, __global const float* q, ulong qo,
-                          __global const float* kc, ulong kco, __global const float* vc, ulong vco,
-                          __global const int* rows, ulong ro, __global const int* pos, ulong po,
-                          __global const int* pages, ulong pgo,
-                          int t, int nh, int nkv, int hd, int page, int nrows, int ppr, int nslots) {
+inline void attention(__global float* out, ulong oo, __global const float* q, ulong qo,
+                      __global const void* kc, ulong kco, __global const void* vc, ulong vco,
+                      __global const int* rows, ulong ro, __global const int* pos, ulong po,
+                      __global const int* pages, ulong pgo,
+                      int t, int nh, int nkv, int hd, int page, int nrows, int ppr, int nslots, int f16) {
 	size_t g = get_global_id(0);
 	if (g >= (size_t)t * (size_t)nh) return;
 	size_t tok = g / (size_t)nh;
@@ -290,31 +328,47 @@ __kernel void k_attention(__global float* out, ulong oo, __global const float* q
 	float m = 0.0f;
 	for (int p = 0; p < n; p++) {
 		size_t slot = (size_t)pt[p / page] * (size_t)page + (size_t)(p % page);
-		__global const float* kv = kc + kco + slot * kvd + koff;
+		size_t kb = kco + slot * kvd + koff;
 		float s = 0.0f;
-		for (int i = 0; i < hd; i++) s += qh[i] * kv[i];
+		for (int i = 0; i < hd; i++) s += qh[i] * kv_load(kc, kb + i, f16);
 		s = s / scale;
 		if (p == 0 || s > m) m = s;
 	}
 	float sum = 0.0f;
 	for (int p = 0; p < n; p++) {
 		size_t slot = (size_t)pt[p / page] * (size_t)page + (size_t)(p % page);
-		__global const float* kv = kc + kco + slot * kvd + koff;
+		size_t kb = kco + slot * kvd + koff;
 		float s = 0.0f;
-		for (int i = 0; i < hd; i++) s += qh[i] * kv[i];
+		for (int i = 0; i < hd; i++) s += qh[i] * kv_load(kc, kb + i, f16);
 		s = s / scale;
 		sum += exp(s - m);
 	}
 	for (int p = 0; p < n; p++) {
 		size_t slot = (size_t)pt[p / page] * (size_t)page + (size_t)(p % page);
-		__global const float* kv = kc + kco + slot * kvd + koff;
-		__global const float* vv = vc + vco + slot * kvd + koff;
+		size_t kb = kco + slot * kvd + koff;
+		size_t vb = vco + slot * kvd + koff;
 		float s = 0.0f;
-		for (int i = 0; i < hd; i++) s += qh[i] * kv[i];
+		for (int i = 0; i < hd; i++) s += qh[i] * kv_load(kc, kb + i, f16);
 		s = s / scale;
 		float a = exp(s - m) / sum;
-		for (int i = 0; i < hd; i++) dst[i] += a * vv[i];
+		for (int i = 0; i < hd; i++) dst[i] += a * kv_load(vc, vb + i, f16);
 	}
+}
+
+__kernel void k_attention(__global float* out, ulong oo, __global const float* q, ulong qo,
+                          __global const float* kc, ulong kco, __global const float* vc, ulong vco,
+                          __global const int* rows, ulong ro, __global const int* pos, ulong po,
+                          __global const int* pages, ulong pgo,
+                          int t, int nh, int nkv, int hd, int page, int nrows, int ppr, int nslots) {
+	attention(out, oo, q, qo, kc, kco, vc, vco, rows, ro, pos, po, pages, pgo, t, nh, nkv, hd, page, nrows, ppr, nslots, 0);
+}
+
+__kernel void k_attention_f16(__global float* out, ulong oo, __global const float* q, ulong qo,
+                              __global const half* kc, ulong kco, __global const half* vc, ulong vco,
+                              __global const int* rows, ulong ro, __global const int* pos, ulong po,
+                              __global const int* pages, ulong pgo,
+                              int t, int nh, int nkv, int hd, int page, int nrows, int ppr, int nslots) {
+	attention(out, oo, q, qo, kc, kco, vc, vco, rows, ro, pos, po, pages, pgo, t, nh, nkv, hd, page, nrows, ppr, nslots, 1);
 }
 
 // out may be a or b: each element is read before it is written, by the same

@@ -37,6 +37,8 @@ const (
 	kTestUniform
 	kRoPETable
 	kAddRow
+	kKVWriteF16   // OpKVWrite into F16 caches
+	kAttentionF16 // OpAttention over F16 caches
 	numKernels
 )
 
@@ -46,7 +48,7 @@ var kernelNames = [numKernels]string{
 	kMatMulQ4_K: "k_matmul_q4_k", kMatMulQ6_K: "k_matmul_q6_k", kRoPE: "k_rope", kKVWrite: "k_kv_write",
 	kAttention: "k_attention", kSiLUMul: "k_silu_mul", kAdd: "k_add", kArgmax: "k_argmax",
 	kSample: "k_sample", kLogProbs: "k_logprobs", kPenalize: "k_penalize", kCountTokens: "k_count_tokens", kCopyU32: "k_copy_u32", kCopyU8: "k_copy_u8", kTestUniform: "k_test_uniform",
-	kRoPETable: "k_rope_table", kAddRow: "k_add_row",
+	kRoPETable: "k_rope_table", kAddRow: "k_add_row", kKVWriteF16: "k_kv_write_f16", kAttentionF16: "k_attention_f16",
 }
 
 const maxArgs = 24
@@ -98,6 +100,8 @@ func (d *Device) buf(kl *klaunch, b accel.Buffer, elem int64) error {
 	return nil
 }
 
+// tensor adds a tensor as (cl_mem, offset): in bytes for quantized blocks,
+// else in elements of DType.Size() bytes (2 for BF16 and F16 KV caches).
 func (d *Device) tensor(kl *klaunch, t accel.Tensor) error {
 	if t.DType.BlockSize() > 1 {
 		return d.buf(kl, t.Buf, 1) // quantized blocks: addressed in bytes
@@ -195,11 +199,17 @@ func (d *Device) prepare(c *accel.Call) (*klaunch, error) {
 		kl.n = n
 	case accel.OpKVWrite:
 		kl.k = kKVWrite
+		if t[0].DType == accel.F16 {
+			kl.k = kKVWriteF16
+		}
 		tensors(t[0], t[1], t[2], t[3], t[4])
 		ints(t[2].Rows, t[0].Cols, t[1].Cols, t[0].Rows)
 		kl.n = uint64(t[2].Rows)
 	case accel.OpAttention:
 		kl.k = kAttention
+		if t[2].DType == accel.F16 {
+			kl.k = kAttentionF16
+		}
 		tensors(t[0], t[1], t[2], t[3], t[4], t[5], t[6])
 		ints(t[1].Rows, c.I[0], c.I[1], c.I[2], c.I[3], t[6].Rows, t[6].Cols, t[2].Rows)
 		if err == nil && c.I[3] > 0 && t[6].Cols > math.MaxInt32/c.I[3] {
